@@ -1,0 +1,58 @@
+# huvm: peer-GPU eviction tier for nvidia-uvm 535.261.03.
+#
+#   make demo      set everything up and run the example experiment on the simulated node
+#   make test      every test suite: C core, Python, module build, static checks, qemu test bed
+#
+# Each area keeps its rules in its own fragment (included below); this file holds the shared
+# variables, the Python environment and the umbrella targets.
+
+SHELL       := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+ROOT        := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+BUILD       ?= $(ROOT)/build
+VENV        ?= $(ROOT)/.venv
+PY          := $(VENV)/bin/python
+# The venv is made from Debian's python so that bcc (python3-bpfcc) is importable.
+SYSTEM_PY   ?= /usr/bin/python3
+UPSTREAM_VERSION := 535.261.03
+export ROOT BUILD VENV PY UPSTREAM_VERSION
+
+.PHONY: all help deps venv test demo bench lint
+.DEFAULT_GOAL := help
+
+help:
+	@echo "huvm $(UPSTREAM_VERSION) targets:"
+	@echo "  demo           set up and run the example consolidation experiment (simulated node)"
+	@echo "  test           all tests (C core, Python, module build, sparse, qemu test bed)"
+	@echo "  source patch module check-kernel load unload dkms-install dkms-remove refresh-patches"
+	@echo "  vm-test bench traces lint"
+
+# System packages (Debian); a no-op when everything is present.
+deps:
+	@bash $(ROOT)/driver/scripts/install-deps.sh
+
+# The project's Python environment: Debian python + system site packages (bcc), our packages editable.
+VENV_STAMP := $(VENV)/.huvm-installed
+venv: $(VENV_STAMP)
+$(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_build.py) | deps
+	@[ -x $(PY) ] || $(SYSTEM_PY) -m venv --system-site-packages $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q torch==2.13.0
+	@$(PY) -m pip install -q -e "$(ROOT)/pyctl[dev,traces]" -e "$(ROOT)/tui"
+	@touch $@
+
+-include driver/build.mk
+-include driver/core/core.mk
+-include driver/sim/sim.mk
+-include driver/ktest/ktest.mk
+-include pyctl/pyctl.mk
+-include tui/tui.mk
+-include tests/vm/vm.mk
+
+# Umbrella targets; the fragments add their parts as prerequisites of these.
+test: | venv
+	@echo "== all test suites passed =="
+
+bench: | venv
+
+demo: | venv
