@@ -1,0 +1,166 @@
+/*
+ * huvm: portable policy core. SPDX-License-Identifier: MIT
+ *
+ * Every huvm decision and all accounting live here, compiled unchanged into nvidia-uvm.ko, the qemu test
+ * module, the simulated node and the Python extension. The callers (UVM glue, simulator, test module)
+ * gather facts, ask the core, apply the answer and report what happened back through huvm_account_*.
+ *
+ * Rules: integer arithmetic only; no allocation; no locks; no sleeping; deterministic (same inputs, same
+ * outputs). Decisions are pure functions of the state passed in (they never modify it).
+ *
+ * LOCKING: the core takes no locks. Callers serialise writers of huvm_core_t (huvm_dispatch, huvm_core_*
+ * setters) against readers (decisions) with a lock of their own; the kernel glue uses one rw lock taken
+ * below the va_block lock (see docs/driver.md). Counter updates in huvm_account_* are atomic (port
+ * primitives), so they need no lock and may run concurrently with each other and with decisions.
+ */
+#ifndef __HUVM_CORE_H__
+#define __HUVM_CORE_H__
+
+#include "huvm_port.h"
+#include "uvm_huvm_ioctl.h"
+
+typedef uint32_t huvm_status_t;         /* NV_STATUS values: HUVM_NV_OK, HUVM_NV_ERR_* */
+
+/* Dynamic facts about one GPU at decision time, gathered by the caller. */
+typedef struct {
+    uint64_t free_bytes;                /* free memory now (kernel: PMA free 2 MiB pages + UVM free lists) */
+    uint64_t last_evict_ns;             /* when this GPU last evicted its own data (0 = never) */
+} huvm_gpu_state_t;
+
+/* Flags of an eviction request. */
+#define HUVM_EVICT_FLAG_PMA_CONTEXT     0x1  /* called on behalf of PMA (RM asked UVM to free memory) */
+#define HUVM_EVICT_FLAG_GUEST_CHUNK     0x2  /* the chunk holds another GPU's data (harvested here) */
+#define HUVM_EVICT_FLAG_PREEVICT        0x4  /* issued by the pre-eviction worker, not by an allocation */
+
+typedef struct {
+    uint32_t gpu;                       /* index of the evicting GPU (whose memory is reclaimed) */
+    uint32_t flags;                     /* HUVM_EVICT_FLAG_* */
+    uint32_t candidates;                /* bitmask of GPU indices usable as peers for this chunk: in the
+                                           kernel, NVLink peers registered in the chunk's va_space */
+    uint32_t pad;
+    uint64_t now_ns;                    /* monotonic time */
+    uint64_t chunk_fetched_ns;          /* when this chunk last came back from a peer (0 = never) */
+} huvm_evict_request_t;
+
+typedef struct {
+    uint32_t dst;                       /* GPU index, or HUVM_DEST_HOST */
+    uint32_t reason;                    /* HUVM_REASON_* */
+} huvm_decision_t;
+
+typedef struct {
+    uint32_t local_chunks;              /* chunks to prefetch host -> faulting GPU */
+    uint32_t peer_chunks;               /* chunks to prefetch host -> peer (on the peer's own PCIe link) */
+    uint32_t peer;                      /* the peer for peer_chunks (HUVM_DEST_HOST if none) */
+    uint32_t stride;                    /* distance in chunks between prefetched chunks */
+} huvm_prefetch_plan_t;
+
+typedef struct {
+    uint32_t guest_chunks[HUVM_MAX_GPUS]; /* harvested chunks to give back, per owner GPU, all to host */
+    uint32_t total_guest_chunks;        /* sum of guest_chunks */
+    uint32_t own_chunks;                /* chunks of the lender's own data still to evict after that */
+} huvm_giveback_plan_t;
+
+/* The core's state for one node. One instance per module, test module or simulated node. */
+typedef struct {
+    huvm_policy_t        policy;                        /* current policy (policy.gpus keyed by UUID) */
+    uint32_t             backend;                       /* HUVM_BACKEND_* */
+    uint32_t             gpu_count;                     /* GPUs known to the node (slots 0..gpu_count-1) */
+    huvm_gpu_info_t      gpus[HUVM_MAX_GPUS];           /* static facts; free_bytes refreshed by callers */
+    huvm_link_t          links[HUVM_MAX_GPUS][HUVM_MAX_GPUS];
+    int32_t              policy_slot[HUVM_MAX_GPUS];    /* derived: GPU index -> policy.gpus entry or -1 */
+    huvm_gpu_counters_t  counters[HUVM_MAX_GPUS];
+    huvm_pair_counters_t pairs[HUVM_MAX_GPUS][HUVM_MAX_GPUS];
+    uint32_t             rr_next[HUVM_MAX_GPUS];        /* round-robin cursor per harvester */
+    uint64_t             test_now_ns;                   /* clock of the synthetic test node */
+} huvm_core_t;
+
+/* Who is calling (filled by the glue from the task; by the simulator as privileged). */
+typedef struct {
+    uint32_t privileged;                /* CAP_SYS_ADMIN (kernel) */
+    uint32_t allow_test;                /* test commands allowed (uvm_enable_builtin_tests, ktest, sim) */
+    uint32_t uid;
+    uint32_t pid;
+    uint64_t now_ns;
+} huvm_caller_t;
+
+/* Callbacks for what only the caller knows. Any may be NULL (then the command reports no data). */
+typedef struct {
+    /* Refresh core->gpus[i].free_bytes before GET_INFO. */
+    void (*refresh_free)(void *ctx, huvm_core_t *core);
+    /* Fill params->entries from start_index, visible to caller (own processes unless privileged). */
+    huvm_status_t (*list_va_spaces)(void *ctx, const huvm_caller_t *caller, HUVM_LIST_VA_SPACES_PARAMS *params);
+    /* Called after a policy change was applied (e.g. to kick pre-eviction workers). */
+    void (*policy_changed)(void *ctx, const huvm_core_t *core);
+} huvm_core_ops_t;
+
+/* ---- Setup (huvm_policy.c) ---- */
+
+/* Initialise: no GPUs, the given preset, zero counters. */
+void huvm_core_init(huvm_core_t *core, uint32_t backend, uint32_t preset);
+
+/* Add or replace the GPU at index gpu (0..HUVM_MAX_GPUS-1); creates a default policy entry for its UUID if
+ * none exists (entries outlive GPUs). Returns HUVM_NV_ERR_* on bad input. */
+huvm_status_t huvm_core_set_gpu(huvm_core_t *core, uint32_t gpu, const huvm_gpu_info_t *info);
+/* Mark the GPU at index gpu absent (policy entry and counters stay). */
+void huvm_core_remove_gpu(huvm_core_t *core, uint32_t gpu);
+huvm_status_t huvm_core_set_link(huvm_core_t *core, uint32_t a, uint32_t b, const huvm_link_t *link);
+
+/* Fill *policy with preset (gpu entries: the given GPUs' UUIDs with that preset's per-GPU defaults). */
+huvm_status_t huvm_policy_preset(uint32_t preset, const huvm_core_t *core, huvm_policy_t *policy);
+/* Full validation of a policy against the node; on error *error_field says which field. */
+huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t *policy, uint32_t *error_field);
+/* Validate, then merge into the current policy atomically (all or nothing); bumps generation. */
+huvm_status_t huvm_policy_apply(huvm_core_t *core, const huvm_policy_t *policy, uint32_t *error_field);
+/* Per-GPU policy entry of GPU index gpu, or NULL. */
+const huvm_gpu_policy_t *huvm_policy_gpu(const huvm_core_t *core, uint32_t gpu);
+const char *huvm_preset_name(uint32_t preset);
+const char *huvm_reason_name(uint32_t reason);
+
+/* ---- Decisions (huvm_decide.c): pure, read-only ---- */
+
+/* Where should one root chunk of req->gpu go? state[] has core->gpu_count entries. */
+huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_t *state,
+                                  const huvm_evict_request_t *req);
+/* Can holder take `bytes` more of owner's data now? Returns HUVM_REASON_PEER if yes, else the reason. */
+uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
+                         uint32_t holder, uint64_t bytes, uint64_t now_ns);
+/* How many chunks should gpu pre-evict now to restore its free reserve (0 = none). */
+uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu);
+/* On a fault of owner's data held by holder: HUVM_FETCH_MIGRATE or HUVM_FETCH_REMOTE_MAP. */
+uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder);
+/* Prefetch plan for a fault of gpu; candidates as in huvm_evict_request_t. */
+void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
+                          uint32_t candidates, uint64_t now_ns, huvm_prefetch_plan_t *plan);
+/* Lender needs need_bytes: harvested chunks go first (to host), then its own data. */
+void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender,
+                          uint64_t need_bytes, huvm_giveback_plan_t *plan);
+
+/* ---- Accounting (huvm_account.c): counters + tracepoint/USDT probe; atomic, lock-free ---- */
+
+/* owner's chunk evicted to dst (GPU index or HUVM_DEST_HOST) for reason; flags HUVM_EVICT_FLAG_PREEVICT. */
+void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_t reason, uint32_t flags,
+                        uint64_t bytes, uint64_t va);
+/* owner's data brought back from src (GPU index or HUVM_DEST_HOST); remote_map: mapped, not moved. */
+void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t remote_map,
+                        uint64_t bytes, uint64_t va);
+/* holder gave back owner's harvested data to host. */
+void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, uint64_t bytes, uint64_t va);
+/* Prefetch for owner into dst (owner itself = local path; another GPU = peer path). */
+void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint64_t bytes, uint64_t va);
+void huvm_account_faults(huvm_core_t *core, uint32_t gpu, uint32_t faults);
+void huvm_account_policy(huvm_core_t *core);
+/* Counters to zero (gauges stay) per HUVM_RESET_* flags. */
+void huvm_account_reset(huvm_core_t *core, uint32_t reset_flags);
+
+/* ---- Control dispatch (huvm_dispatch.c), shared by the kernel, the test module and the simulator ---- */
+
+/* sizeof the params struct of cmd, or 0 if cmd is not a huvm command. */
+uint32_t huvm_cmd_params_size(uint32_t cmd);
+/* Check hdr against cmd (version, size, flags); sets hdr->module_abi_version. */
+huvm_status_t huvm_check_hdr(uint32_t cmd, huvm_hdr_t *hdr, uint32_t params_size, uint32_t *error_field);
+/* Validate fully, then apply atomically; writes error_field and rmStatus into params and returns the
+ * status. params is a kernel-side copy of params_size bytes (the caller copies in and out). */
+huvm_status_t huvm_dispatch(huvm_core_t *core, const huvm_core_ops_t *ops, void *ops_ctx,
+                            const huvm_caller_t *caller, uint32_t cmd, void *params, uint32_t params_size);
+
+#endif /* __HUVM_CORE_H__ */

@@ -1,0 +1,29 @@
+/*
+ * huvm: the events the core emits. SPDX-License-Identifier: MIT
+ *
+ * One list for the kernel tracepoints (driver/uvm/uvm_huvm_trace.h, TRACE_EVENT subsystem "huvm") and the
+ * simulator's USDT probes (sys/sdt.h, provider "huvm"): same names, same arguments, same order.
+ * tests/python/test_probe_names.py checks both against this list.
+ *
+ * Every event has the same five arguments:
+ *   gpu     u32  the GPU the event is about (the owner of the data; for giveback, the lender)
+ *   peer    u32  the other end: a GPU index, or HUVM_DEST_HOST (16) for host memory
+ *   reason  u32  HUVM_REASON_* (evict, preevict, giveback); 1 = remote map (fetch); preset (policy)
+ *   bytes   u64  bytes moved (policy: the new generation)
+ *   va      u64  virtual address of the chunk (0 when not known)
+ */
+#ifndef __HUVM_EVENTS_H__
+#define __HUVM_EVENTS_H__
+
+/* X(name): evict, preevict, fetch, giveback, prefetch, policy. */
+#define HUVM_EVENTS(X) \
+    X(evict)           \
+    X(preevict)        \
+    X(fetch)           \
+    X(giveback)        \
+    X(prefetch)        \
+    X(policy)
+
+#define HUVM_EVENT_ARGS "gpu,peer,reason,bytes,va"
+
+#endif /* __HUVM_EVENTS_H__ */
