@@ -19,6 +19,8 @@
 #include "huvm_port.h"
 #include "uvm_huvm_ioctl.h"
 
+/* HUVM_CORE_API_BEGIN: pyctl/huvm/_build.py feeds the text from here to the end marker to cffi. */
+
 typedef uint32_t huvm_status_t;         /* NV_STATUS values: HUVM_NV_OK, HUVM_NV_ERR_* */
 
 /* Dynamic facts about one GPU at decision time, gathered by the caller. */
@@ -162,5 +164,7 @@ huvm_status_t huvm_check_hdr(uint32_t cmd, huvm_hdr_t *hdr, uint32_t params_size
  * status. params is a kernel-side copy of params_size bytes (the caller copies in and out). */
 huvm_status_t huvm_dispatch(huvm_core_t *core, const huvm_core_ops_t *ops, void *ops_ctx,
                             const huvm_caller_t *caller, uint32_t cmd, void *params, uint32_t params_size);
+
+/* HUVM_CORE_API_END */
 
 #endif /* __HUVM_CORE_H__ */

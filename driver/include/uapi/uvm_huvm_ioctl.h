@@ -106,6 +106,8 @@
 #define HUVM_FIELD_TEST_PEER            27
 #define HUVM_FIELD_TEST_COUNT           28
 #define HUVM_FIELD_NODE_LINK            29
+#define HUVM_FIELD_RESET_FLAGS          30
+#define HUVM_FIELD_TEST_FLAGS           31
 #define HUVM_FIELD_GPU_BASE             1000
 #define HUVM_FIELD_GPU_STRIDE           64
 #define HUVM_FIELD_GPU_UUID             0

@@ -1,0 +1,185 @@
+/*
+ * huvm: accounting. SPDX-License-Identifier: MIT
+ *
+ * Every event updates the counters of docs/counters.md with relaxed atomics (no lock) and fires the
+ * tracepoint (kernel) or USDT probe (user space) of the same name (huvm_events.h).
+ *
+ * Conservation: every byte added to pairs[owner][holder].held_bytes is added to counters[holder].lent_bytes
+ * and counters[owner].harvested_bytes, and every byte removed from it (saturating at zero) is removed from
+ * both; so at rest lent_bytes[h] == sum over o of held[o][h] and harvested_bytes[o] == sum over h of
+ * held[o][h].
+ */
+#include "huvm_internal.h"
+
+#define CTR(core, gpu, field)   (&(core)->counters[gpu].field)
+
+static int valid_gpu(const huvm_core_t *core, uint32_t gpu)
+{
+    return core && gpu < HUVM_MAX_GPUS && gpu < core->gpu_count;
+}
+
+static void held_add(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
+{
+    huvm_atomic64_add(&core->pairs[owner][holder].held_bytes, bytes);
+    huvm_atomic64_add(CTR(core, owner, harvested_bytes), bytes);
+    huvm_atomic64_add(CTR(core, holder, lent_bytes), bytes);
+    huvm_atomic64_max(CTR(core, holder, lent_peak_bytes), huvm_atomic64_read(CTR(core, holder, lent_bytes)));
+}
+
+static void held_sub(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
+{
+    uint64_t taken = huvm_atomic64_sub_sat(&core->pairs[owner][holder].held_bytes, bytes);
+
+    huvm_atomic64_sub_sat(CTR(core, owner, harvested_bytes), taken);
+    huvm_atomic64_sub_sat(CTR(core, holder, lent_bytes), taken);
+}
+
+void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_t reason, uint32_t flags,
+                        uint64_t bytes, uint64_t va)
+{
+    uint64_t chunks = huvm_chunks_of(bytes);
+    int pre = (flags & HUVM_EVICT_FLAG_PREEVICT) != 0;
+
+    if (!valid_gpu(core, owner) || (dst != HUVM_DEST_HOST && (!valid_gpu(core, dst) || dst == owner))) {
+        HUVM_ASSERT(0);
+        return;
+    }
+    if (dst == HUVM_DEST_HOST) {
+        HUVM_ASSERT(reason != HUVM_REASON_PEER && reason < HUVM_REASON_COUNT);
+        if (reason == HUVM_REASON_PEER || reason >= HUVM_REASON_COUNT)
+            reason = HUVM_REASON_NO_PEER;
+        huvm_atomic64_add(CTR(core, owner, evict_to_host), chunks);
+        huvm_atomic64_add(CTR(core, owner, host_reason[reason]), chunks);
+        if (pre)
+            huvm_atomic64_add(CTR(core, owner, preevict_to_host), chunks);
+        huvm_atomic64_add(CTR(core, owner, bytes_to_host), bytes);
+    }
+    else {
+        reason = HUVM_REASON_PEER;
+        huvm_atomic64_add(CTR(core, owner, evict_to_peer), chunks);
+        if (pre)
+            huvm_atomic64_add(CTR(core, owner, preevict_to_peer), chunks);
+        huvm_atomic64_add(CTR(core, owner, bytes_to_peer), bytes);
+        huvm_atomic64_add(CTR(core, dst, bytes_from_peer), bytes);
+        huvm_atomic64_add(&core->pairs[owner][dst].evict_chunks, chunks);
+        held_add(core, owner, dst, bytes);
+        /* round robin: the next search starts after the peer just used (a benign race if concurrent) */
+        core->rr_next[owner] = (dst + 1) % HUVM_MAX_GPUS;
+    }
+    if (pre)
+        HUVM_TRACE(preevict, owner, dst, reason, bytes, va);
+    else
+        HUVM_TRACE(evict, owner, dst, reason, bytes, va);
+}
+
+void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t remote_map,
+                        uint64_t bytes, uint64_t va)
+{
+    uint64_t chunks = huvm_chunks_of(bytes);
+
+    if (!valid_gpu(core, owner) || (src != HUVM_DEST_HOST && (!valid_gpu(core, src) || src == owner))) {
+        HUVM_ASSERT(0);
+        return;
+    }
+    if (src == HUVM_DEST_HOST) {
+        remote_map = 0;
+        huvm_atomic64_add(CTR(core, owner, fetch_from_host), chunks);
+        huvm_atomic64_add(CTR(core, owner, bytes_from_host), bytes);
+    }
+    else if (remote_map) {
+        remote_map = 1;
+        huvm_atomic64_add(CTR(core, owner, remote_map), chunks);
+    }
+    else {
+        huvm_atomic64_add(CTR(core, owner, fetch_from_peer), chunks);
+        huvm_atomic64_add(CTR(core, owner, bytes_from_peer), bytes);
+        huvm_atomic64_add(CTR(core, src, bytes_to_peer), bytes);
+        huvm_atomic64_add(&core->pairs[owner][src].fetch_chunks, chunks);
+        held_sub(core, owner, src, bytes);
+    }
+    HUVM_TRACE(fetch, owner, src, remote_map, bytes, va);
+}
+
+void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, uint64_t bytes, uint64_t va)
+{
+    uint64_t chunks = huvm_chunks_of(bytes);
+
+    if (!valid_gpu(core, holder) || !valid_gpu(core, owner) || holder == owner) {
+        HUVM_ASSERT(0);
+        return;
+    }
+    huvm_atomic64_add(CTR(core, holder, giveback), chunks);
+    huvm_atomic64_add(CTR(core, holder, bytes_to_host), bytes);
+    huvm_atomic64_add(&core->pairs[owner][holder].giveback_chunks, chunks);
+    held_sub(core, owner, holder, bytes);
+    HUVM_TRACE(giveback, holder, owner, HUVM_REASON_GIVEBACK, bytes, va);
+}
+
+void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint64_t bytes, uint64_t va)
+{
+    uint64_t chunks = huvm_chunks_of(bytes);
+
+    if (!valid_gpu(core, owner) || !valid_gpu(core, dst)) {
+        HUVM_ASSERT(0);
+        return;
+    }
+    huvm_atomic64_add(CTR(core, dst, bytes_from_host), bytes);
+    if (dst == owner) {
+        huvm_atomic64_add(CTR(core, owner, prefetch_local), chunks);
+    }
+    else {
+        huvm_atomic64_add(CTR(core, owner, prefetch_to_peer), chunks);
+        huvm_atomic64_add(&core->pairs[owner][dst].prefetch_chunks, chunks);
+        held_add(core, owner, dst, bytes);
+    }
+    HUVM_TRACE(prefetch, owner, dst, 0, bytes, va);
+}
+
+void huvm_account_faults(huvm_core_t *core, uint32_t gpu, uint32_t faults)
+{
+    if (!valid_gpu(core, gpu)) {
+        HUVM_ASSERT(0);
+        return;
+    }
+    huvm_atomic64_add(CTR(core, gpu, faults), faults);
+    huvm_atomic64_add(CTR(core, gpu, fault_batches), 1);
+}
+
+void huvm_account_policy(huvm_core_t *core)
+{
+    if (!core)
+        return;
+    HUVM_TRACE(policy, HUVM_DEST_HOST, HUVM_DEST_HOST, core->policy.preset, core->policy.generation, 0);
+}
+
+void huvm_account_reset(huvm_core_t *core, uint32_t reset_flags)
+{
+    const uint32_t n = sizeof(huvm_gpu_counters_t) / sizeof(uint64_t);
+    const uint32_t lent = offsetof(huvm_gpu_counters_t, lent_bytes) / sizeof(uint64_t);
+    const uint32_t harvested = offsetof(huvm_gpu_counters_t, harvested_bytes) / sizeof(uint64_t);
+    const uint32_t peak = offsetof(huvm_gpu_counters_t, lent_peak_bytes) / sizeof(uint64_t);
+    const uint32_t held = offsetof(huvm_pair_counters_t, held_bytes) / sizeof(uint64_t);
+    const uint32_t pn = sizeof(huvm_pair_counters_t) / sizeof(uint64_t);
+    uint32_t g, h, i;
+
+    if (!core || !(reset_flags & HUVM_RESET_COUNTERS))
+        return;
+    for (g = 0; g < HUVM_MAX_GPUS; g++) {
+        uint64_t *c = (uint64_t *)&core->counters[g];
+
+        for (i = 0; i < n; i++) {
+            if (i != lent && i != harvested && i != peak)
+                huvm_atomic64_set(&c[i], 0);
+        }
+        /* the peak restarts from the current level */
+        huvm_atomic64_set(&c[peak], huvm_atomic64_read(&c[lent]));
+        for (h = 0; h < HUVM_MAX_GPUS; h++) {
+            uint64_t *pc = (uint64_t *)&core->pairs[g][h];
+
+            for (i = 0; i < pn; i++) {
+                if (i != held)
+                    huvm_atomic64_set(&pc[i], 0);
+            }
+        }
+    }
+}

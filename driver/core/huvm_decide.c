@@ -1,0 +1,314 @@
+/*
+ * huvm: the decisions. SPDX-License-Identifier: MIT
+ *
+ * Pure functions of (policy, node facts, counters, caller's state): no allocation, no locks, no floating
+ * point, no writes to the core. Ties are broken by the lowest GPU index. docs/policy.md describes each.
+ */
+#include "huvm_internal.h"
+
+/* What a candidate peer would get, and why not. */
+typedef struct {
+    uint32_t peer;          /* chosen GPU or HUVM_DEST_HOST */
+    uint32_t reason;        /* HUVM_REASON_PEER or why none */
+    uint32_t chunks;        /* prefetch: chunks for the chosen peer */
+} huvm_pick_t;
+
+static uint64_t clamp_free(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu)
+{
+    uint64_t free_bytes = state[gpu].free_bytes;
+    uint64_t mem = core->gpus[gpu].memory_bytes;
+
+    return free_bytes < mem ? free_bytes : mem;
+}
+
+static int within_ms(uint64_t now_ns, uint64_t then_ns, uint32_t ms)
+{
+    if (ms == 0 || then_ns == 0)
+        return 0;
+    if (now_ns < then_ns)
+        return 1;                   /* clock skew between callers: treat as recent */
+    return now_ns - then_ns < (uint64_t)ms * HUVM_NS_PER_MS;
+}
+
+/* Static eligibility of holder for owner's data: present, a lender, linked as the policy requires. */
+static int peer_eligible(const huvm_core_t *core, uint32_t owner, uint32_t holder)
+{
+    uint32_t link_type;
+
+    if (holder >= core->gpu_count || holder == owner || !huvm_gpu_present(core, holder))
+        return 0;
+    if (!huvm_role_lends(huvm_gpu_role(core, holder)))
+        return 0;
+    link_type = core->links[owner][holder].link_type;
+    if (link_type == HUVM_LINK_NONE)
+        return 0;
+    if (core->policy.nvlink_only && !huvm_link_is_nvlink(link_type))
+        return 0;
+    return 1;
+}
+
+/* Capacity and timing admission of a statically eligible holder. */
+static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t holder,
+                               uint64_t bytes, uint64_t now_ns)
+{
+    const huvm_gpu_policy_t *e = huvm_policy_gpu(core, holder);
+    uint64_t mem = core->gpus[holder].memory_bytes;
+    uint64_t free_bytes = clamp_free(core, state, holder);
+    uint64_t reserve = e ? e->lend_reserve_bytes : 0;
+    uint64_t limit = e ? e->lend_limit_bytes : 0;
+    uint64_t lent = huvm_atomic64_read(&core->counters[holder].lent_bytes);
+    uint64_t used_after;
+
+    /* free - bytes >= reserve, without overflow */
+    if (bytes > free_bytes || free_bytes - bytes < reserve)
+        return HUVM_REASON_PEER_FULL;
+    if (lent > limit || bytes > limit - lent)
+        return HUVM_REASON_PEER_FULL;
+    /* usage after admission <= peer_usage_max_pct of memory (mem <= 2^50, so no overflow) */
+    used_after = mem - free_bytes + bytes;
+    if (used_after * 100 > (uint64_t)core->policy.peer_usage_max_pct * mem)
+        return HUVM_REASON_PEER_FULL;
+    if (within_ms(now_ns, state[holder].last_evict_ns, core->policy.hysteresis_ms))
+        return HUVM_REASON_HYSTERESIS;
+    return HUVM_REASON_PEER;
+}
+
+uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
+                         uint32_t holder, uint64_t bytes, uint64_t now_ns)
+{
+    if (!core || !state || owner >= core->gpu_count)
+        return HUVM_REASON_NO_PEER;
+    if (!peer_eligible(core, owner, holder))
+        return HUVM_REASON_NO_PEER;
+    return admit_eligible(core, state, holder, bytes, now_ns);
+}
+
+/* Larger is better; ties go to the lower index. */
+static uint64_t peer_score(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
+                           uint32_t holder)
+{
+    switch (core->policy.peer_select) {
+    case HUVM_PEER_SELECT_FEWEST_LENT:
+        return ~huvm_atomic64_read(&core->counters[holder].lent_bytes);
+    case HUVM_PEER_SELECT_BW_WEIGHTED:
+        /* free MiB (<= 2^30) x MB/s (<= 2^24): fits in 64 bits */
+        return (clamp_free(core, state, holder) >> 20) * core->links[owner][holder].mbyte_per_s;
+    case HUVM_PEER_SELECT_ROUND_ROBIN:
+        /* the first peer at or after rr_next[owner], wrapping */
+        return HUVM_MAX_GPUS - ((holder + HUVM_MAX_GPUS - core->rr_next[owner] % HUVM_MAX_GPUS) % HUVM_MAX_GPUS);
+    case HUVM_PEER_SELECT_MOST_FREE:
+    default:
+        return clamp_free(core, state, holder);
+    }
+}
+
+/* Prefetch chunks a peer would take under MULTIPATH: proportional to the PCIe line rates. */
+static uint32_t multipath_share(const huvm_core_t *core, uint32_t gpu, uint32_t peer, uint32_t n)
+{
+    uint64_t local_rate = core->gpus[gpu].pcie_mbyte_per_s;
+    uint64_t peer_rate = core->gpus[peer].pcie_mbyte_per_s;
+
+    if (local_rate + peer_rate == 0)
+        return n / 2;
+    return (uint32_t)((uint64_t)n * peer_rate / (local_rate + peer_rate));
+}
+
+/* Pick the best admissible peer for owner among candidates. chunks_each == 0: multipath share of n. */
+static huvm_pick_t pick_peer(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
+                             uint32_t candidates, uint64_t now_ns, uint64_t chunk_fetched_ns,
+                             uint32_t chunks_each, uint32_t n)
+{
+    huvm_pick_t pick = { HUVM_DEST_HOST, HUVM_REASON_NO_PEER, 0 };
+    uint64_t best_score = 0;
+    uint32_t eligible = 0, full = 0, p;
+
+    for (p = 0; p < core->gpu_count; p++) {
+        uint32_t chunks, reason;
+        uint64_t score;
+
+        if (!(candidates & (1u << p)) || !peer_eligible(core, owner, p))
+            continue;
+        eligible++;
+        chunks = chunks_each ? chunks_each : multipath_share(core, owner, p, n);
+        if (chunks == 0) {
+            full++;             /* its PCIe share rounds to nothing */
+            continue;
+        }
+        reason = admit_eligible(core, state, p, (uint64_t)chunks * HUVM_CHUNK_SIZE, now_ns);
+        if (reason != HUVM_REASON_PEER) {
+            full += reason == HUVM_REASON_PEER_FULL;
+            continue;
+        }
+        score = peer_score(core, state, owner, p);
+        if (pick.peer == HUVM_DEST_HOST || score > best_score) {
+            pick.peer = p;
+            pick.chunks = chunks;
+            best_score = score;
+        }
+    }
+    if (eligible == 0)
+        return pick;
+    /* anti-ping-pong for the chunk itself: it came back from a peer too recently */
+    if (within_ms(now_ns, chunk_fetched_ns, core->policy.hysteresis_ms)) {
+        pick.peer = HUVM_DEST_HOST;
+        pick.chunks = 0;
+        pick.reason = HUVM_REASON_HYSTERESIS;
+        return pick;
+    }
+    if (pick.peer != HUVM_DEST_HOST)
+        pick.reason = HUVM_REASON_PEER;
+    else
+        pick.reason = full ? HUVM_REASON_PEER_FULL : HUVM_REASON_HYSTERESIS;
+    return pick;
+}
+
+static uint32_t candidate_mask(const huvm_core_t *core, uint32_t gpu, uint32_t candidates)
+{
+    uint32_t all = core->gpu_count >= 32 ? ~0u : ((1u << core->gpu_count) - 1);
+
+    return candidates & all & ~(1u << gpu);
+}
+
+huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_t *state,
+                                  const huvm_evict_request_t *req)
+{
+    huvm_decision_t d = { HUVM_DEST_HOST, HUVM_REASON_NO_PEER };
+    huvm_pick_t pick;
+    uint32_t owner;
+
+    if (!core || !state || !req) {
+        HUVM_ASSERT(0);
+        return d;
+    }
+    owner = req->gpu;
+    if (owner >= core->gpu_count)
+        return d;
+    if (!huvm_role_harvests(huvm_gpu_role(core, owner))) {
+        d.reason = HUVM_REASON_TIER_OFF;
+        return d;
+    }
+    if (req->flags & HUVM_EVICT_FLAG_PMA_CONTEXT) {
+        d.reason = HUVM_REASON_PMA_CONTEXT;
+        return d;
+    }
+    if (req->flags & HUVM_EVICT_FLAG_GUEST_CHUNK) {
+        d.reason = HUVM_REASON_GUEST_CHUNK;
+        return d;
+    }
+    pick = pick_peer(core, state, owner, candidate_mask(core, owner, req->candidates), req->now_ns,
+                     req->chunk_fetched_ns, 1, 1);
+    d.dst = pick.peer;
+    d.reason = pick.reason;
+    return d;
+}
+
+uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu)
+{
+    uint64_t target, free_chunks, mem_chunks;
+
+    if (!core || !state || gpu >= core->gpu_count || !huvm_gpu_present(core, gpu))
+        return 0;
+    target = core->policy.preevict_chunks;
+    if (target == 0)
+        return 0;
+    /* Adaptive bound: never keep more than 1/16 of the GPU free for pre-eviction. */
+    mem_chunks = core->gpus[gpu].memory_bytes / HUVM_CHUNK_SIZE;
+    if (target > mem_chunks / 16)
+        target = mem_chunks / 16;
+    free_chunks = clamp_free(core, state, gpu) / HUVM_CHUNK_SIZE;
+    if (free_chunks >= target)
+        return 0;
+    target -= free_chunks;
+    return (uint32_t)(target < core->policy.preevict_batch ? target : core->policy.preevict_batch);
+}
+
+uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder)
+{
+    if (!core || owner >= core->gpu_count || holder >= core->gpu_count || owner == holder)
+        return HUVM_FETCH_MIGRATE;
+    if (core->policy.fetch_mode == HUVM_FETCH_REMOTE_MAP &&
+        huvm_link_is_nvlink(core->links[owner][holder].link_type) && huvm_gpu_present(core, holder))
+        return HUVM_FETCH_REMOTE_MAP;
+    return HUVM_FETCH_MIGRATE;
+}
+
+void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
+                          uint32_t candidates, uint64_t now_ns, huvm_prefetch_plan_t *plan)
+{
+    huvm_pick_t pick;
+    uint32_t n, mode;
+
+    if (!plan)
+        return;
+    plan->local_chunks = 0;
+    plan->peer_chunks = 0;
+    plan->peer = HUVM_DEST_HOST;
+    plan->stride = 1;
+    if (!core || !state || gpu >= core->gpu_count)
+        return;
+    plan->stride = core->policy.prefetch_stride ? core->policy.prefetch_stride : 1;
+    mode = core->policy.prefetch_mode;
+    n = core->policy.prefetch_chunks;
+    if (mode == HUVM_PREFETCH_OFF || n == 0)
+        return;
+    if (mode == HUVM_PREFETCH_LOCAL) {
+        plan->local_chunks = n;
+        return;
+    }
+    /* PEER and MULTIPATH put data on a peer: the GPU must be a harvester, the peer must admit it. */
+    pick.peer = HUVM_DEST_HOST;
+    pick.chunks = 0;
+    if (huvm_role_harvests(huvm_gpu_role(core, gpu))) {
+        pick = pick_peer(core, state, gpu, candidate_mask(core, gpu, candidates), now_ns, 0,
+                         mode == HUVM_PREFETCH_PEER ? n : 0, n);
+    }
+    if (pick.peer != HUVM_DEST_HOST) {
+        plan->peer = pick.peer;
+        plan->peer_chunks = pick.chunks;
+    }
+    /* PEER never falls back to local memory; MULTIPATH keeps the local share (all of it without a peer). */
+    if (mode == HUVM_PREFETCH_MULTIPATH)
+        plan->local_chunks = n - plan->peer_chunks;
+}
+
+void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender,
+                          uint64_t need_bytes, huvm_giveback_plan_t *plan)
+{
+    uint64_t held[HUVM_MAX_GPUS];
+    uint64_t need, take, total;
+    uint32_t taken = 0, o, best;
+
+    (void)state;
+    if (!plan)
+        return;
+    huvm_memset(plan, 0, sizeof(*plan));
+    if (!core || lender >= core->gpu_count)
+        return;
+    need = huvm_chunks_of(need_bytes);
+    for (o = 0; o < HUVM_MAX_GPUS; o++)
+        held[o] = (o < core->gpu_count && o != lender) ?
+                  huvm_chunks_of(huvm_atomic64_read(&core->pairs[o][lender].held_bytes)) : 0;
+
+    /* Harvested chunks first, owners with the most held data first (ties: lowest index), all to host. */
+    total = 0;
+    while (need > 0 && taken < HUVM_MAX_GPUS) {
+        best = HUVM_MAX_GPUS;
+        for (o = 0; o < HUVM_MAX_GPUS; o++) {
+            if (held[o] > 0 && (best == HUVM_MAX_GPUS || held[o] > held[best]))
+                best = o;
+        }
+        if (best == HUVM_MAX_GPUS)
+            break;
+        take = held[best] < need ? held[best] : need;
+        if (take > 0xffffffffULL)
+            take = 0xffffffffULL;
+        plan->guest_chunks[best] = (uint32_t)take;
+        total += take;
+        need -= take;
+        held[best] = 0;
+        taken++;
+    }
+    plan->total_guest_chunks = total > 0xffffffffULL ? 0xffffffffu : (uint32_t)total;
+    /* Then the lender's own data (its normal eviction). */
+    plan->own_chunks = need > 0xffffffffULL ? 0xffffffffu : (uint32_t)need;
+}

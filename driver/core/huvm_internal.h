@@ -1,0 +1,83 @@
+/*
+ * huvm: helpers shared by the core's files (not part of the core API). SPDX-License-Identifier: MIT
+ */
+#ifndef __HUVM_INTERNAL_H__
+#define __HUVM_INTERNAL_H__
+
+#include "huvm_core.h"
+
+#define HUVM_UPSTREAM_VERSION           "535.261.03"
+
+/* Bounds of values the ABI leaves open (documented in docs/policy.md and docs/abi.md). */
+#define HUVM_MAX_MEMORY_BYTES           (1ULL << 50)    /* 1 PiB per GPU: keeps products in 64 bits */
+#define HUVM_MAX_MBYTE_PER_S            (1ULL << 24)    /* 16 TB/s per link or PCIe direction */
+#define HUVM_PREEVICT_MAX_CHUNKS        65536u          /* 128 GiB reserve */
+#define HUVM_PREEVICT_MAX_BATCH         4096u
+#define HUVM_PREFETCH_MAX_SPAN_CHUNKS   512u            /* chunks * stride: a 1 GiB window */
+#define HUVM_TEST_MAX_COUNT             4096u
+#define HUVM_TEST_NS_PER_EVENT          1000000ULL      /* the synthetic node's clock advances 1 ms/event */
+#define HUVM_NS_PER_MS                  1000000ULL
+
+#define HUVM_GPU_FLAGS_KNOWN \
+    (HUVM_GPU_FLAG_PRESENT | HUVM_GPU_FLAG_REPLAYABLE_FAULTS | HUVM_GPU_FLAG_PMA_EVICTION)
+
+#define HUVM_GPU_FIELD(index, field)    (HUVM_FIELD_GPU_BASE + HUVM_FIELD_GPU_STRIDE * (index) + (field))
+
+static inline int huvm_uuid_is_zero(const uint8_t *uuid)
+{
+    uint32_t i;
+
+    for (i = 0; i < HUVM_UUID_LEN; i++) {
+        if (uuid[i])
+            return 0;
+    }
+    return 1;
+}
+
+static inline int huvm_uuid_eq(const uint8_t *a, const uint8_t *b)
+{
+    return huvm_memcmp(a, b, HUVM_UUID_LEN) == 0;
+}
+
+static inline int huvm_role_harvests(uint32_t role)
+{
+    return role == HUVM_ROLE_HARVESTER || role == HUVM_ROLE_BOTH;
+}
+
+static inline int huvm_role_lends(uint32_t role)
+{
+    return role == HUVM_ROLE_LENDER || role == HUVM_ROLE_BOTH;
+}
+
+static inline int huvm_link_is_nvlink(uint32_t link_type)
+{
+    return link_type >= HUVM_LINK_NVLINK_1 && link_type <= HUVM_LINK_C2C;
+}
+
+static inline uint64_t huvm_chunks_of(uint64_t bytes)
+{
+    return (bytes + HUVM_CHUNK_SIZE - 1) / HUVM_CHUNK_SIZE;
+}
+
+/* Role of GPU index gpu under the current policy (NONE without an entry). */
+static inline uint32_t huvm_gpu_role(const huvm_core_t *core, uint32_t gpu)
+{
+    const huvm_gpu_policy_t *p = huvm_policy_gpu(core, gpu);
+
+    return p ? p->role : HUVM_ROLE_NONE;
+}
+
+static inline int huvm_gpu_present(const huvm_core_t *core, uint32_t gpu)
+{
+    return gpu < core->gpu_count && (core->gpus[gpu].flags & HUVM_GPU_FLAG_PRESENT);
+}
+
+/* huvm_policy.c */
+void huvm_policy_refresh_slots(huvm_core_t *core);
+/* Make sure the UUID has a policy entry (default of the current preset); returns 1 if one was added. */
+int huvm_policy_ensure_entry(huvm_core_t *core, const uint8_t *uuid, uint64_t memory_bytes);
+/* Checks of one GPU's static facts (field_in_gpu: HUVM_FIELD_GPU_*) and of one link. */
+huvm_status_t huvm_core_check_gpu_info(const huvm_gpu_info_t *info, uint32_t *field_in_gpu);
+huvm_status_t huvm_core_check_link(uint32_t a, uint32_t b, const huvm_link_t *link);
+
+#endif /* __HUVM_INTERNAL_H__ */

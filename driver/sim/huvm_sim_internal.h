@@ -1,0 +1,123 @@
+/*
+ * huvm: simulated node, internal state shared by the driver/sim sources. SPDX-License-Identifier: MIT
+ */
+#ifndef __HUVM_SIM_INTERNAL_H__
+#define __HUVM_SIM_INTERNAL_H__
+
+#include "huvm_sim.h"
+#include "huvm_core.h"
+
+#define SIM_NIL                 0xffffffffu
+#define SIM_CHUNK               ((uint64_t)HUVM_CHUNK_SIZE)
+#define SIM_UNLIMITED_CHUNKS    (1ull << 36)        /* "ideal" node: 128 PiB, never reached */
+#define SIM_MAX_OP_NS           (1ull << 48)        /* one op at most ~3 days: sums stay in 64 bits */
+#define SIM_MAX_STEPS           1000000u
+
+/* sim_chunk_t.flags */
+#define SIM_CF_LIVE             0x1                 /* allocated (between its alloc and free op) */
+#define SIM_CF_REMOTE           0x2                 /* remote-mapped by its owner while on a peer */
+#define SIM_CF_PINNED           0x4                 /* cudaMalloc memory: resident, never evicted */
+
+/* Tenant states. */
+#define SIM_T_PENDING           0                   /* not started: static allocation to do */
+#define SIM_T_RUNNING           1
+#define SIM_T_DONE              2
+
+typedef struct {
+    uint32_t head, tail, count;
+} sim_list_t;
+
+/* One 2 MiB chunk of some tenant's address space (32 bytes; an array, lists are intrusive). */
+typedef struct {
+    uint32_t prev, next;            /* links in the list of the GPU holding it (SIM_NIL) */
+    uint64_t ready_ns;              /* its data is usable where it is from this time (async copy) */
+    uint64_t fetched_ns;            /* last fetch-back from a peer (hysteresis input), 0 = never */
+    uint8_t  loc;                   /* HUVM_SIM_LOC_* */
+    uint8_t  holder;                /* GPU holding it when loc == GPU */
+    uint8_t  owner;                 /* GPU of its tenant */
+    uint8_t  flags;                 /* SIM_CF_* */
+    uint32_t tenant;
+} sim_chunk_t;
+
+/* One direction of a link (PCIe H2D or D2H of a GPU, an NVLink pair direction, an NVSwitch port). */
+typedef struct {
+    uint64_t mbyte_per_s;
+    uint64_t latency_ns;
+    uint64_t busy_until;
+    uint64_t busy_ns;
+    uint64_t bytes;
+} sim_res_t;
+
+typedef struct {
+    uint64_t   capacity_chunks;     /* usable by UVM: (memory - reserved) / 2 MiB */
+    uint64_t   pinned_chunks;       /* cudaMalloc'd by its tenants (not evictable) */
+    sim_list_t own;                 /* its tenants' managed chunks resident here, LRU by residency change */
+    sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
+    uint64_t   guest_chunks;
+    uint64_t   peer_chunks;         /* its data held by peers */
+    uint64_t   host_chunks;         /* its data in host memory */
+    uint32_t   candidates;          /* peers with a direct path (bit per GPU) */
+    uint32_t   pad;
+    uint64_t   last_evict_ns;
+    sim_res_t  h2d, d2h;            /* PCIe */
+    sim_res_t  port_out, port_in;   /* NVSwitch ports */
+} sim_gpu_t;
+
+typedef struct {
+    uint64_t evict_to_peer, evict_to_host, fetch_from_peer, fetch_from_host, prefetch;
+} sim_vacnt_t;
+
+typedef struct {
+    huvm_sim_tenant_spec_t spec;    /* pointers below are our copies */
+    uint64_t  *op_time;
+    uint32_t  *first;
+    uint32_t  *touch;
+    uint8_t   *mode;
+    int32_t   *aop, *fop;
+    uint32_t  *alloc_first, *alloc_list;    /* CSR: chunks allocated at op k */
+    uint32_t  *free_first, *free_list;      /* CSR: chunks freed after op k */
+    uint32_t  *static_list, n_static;       /* chunks live before op 0 (alloc_op == -1) */
+    uint32_t   chunk_base;
+    uint32_t   state;
+    uint64_t   clock;
+    uint32_t   op;
+    uint32_t   foreground;
+    uint64_t   static_chunks;
+    uint64_t  *step_end;
+    uint32_t   step_end_n, step_end_cap;
+    huvm_sim_tenant_result_t res;
+    sim_vacnt_t vacnt;
+} sim_tenant_t;
+
+struct huvm_sim {
+    huvm_sim_config_t cfg;
+    huvm_core_t       core;
+    huvm_gpu_state_t  state[HUVM_MAX_GPUS];
+    sim_gpu_t         gpus[HUVM_SIM_MAX_GPUS];
+    sim_res_t         nvl[HUVM_SIM_MAX_GPUS][HUVM_SIM_MAX_GPUS];
+    sim_tenant_t      tenants[HUVM_SIM_MAX_TENANTS];
+    uint32_t          n_tenants;
+    sim_chunk_t      *chunks;
+    uint32_t          n_chunks;
+    uint32_t          started;
+    uint32_t          fg_remaining;
+    uint32_t          failed;
+    uint64_t          now;
+    uint64_t          host_chunks;
+    uint64_t          host_limit_chunks;
+    huvm_sim_traffic_t traffic;
+    huvm_sim_sample_t *samples;
+    uint32_t          n_samples, samples_cap;
+    uint64_t          sample_interval, next_sample;
+    huvm_sim_error_t  err;          /* first run-time error */
+};
+
+/* huvm_sim_node.c */
+uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err);
+void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const char *field,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* huvm_sim_ioctl.c */
+void sim_core_ops(huvm_core_ops_t *ops);
+
+#endif /* __HUVM_SIM_INTERNAL_H__ */

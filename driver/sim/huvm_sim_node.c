@@ -1,0 +1,167 @@
+/*
+ * huvm: simulated node, configuration defaults and validation. SPDX-License-Identifier: MIT
+ *
+ * Every default cost below is documented with its source in docs/simulator.md ("Constants").
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "huvm_sim_internal.h"
+
+#define SIM_MAX_MEMORY_BYTES    (1ull << 50)
+#define SIM_MAX_MBYTE_PER_S     (1ull << 24)
+#define SIM_MAX_COST_NS         1000000000ull   /* any one cost at most 1 s */
+
+void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const char *field,
+                   const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err)
+        return;
+    err->status = status;
+    err->record = record;
+    snprintf(err->field, sizeof(err->field), "%s", field ? field : "");
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+}
+
+void huvm_sim_config_defaults(huvm_sim_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    /* ObservUVM: one fault 10-50 us; UVMSmart/G10: 45 us far fault = batch 20 us + block 25 us.
+     * ARIADNE (535.86): a VA block takes tens of us, a 256-fault batch several ms (256 x 25 us = 6.4 ms). */
+    cfg->fault_batch_ns = 20000;
+    cfg->fault_service_ns = 25000;
+    /* Zero-fill of a new 2 MiB chunk at HBM/GDDR speed (~1 TB/s): ~2 us, plus mapping: 3 us. */
+    cfg->populate_ns = 3000;
+    /* G10 PCIe_latency_us = 5. NVLink: assumption (no stored measurement), 1 us. */
+    cfg->pcie_latency_ns = 5000;
+    cfg->nvlink_latency_ns = 1000;
+    /* uvm_perf_fault_batch_count default (uvm_gpu_replayable_faults.c). */
+    cfg->fault_batch_max = 256;
+    cfg->faults_per_chunk = 1;
+    cfg->sample_interval_ns = 10000000;
+    cfg->max_samples = 4096;
+}
+
+static const char *link_field(char *buf, size_t n, uint32_t a, uint32_t b, const char *what)
+{
+    snprintf(buf, n, "links[%u][%u].%s", a, b, what);
+    return buf;
+}
+
+uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err)
+{
+    char f[64];
+    uint32_t a, b;
+
+    if (!cfg) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "config", "no configuration given");
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->gpu_count < 1 || cfg->gpu_count > HUVM_SIM_MAX_GPUS) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "gpu_count",
+                      "gpu_count %u is not in 1..%u", cfg->gpu_count, HUVM_SIM_MAX_GPUS);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->flags & ~(uint32_t)(HUVM_SIM_FLAG_UNLIMITED | HUVM_SIM_FLAG_NVSWITCH)) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "flags", "unknown flags 0x%x", cfg->flags);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    for (a = 0; a < cfg->gpu_count; a++) {
+        uint64_t mem = cfg->gpu_memory_bytes[a], res = cfg->gpu_reserved_bytes[a];
+
+        if (mem < SIM_CHUNK || mem > SIM_MAX_MEMORY_BYTES) {
+            snprintf(f, sizeof(f), "gpus[%u].memory_bytes", a);
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
+                          "GPU %u memory %llu bytes is not in 2 MiB..1 PiB", a, (unsigned long long)mem);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+        if (res >= mem || (mem - res) < SIM_CHUNK) {
+            snprintf(f, sizeof(f), "gpus[%u].reserved_bytes", a);
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
+                          "GPU %u reserve %llu bytes leaves less than one 2 MiB chunk of its %llu bytes",
+                          a, (unsigned long long)res, (unsigned long long)mem);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+        if (cfg->pcie_mbyte_per_s[a] == 0 || cfg->pcie_mbyte_per_s[a] > SIM_MAX_MBYTE_PER_S) {
+            snprintf(f, sizeof(f), "gpus[%u].pcie_mbyte_per_s", a);
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
+                          "GPU %u PCIe bandwidth %llu MB/s is not in 1..%llu", a,
+                          (unsigned long long)cfg->pcie_mbyte_per_s[a], SIM_MAX_MBYTE_PER_S);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+        if ((cfg->flags & HUVM_SIM_FLAG_NVSWITCH) &&
+            (cfg->nvswitch_port_mbyte_per_s[a] == 0 || cfg->nvswitch_port_mbyte_per_s[a] > SIM_MAX_MBYTE_PER_S)) {
+            snprintf(f, sizeof(f), "gpus[%u].nvswitch_port_mbyte_per_s", a);
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
+                          "GPU %u NVSwitch port bandwidth %llu MB/s is not in 1..%llu", a,
+                          (unsigned long long)cfg->nvswitch_port_mbyte_per_s[a], SIM_MAX_MBYTE_PER_S);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+        for (b = 0; b < cfg->gpu_count; b++) {
+            uint32_t t = cfg->link_type[a][b];
+
+            if (t >= HUVM_LINK_COUNT || (a == b && t != HUVM_LINK_NONE)) {
+                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, link_field(f, sizeof(f), a, b, "link_type"),
+                              "link type %u between GPU %u and %u is invalid", t, a, b);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
+            if (t != cfg->link_type[b][a]) {
+                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, link_field(f, sizeof(f), a, b, "link_type"),
+                              "link type %u of GPU %u->%u differs from %u of GPU %u->%u", t, a, b,
+                              cfg->link_type[b][a], b, a);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
+            if (t != HUVM_LINK_NONE &&
+                (cfg->link_mbyte_per_s[a][b] == 0 || cfg->link_mbyte_per_s[a][b] > SIM_MAX_MBYTE_PER_S)) {
+                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1,
+                              link_field(f, sizeof(f), a, b, "mbyte_per_s"),
+                              "link GPU %u->%u bandwidth %llu MB/s is not in 1..%llu", a, b,
+                              (unsigned long long)cfg->link_mbyte_per_s[a][b], SIM_MAX_MBYTE_PER_S);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
+            if (cfg->link_count[a][b] > 64) {
+                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, link_field(f, sizeof(f), a, b, "link_count"),
+                              "link count %u between GPU %u and %u is over 64", cfg->link_count[a][b], a, b);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
+        }
+    }
+#define SIM_CHECK_COST(field)                                                                            \
+    if (cfg->field > SIM_MAX_COST_NS) {                                                                  \
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, #field, #field " %llu ns is over 1 s",       \
+                      (unsigned long long)cfg->field);                                                   \
+        return HUVM_NV_ERR_INVALID_ARGUMENT;                                                             \
+    }
+    SIM_CHECK_COST(fault_batch_ns)
+    SIM_CHECK_COST(fault_service_ns)
+    SIM_CHECK_COST(populate_ns)
+    SIM_CHECK_COST(pcie_latency_ns)
+    SIM_CHECK_COST(nvlink_latency_ns)
+#undef SIM_CHECK_COST
+    if (cfg->fault_batch_max < 1 || cfg->fault_batch_max > 65536) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "fault_batch_max",
+                      "fault_batch_max %u is not in 1..65536", cfg->fault_batch_max);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->faults_per_chunk < 1 || cfg->faults_per_chunk > 512) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "faults_per_chunk",
+                      "faults_per_chunk %u is not in 1..512", cfg->faults_per_chunk);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->sample_interval_ns && cfg->max_samples < 2) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "max_samples",
+                      "max_samples %u must be at least 2 when sampling", cfg->max_samples);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->host_memory_bytes > (1ull << 56)) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "host_memory_bytes",
+                      "host memory %llu bytes is too large", (unsigned long long)cfg->host_memory_bytes);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    return HUVM_NV_OK;
+}

@@ -1,0 +1,338 @@
+/*
+ * huvm: C-level tests of the simulated node (run plain and under ASan/UBSan by `make sim-test`).
+ * SPDX-License-Identifier: MIT
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "huvm_sim_internal.h"
+
+static int failures;
+
+#define CHECK(cond) do {                                                                    \
+        if (!(cond)) {                                                                      \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);        \
+            failures++;                                                                     \
+        }                                                                                   \
+    } while (0)
+
+#define MIB (1024ull * 1024ull)
+
+/* A streaming trace: n_ops ops, each touching `per_op` consecutive chunks of a ws-chunk working set,
+ * cycling; all chunks live throughout. */
+typedef struct {
+    uint64_t *op_time;
+    uint32_t *first, *touch;
+    uint8_t  *mode;
+    int32_t  *aop, *fop;
+    uint32_t n_ops, n_chunks, n_touches;
+} trace_t;
+
+static void trace_stream(trace_t *t, uint32_t ws, uint32_t n_ops, uint32_t per_op, uint64_t op_ns)
+{
+    uint32_t k, i, n = 0;
+
+    t->n_ops = n_ops;
+    t->n_chunks = ws;
+    t->n_touches = n_ops * per_op;
+    t->op_time = malloc(n_ops * sizeof(uint64_t));
+    t->first = malloc((n_ops + 1) * sizeof(uint32_t));
+    t->touch = malloc(t->n_touches * sizeof(uint32_t));
+    t->mode = calloc(t->n_touches, 1);
+    t->aop = malloc(ws * sizeof(int32_t));
+    t->fop = malloc(ws * sizeof(int32_t));
+    for (k = 0; k < n_ops; k++) {
+        t->op_time[k] = op_ns;
+        t->first[k] = n;
+        for (i = 0; i < per_op; i++)
+            t->touch[n++] = (k * per_op + i) % ws;
+    }
+    t->first[n_ops] = n;
+    for (i = 0; i < ws; i++) {
+        t->aop[i] = -1;
+        t->fop[i] = -1;
+    }
+}
+
+static void trace_free(trace_t *t)
+{
+    free(t->op_time);
+    free(t->first);
+    free(t->touch);
+    free(t->mode);
+    free(t->aop);
+    free(t->fop);
+}
+
+static void spec_from(huvm_sim_tenant_spec_t *s, const trace_t *t, uint32_t gpu, uint32_t steps)
+{
+    memset(s, 0, sizeof(*s));
+    snprintf(s->name, sizeof(s->name), "t%u", gpu);
+    s->gpu = gpu;
+    s->managed = 1;
+    s->steps = steps;
+    s->n_ops = t->n_ops;
+    s->n_chunks = t->n_chunks;
+    s->n_touches = t->n_touches;
+    s->op_time_ns = t->op_time;
+    s->op_first_touch = t->first;
+    s->touch_chunk = t->touch;
+    s->touch_mode = t->mode;
+    s->chunk_alloc_op = t->aop;
+    s->chunk_free_op = t->fop;
+}
+
+static void node2(huvm_sim_config_t *cfg, uint64_t mem)
+{
+    huvm_sim_config_defaults(cfg);
+    cfg->gpu_count = 2;
+    cfg->gpu_memory_bytes[0] = cfg->gpu_memory_bytes[1] = mem;
+    cfg->pcie_mbyte_per_s[0] = cfg->pcie_mbyte_per_s[1] = 12000;
+    cfg->link_type[0][1] = cfg->link_type[1][0] = HUVM_LINK_NVLINK_2;
+    cfg->link_count[0][1] = cfg->link_count[1][0] = 2;
+    cfg->link_mbyte_per_s[0][1] = cfg->link_mbyte_per_s[1][0] = 50000;
+    cfg->sample_interval_ns = 100000;
+    cfg->max_samples = 64;
+}
+
+static void set_roles(huvm_sim_t *sim, uint32_t r0, uint32_t r1)
+{
+    HUVM_GET_POLICY_PARAMS get;
+    HUVM_SET_POLICY_PARAMS set;
+
+    memset(&get, 0, sizeof(get));
+    get.hdr.abi_version = HUVM_ABI_VERSION;
+    get.hdr.size = sizeof(get);
+    CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_GET_POLICY, &get, sizeof(get)) == HUVM_NV_OK);
+    memset(&set, 0, sizeof(set));
+    set.hdr.abi_version = HUVM_ABI_VERSION;
+    set.hdr.size = sizeof(set);
+    set.policy = get.policy;
+    set.policy.generation = 0;
+    CHECK(set.policy.gpu_count == 2);
+    set.policy.gpus[0].role = r0;
+    set.policy.gpus[1].role = r1;
+    CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_SET_POLICY, &set, sizeof(set)) == HUVM_NV_OK);
+    CHECK(set.rmStatus == HUVM_NV_OK);
+}
+
+typedef struct {
+    huvm_sim_tenant_result_t r0;
+    HUVM_GET_STATS_PARAMS stats;
+    huvm_sim_traffic_t traffic;
+} outcome_t;
+
+/* Harvester on GPU 0 streaming over 1.5x its memory; GPU 1 idle (static 8 MiB). */
+static void run_pair(uint32_t preset, outcome_t *out, uint32_t lender_pin_op)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    trace_t t, lt;
+    huvm_sim_t *sim;
+    huvm_sim_tenant_result_t r;
+
+    node2(&cfg, 64 * MIB);
+    sim = huvm_sim_create(&cfg, preset, &err);
+    CHECK(sim != NULL);
+    if (!sim)
+        return;
+    trace_stream(&t, 48, 96, 4, 20000);
+    spec_from(&s, &t, 0, 4);
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
+    memset(&s, 0, sizeof(s));
+    snprintf(s.name, sizeof(s.name), "idle");
+    s.gpu = 1;
+    s.static_bytes = 8 * MIB;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 1);
+    if (lender_pin_op) {
+        /* A lender whose cudaMalloc footprint rises mid-run: chunk i allocated at op lender_pin_op. */
+        uint32_t i;
+
+        trace_stream(&lt, 24, 200, 1, 200000);
+        for (i = 0; i < lt.n_chunks; i++)
+            lt.aop[i] = (int32_t)lender_pin_op;
+        for (i = 0; i < lt.n_touches; i++)
+            lt.touch[i] = lt.first[lender_pin_op] <= i ? lt.touch[i] : 0;
+        for (i = 0; i < lender_pin_op; i++)
+            lt.first[i + 1] = 0;
+        spec_from(&s, &lt, 1, 0);
+        s.managed = 0;
+        CHECK(huvm_sim_add_tenant(sim, &s, &err) == 2);
+    }
+    if (preset != HUVM_PRESET_STOCK)
+        set_roles(sim, HUVM_ROLE_HARVESTER, HUVM_ROLE_LENDER);
+    CHECK(huvm_sim_run(sim, HUVM_UNLIMITED, &err) == HUVM_NV_OK);
+    if (err.status)
+        fprintf(stderr, "run error: %s: %s\n", err.field, err.message);
+    CHECK(huvm_sim_finished(sim));
+    CHECK(huvm_sim_check(sim, &err) == 0);
+    CHECK(huvm_sim_tenant_result(sim, 0, &r) == HUVM_NV_OK);
+    CHECK(r.done && r.steps_done == 4 && r.touches == 4ull * 96 * 4);
+    CHECK(huvm_sim_sample_count(sim) > 0 && huvm_sim_sample_count(sim) <= 64);
+    memset(out, 0, sizeof(*out));
+    out->r0 = r;
+    out->stats.hdr.abi_version = HUVM_ABI_VERSION;
+    out->stats.hdr.size = sizeof(out->stats);
+    CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_GET_STATS, &out->stats, sizeof(out->stats)) == HUVM_NV_OK);
+    huvm_sim_traffic(sim, &out->traffic);
+    huvm_sim_destroy(sim);
+    trace_free(&t);
+    if (lender_pin_op)
+        trace_free(&lt);
+}
+
+static void test_policies(void)
+{
+    outcome_t stock, huvm, again, gb;
+    const huvm_gpu_counters_t *c;
+
+    run_pair(HUVM_PRESET_STOCK, &stock, 0);
+    run_pair(HUVM_PRESET_HUVM, &huvm, 0);
+    run_pair(HUVM_PRESET_HUVM, &again, 0);
+    c = &stock.stats.gpus[0];
+    CHECK(c->evict_to_peer == 0 && c->evict_to_host > 0 && c->fetch_from_host > 0);
+    CHECK(c->faults == stock.r0.faults);
+    c = &huvm.stats.gpus[0];
+    CHECK(c->evict_to_peer > 0);
+    CHECK(huvm.r0.runtime_ns < stock.r0.runtime_ns);
+    /* Determinism: same inputs, same outputs, bit for bit (timestamps included). */
+    CHECK(memcmp(&huvm, &again, sizeof(huvm)) == 0);
+    /* Conservation: what GPU 0 evicted to peer 1 minus what came back (or was given back) is held there. */
+    CHECK((huvm.stats.pairs[0][1].evict_chunks + huvm.stats.pairs[0][1].prefetch_chunks -
+           huvm.stats.pairs[0][1].fetch_chunks - huvm.stats.pairs[0][1].giveback_chunks) * SIM_CHUNK ==
+          huvm.stats.pairs[0][1].held_bytes);
+    CHECK(huvm.stats.gpus[1].lent_bytes == huvm.stats.pairs[0][1].held_bytes);
+    /* Give-back: a lender that cudaMallocs 48 MiB mid-run takes its memory back. */
+    run_pair(HUVM_PRESET_HUVM, &gb, 20);
+    CHECK(gb.stats.gpus[1].giveback > 0);
+    CHECK(gb.stats.pairs[0][1].giveback_chunks == gb.stats.gpus[1].giveback);
+}
+
+static void expect_cfg_error(huvm_sim_config_t *cfg, const char *field)
+{
+    huvm_sim_error_t err;
+    huvm_sim_t *sim = huvm_sim_create(cfg, HUVM_PRESET_HUVM, &err);
+
+    CHECK(sim == NULL);
+    CHECK(strcmp(err.field, field) == 0);
+    if (strcmp(err.field, field))
+        fprintf(stderr, "expected field %s, got %s (%s)\n", field, err.field, err.message);
+    huvm_sim_destroy(sim);
+}
+
+static void test_bad_input(void)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    huvm_sim_t *sim;
+    trace_t t;
+
+    node2(&cfg, 64 * MIB);
+    cfg.gpu_reserved_bytes[1] = 64 * MIB;
+    expect_cfg_error(&cfg, "gpus[1].reserved_bytes");
+    node2(&cfg, 64 * MIB);
+    cfg.pcie_mbyte_per_s[0] = 0;
+    expect_cfg_error(&cfg, "gpus[0].pcie_mbyte_per_s");
+    node2(&cfg, 64 * MIB);
+    cfg.link_mbyte_per_s[1][0] = 0;
+    expect_cfg_error(&cfg, "links[1][0].mbyte_per_s");
+    node2(&cfg, 64 * MIB);
+    cfg.gpu_count = 17;
+    expect_cfg_error(&cfg, "gpu_count");
+    node2(&cfg, 64 * MIB);
+    cfg.link_type[0][1] = HUVM_LINK_NONE;
+    expect_cfg_error(&cfg, "links[0][1].link_type");
+    CHECK(huvm_sim_create(NULL, 0, &err) == NULL);
+
+    node2(&cfg, 64 * MIB);
+    sim = huvm_sim_create(&cfg, HUVM_PRESET_STOCK, &err);
+    CHECK(sim != NULL);
+    trace_stream(&t, 8, 4, 2, 1000);
+    t.touch[5] = 9;
+    spec_from(&s, &t, 0, 1);
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == -1);
+    CHECK(strcmp(err.field, "tenants[0].touch_chunk") == 0 && err.record == 5);
+    t.touch[5] = 1;
+    t.aop[1] = 3;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == -1);
+    CHECK(strcmp(err.field, "tenants[0].touch_chunk") == 0);
+    t.aop[1] = -1;
+    s.gpu = 2;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == -1 && strcmp(err.field, "tenants[0].gpu") == 0);
+    s.gpu = 0;
+    t.first[4] = 7;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == -1 && strcmp(err.field, "tenants[0].op_first_touch") == 0);
+    t.first[4] = 8;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
+    /* An idle tenant that pins more than the GPU has: a run-time error naming the tenants. */
+    memset(&s, 0, sizeof(s));
+    s.gpu = 1;
+    s.static_bytes = 128 * MIB;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 1);
+    CHECK(huvm_sim_run(sim, HUVM_UNLIMITED, &err) == HUVM_NV_ERR_NO_MEMORY);
+    CHECK(strcmp(err.field, "tenants") == 0);
+    /* ioctl: bad sizes and test commands are refused without crashing. */
+    {
+        HUVM_GET_INFO_PARAMS info;
+        HUVM_TEST_EVENT_PARAMS ev;
+
+        memset(&info, 0, sizeof(info));
+        info.hdr.abi_version = HUVM_ABI_VERSION;
+        info.hdr.size = sizeof(info);
+        CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_GET_INFO, &info, sizeof(info)) == HUVM_NV_OK);
+        CHECK(info.backend == HUVM_BACKEND_SIM && info.gpu_count == 2);
+        CHECK(info.links[0][1].link_type == HUVM_LINK_NVLINK_2);
+        CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_GET_INFO, &info, 8) == HUVM_NV_ERR_INVALID_PARAM_STRUCT);
+        CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_GET_INFO, &info, sizeof(info) - 8) != HUVM_NV_OK);
+        memset(&ev, 0, sizeof(ev));
+        ev.hdr.abi_version = HUVM_ABI_VERSION;
+        ev.hdr.size = sizeof(ev);
+        CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_TEST_EVENT, &ev, sizeof(ev)) == HUVM_NV_ERR_NOT_SUPPORTED);
+        CHECK(ev.rmStatus == HUVM_NV_ERR_NOT_SUPPORTED);
+        CHECK(huvm_sim_ioctl(sim, 42, &info, sizeof(info)) != HUVM_NV_OK);
+    }
+    huvm_sim_destroy(sim);
+    trace_free(&t);
+}
+
+static void test_unlimited(void)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    huvm_sim_tenant_result_t r;
+    huvm_sim_t *sim;
+    trace_t t;
+
+    node2(&cfg, 64 * MIB);
+    cfg.flags |= HUVM_SIM_FLAG_UNLIMITED;
+    sim = huvm_sim_create(&cfg, HUVM_PRESET_STOCK, &err);
+    CHECK(sim != NULL);
+    trace_stream(&t, 48, 96, 4, 20000);
+    spec_from(&s, &t, 0, 3);
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
+    CHECK(huvm_sim_run(sim, HUVM_UNLIMITED, &err) == HUVM_NV_OK);
+    CHECK(huvm_sim_tenant_result(sim, 0, &r) == HUVM_NV_OK);
+    /* Ideal: only cold first touches fault. */
+    CHECK(r.faults == 48 && r.first_touches == 48);
+    CHECK(r.runtime_ns == r.compute_ns + r.fault_stall_ns);
+    CHECK(huvm_sim_check(sim, &err) == 0);
+    huvm_sim_destroy(sim);
+    trace_free(&t);
+}
+
+int main(void)
+{
+    test_bad_input();
+    test_unlimited();
+    test_policies();
+    if (failures) {
+        fprintf(stderr, "sim_test: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("sim_test: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,967 @@
+/*
+ * huvm: peer-GPU eviction tier for nvidia-uvm 535.261.03.
+ * SPDX-License-Identifier: MIT
+ *
+ * Kernel glue: the hooks declared in uvm_huvm.h. Every decision is the portable core's
+ * (driver/core/huvm_core.h); this file only gathers facts (which peers the chunk's VA space can use, how
+ * much memory is free), applies the core's answer with UVM's own primitives, and reports what happened
+ * through the core's accounting (which fires the huvm tracepoints). docs/driver.md describes each hook.
+ *
+ * Locking (see also docs/driver.md):
+ * - g_uvm_huvm.lock is an rwlock_t below every UVM lock (a leaf): nothing else is taken and nothing
+ *   sleeps while it is held. Readers: decisions on the eviction, pre-eviction and prefetch paths. Writers:
+ *   the control ioctls (huvm_dispatch), GPU add/remove and link registration.
+ * - Counters are updated by the core with atomics, without the lock.
+ * - The VA space masks read on the eviction path without the VA space lock follow the argument in
+ *   uvm_va_block_evict_chunks() (a GPU leaving a VA space sets gpu_unregister_in_progress before it
+ *   walks the blocks, and the walk takes the block lock we hold).
+ */
+
+// The tracepoints (subsystem huvm) are defined here; the core fires them through HUVM_TRACE.
+#define CREATE_TRACE_POINTS
+#include "uvm_huvm_trace.h"
+
+#include "uvm_huvm.h"
+#include "uvm_common.h"
+#include "uvm_global.h"
+#include "uvm_gpu.h"
+#include "uvm_pmm_gpu.h"
+#include "uvm_va_block.h"
+#include "uvm_va_space.h"
+#include "uvm_tools.h"
+#include "uvm_mmu.h"
+#include "uvm_kvmalloc.h"
+#include "uvm_conf_computing.h"
+#include "nv-kthread-q.h"
+
+#include "huvm_core.h"
+
+#include <linux/capability.h>
+#include <linux/cred.h>
+#include <linux/sched.h>
+#include <linux/spinlock.h>
+#include <linux/uaccess.h>
+
+static char *uvm_huvm_preset = "huvm";
+module_param(uvm_huvm_preset, charp, S_IRUGO);
+MODULE_PARM_DESC(uvm_huvm_preset,
+                 "huvm policy preset at load time: huvm (default), huvm-atc22 or stock (host-only eviction). "
+                 "The control ioctls change the policy at run time.");
+
+static int uvm_huvm_enable = 1;
+module_param(uvm_huvm_enable, int, S_IRUGO);
+MODULE_PARM_DESC(uvm_huvm_enable,
+                 "1 (default): the huvm hooks are active. 0: every hook is a no-op (stock UVM behaviour); "
+                 "the control ioctls still answer.");
+
+_Static_assert(UVM_HUVM_EVICT_PMA_CONTEXT == HUVM_EVICT_FLAG_PMA_CONTEXT, "evict flags");
+_Static_assert(UVM_HUVM_EVICT_PREEVICT == HUVM_EVICT_FLAG_PREEVICT, "evict flags");
+_Static_assert(UVM_GPU_LINK_PCIE == HUVM_LINK_PCIE && UVM_GPU_LINK_NVLINK_1 == HUVM_LINK_NVLINK_1 &&
+               UVM_GPU_LINK_NVLINK_4 == HUVM_LINK_NVLINK_4 && UVM_GPU_LINK_C2C == HUVM_LINK_C2C, "link types");
+_Static_assert(UVM_CHUNK_SIZE_MAX == HUVM_CHUNK_SIZE, "huvm moves 2 MiB root chunks");
+
+#define HUVM_SLOT_NONE HUVM_MAX_GPUS
+
+typedef struct
+{
+    // The GPU in this slot, NULL when absent. Read under g_uvm_huvm.lock.
+    uvm_gpu_t *gpu;
+
+    // The slot's key; kept after the GPU goes away so that it gets the same slot (and its counters) back.
+    NvProcessorUuid uuid;
+    bool used;
+
+    // When this GPU last evicted its own data (ns), for the core's hysteresis.
+    atomic64_t last_evict_ns;
+
+    // Pre-eviction worker. worker_gpu is valid while the queue runs (stopped before the GPU goes away).
+    nv_kthread_q_t preevict_q;
+    nv_kthread_q_item_t preevict_q_item;
+    uvm_gpu_t *worker_gpu;
+    bool worker_running;
+} uvm_huvm_slot_t;
+
+static struct
+{
+    rwlock_t lock;
+    huvm_core_t core;
+    uvm_huvm_slot_t slots[HUVM_MAX_GPUS];
+    atomic64_t next_va_space_id;
+    bool initialized;
+} g_uvm_huvm;
+
+static bool huvm_enabled(void)
+{
+    return uvm_huvm_enable && g_uvm_huvm.initialized;
+}
+
+// LOCKING: g_uvm_huvm.lock held (read or write).
+static NvU32 slot_of_gpu_locked(const uvm_gpu_t *gpu)
+{
+    NvU32 i;
+
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        if (gpu && g_uvm_huvm.slots[i].gpu == gpu)
+            return i;
+    }
+
+    return HUVM_SLOT_NONE;
+}
+
+// Free memory of gpu as the decisions see it: PMA's free 2 MiB pages, read lock-free.
+// LOCKING: none needed; gpu must be valid.
+static NvU64 gpu_free_bytes(uvm_gpu_t *gpu)
+{
+    if (!gpu->pmm.pma_stats)
+        return 0;
+
+    return UVM_READ_ONCE(gpu->pmm.pma_stats->numFreePages2m) * UVM_CHUNK_SIZE_MAX;
+}
+
+// LOCKING: g_uvm_huvm.lock held (read or write).
+static void gather_state_locked(huvm_gpu_state_t *state)
+{
+    NvU32 i;
+
+    memset(state, 0, sizeof(*state) * HUVM_MAX_GPUS);
+    for (i = 0; i < g_uvm_huvm.core.gpu_count; i++) {
+        uvm_huvm_slot_t *slot = &g_uvm_huvm.slots[i];
+
+        if (!slot->gpu)
+            continue;
+
+        state[i].free_bytes = gpu_free_bytes(slot->gpu);
+        state[i].last_evict_ns = atomic64_read(&slot->last_evict_ns);
+    }
+}
+
+static uvm_va_space_t *block_va_space(uvm_va_block_t *va_block)
+{
+    return uvm_va_block_get_va_space_maybe_dead(va_block);
+}
+
+/* ---- Control surface ---- */
+
+// LOCKING: takes g_uvm_huvm.lock for write; called by huvm_dispatch (GET_INFO) with it held already.
+static void ops_refresh_free(void *ctx, huvm_core_t *core)
+{
+    NvU32 i;
+
+    for (i = 0; i < core->gpu_count; i++) {
+        uvm_gpu_t *gpu = g_uvm_huvm.slots[i].gpu;
+
+        if (gpu)
+            core->gpus[i].free_bytes = min(gpu_free_bytes(gpu), core->gpus[i].memory_bytes);
+    }
+}
+
+// LOCKING: the VA space's huvm fields are written once at creation; registered GPUs are read without the
+// VA space lock (a snapshot); g_uvm_huvm.lock is taken for read (leaf) under the VA spaces list lock.
+static void fill_va_space_info(uvm_va_space_t *va_space, huvm_va_space_info_t *info)
+{
+    uvm_gpu_id_t id;
+
+    memset(info, 0, sizeof(*info));
+    info->id = va_space->huvm.id;
+    info->pid = va_space->huvm.pid;
+    info->uid = va_space->huvm.uid;
+    memcpy(info->comm, va_space->huvm.comm, sizeof(info->comm));
+    info->evict_to_peer = atomic64_read(&va_space->huvm.evict_to_peer);
+    info->evict_to_host = atomic64_read(&va_space->huvm.evict_to_host);
+    info->fetch_from_peer = atomic64_read(&va_space->huvm.fetch_from_peer);
+    info->fetch_from_host = atomic64_read(&va_space->huvm.fetch_from_host);
+    info->prefetch = atomic64_read(&va_space->huvm.prefetch);
+    info->harvested_bytes = atomic64_read(&va_space->huvm.harvested_bytes);
+
+    read_lock(&g_uvm_huvm.lock);
+    for_each_gpu_id_in_mask(id, &va_space->registered_gpus) {
+        NvU32 slot = slot_of_gpu_locked(va_space->registered_gpus_table[uvm_id_gpu_index(id)]);
+
+        if (slot != HUVM_SLOT_NONE)
+            info->registered_gpus |= 1u << slot;
+    }
+    read_unlock(&g_uvm_huvm.lock);
+}
+
+// Own processes (same uid) unless privileged.
+// LOCKING: takes the VA spaces list lock (mutex); must be called without g_uvm_huvm.lock.
+static huvm_status_t ops_list_va_spaces(void *ctx, const huvm_caller_t *caller, HUVM_LIST_VA_SPACES_PARAMS *params)
+{
+    uvm_va_space_t *va_space;
+    NvU32 index = 0;
+    NvU32 count = 0;
+
+    uvm_mutex_lock(&g_uvm_global.va_spaces.lock);
+    list_for_each_entry(va_space, &g_uvm_global.va_spaces.list, list_node) {
+        if (!caller->privileged && va_space->huvm.uid != caller->uid)
+            continue;
+
+        if (index >= params->start_index && count < HUVM_MAX_VA_SPACES_PER_CALL)
+            fill_va_space_info(va_space, &params->entries[count++]);
+
+        ++index;
+    }
+    uvm_mutex_unlock(&g_uvm_global.va_spaces.lock);
+
+    params->count = count;
+    params->total = index;
+
+    return HUVM_NV_OK;
+}
+
+static void preevict_kick_slot_locked(uvm_huvm_slot_t *slot);
+
+// LOCKING: g_uvm_huvm.lock held for write (inside huvm_dispatch); only schedules work.
+static void ops_policy_changed(void *ctx, const huvm_core_t *core)
+{
+    NvU32 i;
+
+    for (i = 0; i < HUVM_MAX_GPUS; i++)
+        preevict_kick_slot_locked(&g_uvm_huvm.slots[i]);
+}
+
+static const huvm_core_ops_t g_uvm_huvm_ops = {
+    .refresh_free = ops_refresh_free,
+    .list_va_spaces = ops_list_va_spaces,
+    .policy_changed = ops_policy_changed,
+};
+
+bool uvm_huvm_is_ioctl(unsigned int cmd)
+{
+    return cmd >= HUVM_IOCTL_FIRST && cmd <= HUVM_IOCTL_LAST;
+}
+
+// LOCKING: none held.
+static bool huvm_any_gpu_present(void)
+{
+    bool present = false;
+    NvU32 i;
+
+    read_lock(&g_uvm_huvm.lock);
+    for (i = 0; i < HUVM_MAX_GPUS; i++)
+        present = present || g_uvm_huvm.slots[i].gpu != NULL;
+    read_unlock(&g_uvm_huvm.lock);
+
+    return present;
+}
+
+// The header is copied and checked first (ABI version, size, flags), so a tool built against another
+// struct size never has memory beyond its own struct read or written. On a refused header only the
+// 16-byte header goes back (module_abi_version filled in) and the ioctl fails with -EINVAL; otherwise the
+// ioctl returns 0 and the params' rmStatus/error_field say what happened.
+// LOCKING: none held on entry (thread context from uvm_ioctl()). Takes g_uvm_huvm.lock for write around
+// the core's dispatch, except LIST_VA_SPACES (its callback takes the VA spaces list lock, which ranks
+// above the leaf huvm lock; the core reads no mutable state for that command).
+long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
+{
+    void __user *uparams = (void __user *)arg;
+    NvU32 size = huvm_cmd_params_size(cmd);
+    NvU32 error_field = HUVM_FIELD_NONE;
+    huvm_caller_t caller;
+    huvm_hdr_t hdr;
+    huvm_status_t status;
+    void *params;
+    long ret = 0;
+
+    if (!g_uvm_huvm.initialized || size == 0)
+        return -EINVAL;
+
+    if (copy_from_user(&hdr, uparams, sizeof(hdr)))
+        return -EFAULT;
+
+    status = huvm_check_hdr(cmd, &hdr, size, &error_field);
+    if (status != HUVM_NV_OK) {
+        if (copy_to_user(uparams, &hdr, sizeof(hdr)))
+            return -EFAULT;
+        return -EINVAL;
+    }
+
+    params = uvm_kvmalloc(size);
+    if (!params)
+        return -ENOMEM;
+
+    if (copy_from_user(params, uparams, size)) {
+        ret = -EFAULT;
+        goto out;
+    }
+
+    memset(&caller, 0, sizeof(caller));
+    caller.privileged = capable(CAP_SYS_ADMIN) ? 1 : 0;
+    caller.allow_test = uvm_enable_builtin_tests ? 1 : 0;
+    caller.uid = from_kuid(&init_user_ns, current_uid());
+    caller.pid = current->tgid;
+    caller.now_ns = NV_GETTIME();
+
+    if (cmd == HUVM_IOCTL_LIST_VA_SPACES) {
+        huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
+    }
+    else if (cmd == HUVM_IOCTL_TEST_SET_NODE && caller.allow_test && huvm_any_gpu_present()) {
+        // A synthetic node would replace the real GPUs the hooks are using.
+        NvU32 *tail = (NvU32 *)((NvU8 *)params + size - 2 * sizeof(NvU32));
+
+        ((huvm_hdr_t *)params)->module_abi_version = HUVM_ABI_VERSION;
+        tail[0] = HUVM_FIELD_NONE;
+        tail[1] = HUVM_NV_ERR_STATE_IN_USE;
+    }
+    else {
+        write_lock(&g_uvm_huvm.lock);
+        huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
+        write_unlock(&g_uvm_huvm.lock);
+    }
+
+    if (copy_to_user(uparams, params, size))
+        ret = -EFAULT;
+
+out:
+    uvm_kvfree(params);
+    return ret;
+}
+
+/* ---- GPUs ---- */
+
+// LOCKING: g_uvm_huvm.lock held for write.
+static NvU32 slot_for_uuid_locked(const NvProcessorUuid *uuid)
+{
+    NvU32 i;
+
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        if (g_uvm_huvm.slots[i].used && uvm_processor_uuid_eq(&g_uvm_huvm.slots[i].uuid, uuid))
+            return i;
+    }
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        if (!g_uvm_huvm.slots[i].used)
+            return i;
+    }
+    // All slots have been used: take one whose GPU is gone (its counters are reset by the new UUID).
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        if (!g_uvm_huvm.slots[i].gpu && !g_uvm_huvm.slots[i].worker_running)
+            return i;
+    }
+
+    return HUVM_SLOT_NONE;
+}
+
+static void preevict_worker(void *args);
+
+static void preevict_worker_entry(void *args)
+{
+    UVM_ENTRY_VOID(preevict_worker(args));
+}
+
+// LOCKING: the global lock is held (init_gpu()); takes g_uvm_huvm.lock for write.
+void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
+{
+    huvm_gpu_info_t info;
+    huvm_status_t status;
+    uvm_huvm_slot_t *slot;
+    NvU32 index;
+    int ret;
+
+    uvm_assert_mutex_locked(&g_uvm_global.global_lock);
+
+    if (!huvm_enabled())
+        return;
+
+    // Out of scope: MIG partitions (no P2P) and Confidential Computing (no P2P, encrypted copies).
+    if (gpu->parent->smc.enabled || uvm_conf_computing_mode_enabled(gpu))
+        return;
+
+    memset(&info, 0, sizeof(info));
+    memcpy(info.uuid, gpu->parent->uuid.uuid, sizeof(info.uuid));
+    strscpy(info.name, gpu->parent->name, sizeof(info.name));
+    info.memory_bytes = gpu->mem_info.size;
+    info.free_bytes = min(gpu_free_bytes(gpu), info.memory_bytes);
+    info.flags = HUVM_GPU_FLAG_PRESENT;
+    if (gpu->parent->replayable_faults_supported)
+        info.flags |= HUVM_GPU_FLAG_REPLAYABLE_FAULTS;
+    if (gpu->pmm.pma_stats)
+        info.flags |= HUVM_GPU_FLAG_PMA_EVICTION;
+
+    write_lock(&g_uvm_huvm.lock);
+    index = slot_for_uuid_locked(&gpu->parent->uuid);
+    status = index == HUVM_SLOT_NONE ? HUVM_NV_ERR_NO_MEMORY : huvm_core_set_gpu(&g_uvm_huvm.core, index, &info);
+    if (status == HUVM_NV_OK) {
+        slot = &g_uvm_huvm.slots[index];
+        slot->used = true;
+        slot->uuid = gpu->parent->uuid;
+        atomic64_set(&slot->last_evict_ns, 0);
+    }
+    write_unlock(&g_uvm_huvm.lock);
+
+    if (status != HUVM_NV_OK) {
+        UVM_ERR_PRINT("huvm: GPU %s not managed: %s\n", uvm_gpu_name(gpu), nvstatusToString(status));
+        return;
+    }
+
+    // The worker exists before the GPU becomes visible to the hooks (slot->gpu below).
+    if (uvm_gpu_supports_eviction(gpu)) {
+        ret = nv_kthread_q_init(&slot->preevict_q, "uvm_huvm_preevict");
+        if (ret == 0) {
+            nv_kthread_q_item_init(&slot->preevict_q_item, preevict_worker_entry, slot);
+            slot->worker_gpu = gpu;
+            slot->worker_running = true;
+        }
+        else {
+            UVM_ERR_PRINT("huvm: no pre-eviction worker for GPU %s: %d\n", uvm_gpu_name(gpu), ret);
+        }
+    }
+
+    write_lock(&g_uvm_huvm.lock);
+    slot->gpu = gpu;
+    write_unlock(&g_uvm_huvm.lock);
+}
+
+// LOCKING: the global lock is held (init_peer_access()); takes g_uvm_huvm.lock for write.
+void uvm_huvm_add_peer(uvm_gpu_t *gpu0, uvm_gpu_t *gpu1, const uvm_gpu_peer_t *peer_caps)
+{
+    huvm_link_t link;
+    NvU32 a, b;
+
+    if (!huvm_enabled())
+        return;
+
+    memset(&link, 0, sizeof(link));
+    link.link_type = peer_caps->link_type;
+    link.mbyte_per_s = peer_caps->total_link_line_rate_mbyte_per_s;
+
+    write_lock(&g_uvm_huvm.lock);
+    a = slot_of_gpu_locked(gpu0);
+    b = slot_of_gpu_locked(gpu1);
+    if (a != HUVM_SLOT_NONE && b != HUVM_SLOT_NONE && a != b)
+        (void)huvm_core_set_link(&g_uvm_huvm.core, a, b, &link);
+    write_unlock(&g_uvm_huvm.lock);
+}
+
+// LOCKING: the global lock is held (deinit_gpu()). Takes g_uvm_huvm.lock for write, then stops the
+// worker without it (the stop waits for a running pass, which takes PMM and VA block locks).
+void uvm_huvm_remove_gpu(uvm_gpu_t *gpu)
+{
+    static const huvm_link_t no_link;
+    uvm_huvm_slot_t *slot = NULL;
+    NvU32 index, i;
+
+    if (!g_uvm_huvm.initialized)
+        return;
+
+    write_lock(&g_uvm_huvm.lock);
+    index = slot_of_gpu_locked(gpu);
+    if (index != HUVM_SLOT_NONE) {
+        slot = &g_uvm_huvm.slots[index];
+        slot->gpu = NULL;
+        huvm_core_remove_gpu(&g_uvm_huvm.core, index);
+        for (i = 0; i < HUVM_MAX_GPUS; i++) {
+            if (i != index)
+                (void)huvm_core_set_link(&g_uvm_huvm.core, index, i, &no_link);
+        }
+    }
+    write_unlock(&g_uvm_huvm.lock);
+
+    // No new kicks can find the slot now; flush and stop the worker.
+    if (slot && slot->worker_running) {
+        nv_kthread_q_stop(&slot->preevict_q);
+        slot->worker_running = false;
+        slot->worker_gpu = NULL;
+    }
+}
+
+/* ---- VA spaces ---- */
+
+// LOCKING: none needed (the VA space is not visible to other threads yet).
+void uvm_huvm_va_space_init(uvm_va_space_t *va_space)
+{
+    uvm_huvm_va_space_t *h = &va_space->huvm;
+
+    memset(h, 0, sizeof(*h));
+    h->id = atomic64_inc_return(&g_uvm_huvm.next_va_space_id);
+    h->pid = current->tgid;
+    h->uid = from_kuid(&init_user_ns, current_uid());
+    get_task_comm(h->comm, current);
+}
+
+// Pre-eviction work never references a VA space (it starts from a GPU's PMM and retains blocks the
+// way PMM eviction does), so there is nothing to flush; kept as the single place where queued
+// per-VA-space work would be flushed (docs/driver.md, multi-path prefetch).
+// LOCKING: none held.
+void uvm_huvm_va_space_destroy(uvm_va_space_t *va_space)
+{
+}
+
+/* ---- Eviction ---- */
+
+// Peers the chunk may go to: GPUs registered in the block's VA space that can copy directly from gpu,
+// that are not indirect peers (their mappings need the VA space lock), that support eviction themselves
+// (so they can give the memory back), and that are not leaving the VA space. Facts, not policy: the core
+// chooses among them.
+// LOCKING: the block lock is held; g_uvm_huvm.lock held for read. See the file comment on reading the
+// VA space masks without the VA space lock.
+static NvU32 evict_candidates_locked(uvm_va_space_t *va_space, uvm_gpu_t *gpu)
+{
+    uvm_gpu_id_t id;
+    NvU32 candidates = 0;
+
+    if (uvm_processor_mask_test(&va_space->gpu_unregister_in_progress, gpu->id))
+        return 0;
+
+    for_each_gpu_id_in_mask(id, &va_space->registered_gpus) {
+        uvm_gpu_t *peer;
+        NvU32 slot;
+
+        if (uvm_id_equal(id, gpu->id))
+            continue;
+        if (uvm_processor_mask_test(&va_space->gpu_unregister_in_progress, id))
+            continue;
+        if (!uvm_processor_mask_test(&va_space->can_copy_from[uvm_id_value(id)], gpu->id))
+            continue;
+        if (!uvm_processor_mask_empty(&va_space->indirect_peers[uvm_id_value(id)]))
+            continue;
+
+        peer = va_space->registered_gpus_table[uvm_id_gpu_index(id)];
+        if (!peer || !uvm_gpu_supports_eviction(peer))
+            continue;
+
+        slot = slot_of_gpu_locked(peer);
+        if (slot != HUVM_SLOT_NONE)
+            candidates |= 1u << slot;
+    }
+
+    return candidates;
+}
+
+// LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
+static bool chunk_harvest_info(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 *owner)
+{
+    bool harvested;
+
+    uvm_spin_lock(&gpu->pmm.list_lock);
+    harvested = chunk->is_harvested;
+    *owner = chunk->huvm_owner;
+    uvm_spin_unlock(&gpu->pmm.list_lock);
+
+    return harvested;
+}
+
+// LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
+static void chunk_set_harvested(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 owner)
+{
+    uvm_spin_lock(&gpu->pmm.list_lock);
+    chunk->is_harvested = true;
+    chunk->huvm_owner = owner;
+    uvm_spin_unlock(&gpu->pmm.list_lock);
+}
+
+// Tools event "Eviction" (UvmEventTypeEviction), defined by UVM but not sent in 535: sent for the
+// movements huvm adds (to a peer, and a peer's give-back to host).
+// LOCKING: the block lock is held; uvm_tools_record_eviction() takes the VA space tools lock.
+static void record_tools_eviction(uvm_va_space_t *va_space,
+                                  uvm_va_block_t *va_block,
+                                  uvm_processor_id_t src,
+                                  uvm_processor_id_t dst)
+{
+    uvm_tools_record_eviction(va_space, va_block->start, uvm_va_block_size(va_block), src, dst);
+}
+
+// Move the pages to peer with cause EVICTION, never evicting on peer and never dropping the block lock:
+// the peer's 2 MiB chunk is allocated up front without eviction and handed to make_resident through a
+// local retry object, so block_alloc_gpu_chunk() finds it and never allocates (or unlocks) itself.
+// On failure *reason says why and the peer holds no chunk of this block it did not hold before.
+// LOCKING: the block lock is held; takes the peer's PMM locks (below VA_BLOCK in uvm_lock.h).
+static NV_STATUS evict_to_peer(uvm_va_block_t *va_block,
+                               uvm_gpu_t *peer,
+                               NvU32 owner,
+                               uvm_va_block_context_t *block_context,
+                               uvm_page_mask_t *pages_to_evict,
+                               NvU32 *reason)
+{
+    uvm_va_block_region_t region = uvm_va_block_region_from_block(va_block);
+    uvm_va_block_gpu_state_t *peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
+    bool was_harvested = uvm_processor_mask_test(&va_block->harvested_on, peer->id);
+    uvm_gpu_chunk_t *chunk = NULL;
+    uvm_chunk_size_t chunk_size = 0;
+    uvm_va_block_retry_t retry;
+    NV_STATUS status;
+
+    uvm_assert_mutex_locked(&va_block->lock);
+
+    // The block must map to exactly one 2 MiB chunk on the peer, or populate would allocate by itself.
+    if (uvm_va_block_size(va_block) != UVM_CHUNK_SIZE_MAX ||
+        uvm_va_block_gpu_chunk_index_range(va_block->start, uvm_va_block_size(va_block), peer, 0, &chunk_size) != 0 ||
+        chunk_size != UVM_CHUNK_SIZE_MAX) {
+        *reason = HUVM_REASON_ALLOC_FAILED;
+        return NV_ERR_NOT_SUPPORTED;
+    }
+
+    // A chunk the peer already holds for this block is reused only if it is harvested data; the peer's
+    // own copy of a shared block is not turned into lent memory.
+    if (peer_state && peer_state->chunks && peer_state->chunks[0] && !was_harvested) {
+        *reason = HUVM_REASON_ALLOC_FAILED;
+        return NV_ERR_IN_USE;
+    }
+
+    uvm_va_block_retry_init(&retry);
+
+    if (!peer_state || !peer_state->chunks || !peer_state->chunks[0]) {
+        // Never UVM_PMM_ALLOC_FLAGS_EVICT here: we are inside an eviction with a block lock held.
+        status = uvm_pmm_gpu_alloc_user(&peer->pmm,
+                                        1,
+                                        UVM_CHUNK_SIZE_MAX,
+                                        UVM_PMM_ALLOC_FLAGS_DONT_BATCH,
+                                        &chunk,
+                                        &retry.tracker);
+        if (status != NV_OK) {
+            *reason = HUVM_REASON_ALLOC_FAILED;
+            goto out;
+        }
+
+        chunk_set_harvested(peer, chunk, owner);
+
+        // As block_retry_add_free_chunk(): block_alloc_gpu_chunk() takes it from here.
+        list_add_tail(&chunk->list, &retry.free_chunks);
+    }
+
+    uvm_processor_mask_set(&va_block->harvested_on, peer->id);
+
+    status = uvm_va_block_make_resident(va_block,
+                                        &retry,
+                                        block_context,
+                                        peer->id,
+                                        region,
+                                        pages_to_evict,
+                                        NULL,
+                                        UVM_MAKE_RESIDENT_CAUSE_EVICTION);
+    UVM_ASSERT(status != NV_ERR_MORE_PROCESSING_REQUIRED);
+    if (status != NV_OK)
+        *reason = HUVM_REASON_COPY_FAILED;
+
+out:
+    // Frees the chunk if populate did not take it; unpins it (onto the peer's harvested list) if it did.
+    uvm_va_block_retry_deinit(&retry, va_block);
+
+    if (status != NV_OK && !was_harvested && !uvm_processor_mask_test(&va_block->resident, peer->id)) {
+        // Give back a chunk populated by the failed attempt.
+        peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
+        if (peer_state && peer_state->chunks && peer_state->chunks[0]) {
+            uvm_mmu_chunk_unmap(peer_state->chunks[0], &va_block->tracker);
+            uvm_pmm_gpu_free(&peer->pmm, peer_state->chunks[0], &va_block->tracker);
+            peer_state->chunks[0] = NULL;
+        }
+        uvm_processor_mask_clear(&va_block->harvested_on, peer->id);
+    }
+
+    return status;
+}
+
+NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
+                                       uvm_gpu_t *gpu,
+                                       uvm_gpu_chunk_t *root_chunk,
+                                       uvm_va_block_context_t *block_context,
+                                       uvm_page_mask_t *pages_to_evict,
+                                       NvU32 evict_flags)
+{
+    uvm_va_block_region_t region = uvm_va_block_region_from_block(va_block);
+    uvm_va_space_t *va_space = block_va_space(va_block);
+    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    huvm_evict_request_t req;
+    huvm_decision_t decision = { HUVM_DEST_HOST, HUVM_REASON_TIER_OFF };
+    uvm_gpu_t *peer = NULL;
+    NvU32 guest_owner = HUVM_SLOT_NONE;
+    NvU32 owner = HUVM_SLOT_NONE;
+    NV_STATUS status;
+
+    uvm_assert_mutex_locked(&va_block->lock);
+    UVM_ASSERT(va_space);
+
+    memset(&req, 0, sizeof(req));
+    if (!huvm_enabled() || uvm_va_block_is_hmm(va_block))
+        goto to_host;
+
+    req.flags = evict_flags & (HUVM_EVICT_FLAG_PMA_CONTEXT | HUVM_EVICT_FLAG_PREEVICT);
+    if (chunk_harvest_info(gpu, root_chunk, &guest_owner) &&
+        uvm_processor_mask_test(&va_block->harvested_on, gpu->id))
+        req.flags |= HUVM_EVICT_FLAG_GUEST_CHUNK;
+    else
+        guest_owner = HUVM_SLOT_NONE;
+    req.now_ns = NV_GETTIME();
+    req.chunk_fetched_ns = va_block->huvm_fetched_ns;
+
+    read_lock(&g_uvm_huvm.lock);
+    owner = slot_of_gpu_locked(gpu);
+    if (owner != HUVM_SLOT_NONE) {
+        req.gpu = owner;
+        req.candidates = evict_candidates_locked(va_space, gpu);
+        gather_state_locked(state);
+        decision = huvm_decide_evict(&g_uvm_huvm.core, state, &req);
+        if (decision.dst < HUVM_MAX_GPUS)
+            peer = g_uvm_huvm.slots[decision.dst].gpu;
+    }
+    read_unlock(&g_uvm_huvm.lock);
+
+    if (owner == HUVM_SLOT_NONE)
+        goto to_host;
+
+    if (decision.dst < HUVM_MAX_GPUS) {
+        // The core never picks a peer for PMA-context or guest-chunk evictions; check it anyway, the
+        // peer allocation below would deadlock under PMA's eviction callback.
+        UVM_ASSERT(!(req.flags & (HUVM_EVICT_FLAG_PMA_CONTEXT | HUVM_EVICT_FLAG_GUEST_CHUNK)));
+        if (!peer || !(req.candidates & (1u << decision.dst)) ||
+            (req.flags & (HUVM_EVICT_FLAG_PMA_CONTEXT | HUVM_EVICT_FLAG_GUEST_CHUNK))) {
+            decision.reason = HUVM_REASON_NO_PEER;
+        }
+        else {
+            status = evict_to_peer(va_block, peer, owner, block_context, pages_to_evict, &decision.reason);
+            if (status == NV_OK) {
+                huvm_account_evict(&g_uvm_huvm.core, owner, decision.dst, HUVM_REASON_PEER, req.flags,
+                                   UVM_CHUNK_SIZE_MAX, va_block->start);
+                atomic64_inc(&va_space->huvm.evict_to_peer);
+                atomic64_add(UVM_CHUNK_SIZE_MAX, &va_space->huvm.harvested_bytes);
+                atomic64_set(&g_uvm_huvm.slots[owner].last_evict_ns, req.now_ns);
+                record_tools_eviction(va_space, va_block, gpu->id, peer->id);
+                return NV_OK;
+            }
+        }
+
+        // Fall back to host, starting from a clean make_resident state.
+        uvm_processor_mask_zero(&block_context->make_resident.all_involved_processors);
+    }
+
+to_host:
+    status = uvm_va_block_make_resident(va_block,
+                                        NULL,
+                                        block_context,
+                                        UVM_ID_CPU,
+                                        region,
+                                        pages_to_evict,
+                                        NULL,
+                                        UVM_MAKE_RESIDENT_CAUSE_EVICTION);
+    if (status != NV_OK || !huvm_enabled() || uvm_va_block_is_hmm(va_block))
+        return status;
+
+    if (req.flags & HUVM_EVICT_FLAG_GUEST_CHUNK) {
+        // Give-back: the lender's memory goes back, the owner's data to host.
+        if (!uvm_processor_mask_test(&va_block->resident, gpu->id))
+            uvm_processor_mask_clear(&va_block->harvested_on, gpu->id);
+
+        if (owner != HUVM_SLOT_NONE && guest_owner < HUVM_MAX_GPUS && guest_owner != owner) {
+            huvm_account_giveback(&g_uvm_huvm.core, owner, guest_owner, UVM_CHUNK_SIZE_MAX, va_block->start);
+            atomic64_sub(min((NvU64)atomic64_read(&va_space->huvm.harvested_bytes), (NvU64)UVM_CHUNK_SIZE_MAX),
+                         &va_space->huvm.harvested_bytes);
+            record_tools_eviction(va_space, va_block, gpu->id, UVM_ID_CPU);
+        }
+    }
+    else if (owner != HUVM_SLOT_NONE) {
+        huvm_account_evict(&g_uvm_huvm.core, owner, HUVM_DEST_HOST, decision.reason, req.flags,
+                           UVM_CHUNK_SIZE_MAX, va_block->start);
+        atomic64_inc(&va_space->huvm.evict_to_host);
+        atomic64_set(&g_uvm_huvm.slots[owner].last_evict_ns, req.now_ns);
+    }
+
+    return NV_OK;
+}
+
+/* ---- Fetch-back and give-back on the way out of a peer ---- */
+
+// Harvested data has left the peer (fetched back to its owner, or moved elsewhere): free the peer's
+// chunk now so that lent memory returns at once instead of waiting on the peer's LRU.
+// LOCKING: the block lock is held; the VA space lock is held by make_resident's callers (not eviction).
+static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, uvm_processor_id_t dst_id)
+{
+    uvm_va_space_t *va_space = uvm_va_block_get_va_space(va_block);
+    uvm_va_block_gpu_state_t *peer_state = uvm_va_block_gpu_state_get(va_block, peer_id);
+    uvm_gpu_t *peer = uvm_va_space_get_gpu(va_space, peer_id);
+    uvm_gpu_chunk_t *chunk;
+    NvU32 owner = HUVM_SLOT_NONE, holder, dst = HUVM_SLOT_NONE;
+    bool harvested;
+
+    uvm_processor_mask_clear(&va_block->harvested_on, peer_id);
+
+    if (!peer_state || !peer_state->chunks || uvm_va_block_size(va_block) != UVM_CHUNK_SIZE_MAX)
+        return;
+
+    chunk = peer_state->chunks[0];
+    if (!chunk)
+        return;
+
+    harvested = chunk_harvest_info(peer, chunk, &owner);
+
+    uvm_mmu_chunk_unmap(chunk, &va_block->tracker);
+    uvm_pmm_gpu_free(&peer->pmm, chunk, &va_block->tracker);
+    peer_state->chunks[0] = NULL;
+
+    va_block->huvm_fetched_ns = NV_GETTIME();
+
+    if (!harvested || owner >= HUVM_MAX_GPUS)
+        return;
+
+    read_lock(&g_uvm_huvm.lock);
+    holder = slot_of_gpu_locked(peer);
+    if (UVM_ID_IS_GPU(dst_id))
+        dst = slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, dst_id));
+    read_unlock(&g_uvm_huvm.lock);
+
+    if (holder == HUVM_SLOT_NONE || holder == owner)
+        return;
+
+    if (dst == owner) {
+        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, 0, UVM_CHUNK_SIZE_MAX, va_block->start);
+        atomic64_inc(&va_space->huvm.fetch_from_peer);
+    }
+    else {
+        // Moved to host or to a third GPU by a migration: the lender got its memory back all the same.
+        huvm_account_giveback(&g_uvm_huvm.core, holder, owner, UVM_CHUNK_SIZE_MAX, va_block->start);
+    }
+    atomic64_sub(min((NvU64)atomic64_read(&va_space->huvm.harvested_bytes), (NvU64)UVM_CHUNK_SIZE_MAX),
+                 &va_space->huvm.harvested_bytes);
+}
+
+void uvm_huvm_make_resident_finish(uvm_va_block_t *va_block, uvm_va_block_context_t *block_context)
+{
+    uvm_gpu_id_t id;
+
+    uvm_assert_mutex_locked(&va_block->lock);
+
+    // Evictions free their chunks themselves (uvm_va_block_evict_chunks()) and run without the VA space
+    // lock; HMM blocks are never harvested.
+    if (block_context->make_resident.cause == UVM_MAKE_RESIDENT_CAUSE_EVICTION || uvm_va_block_is_hmm(va_block))
+        return;
+
+    for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
+        if (!uvm_processor_mask_test(&va_block->resident, id))
+            release_peer_chunk(va_block, id, block_context->make_resident.dest_id);
+    }
+}
+
+/* ---- Prefetch ---- */
+
+bool uvm_huvm_prefetch_whole_block(uvm_va_block_t *va_block, uvm_processor_id_t new_residency)
+{
+    uvm_va_space_t *va_space;
+    uvm_gpu_id_t id;
+    NvU32 owner;
+    bool whole = false;
+
+    uvm_assert_mutex_locked(&va_block->lock);
+
+    if (!huvm_enabled() || UVM_ID_IS_CPU(new_residency) || uvm_processor_mask_empty(&va_block->harvested_on))
+        return false;
+
+    va_space = uvm_va_block_get_va_space(va_block);
+
+    read_lock(&g_uvm_huvm.lock);
+    owner = slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, new_residency));
+    for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
+        NvU32 holder = slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, id));
+
+        if (owner == HUVM_SLOT_NONE || holder == HUVM_SLOT_NONE || holder == owner)
+            continue;
+        if (huvm_decide_fetch(&g_uvm_huvm.core, owner, holder) == HUVM_FETCH_MIGRATE)
+            whole = true;
+    }
+    read_unlock(&g_uvm_huvm.lock);
+
+    return whole;
+}
+
+void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, NvU32 num_faults)
+{
+    NvU32 slot;
+
+    if (!huvm_enabled() || num_faults == 0)
+        return;
+
+    read_lock(&g_uvm_huvm.lock);
+    slot = slot_of_gpu_locked(gpu);
+    read_unlock(&g_uvm_huvm.lock);
+
+    if (slot != HUVM_SLOT_NONE)
+        huvm_account_faults(&g_uvm_huvm.core, slot, num_faults);
+}
+
+/* ---- Pre-eviction ---- */
+
+// LOCKING: g_uvm_huvm.lock held (read or write); only schedules work.
+static void preevict_kick_slot_locked(uvm_huvm_slot_t *slot)
+{
+    if (slot->gpu && slot->worker_running)
+        nv_kthread_q_schedule_q_item(&slot->preevict_q, &slot->preevict_q_item);
+}
+
+void uvm_huvm_kick_preevict(uvm_gpu_t *gpu)
+{
+    NvU32 index;
+
+    if (!huvm_enabled())
+        return;
+
+    read_lock(&g_uvm_huvm.lock);
+    index = slot_of_gpu_locked(gpu);
+    if (index != HUVM_SLOT_NONE)
+        preevict_kick_slot_locked(&g_uvm_huvm.slots[index]);
+    read_unlock(&g_uvm_huvm.lock);
+}
+
+// One pass: evict as many root chunks as the core asks for (peers first, through the same eviction path
+// with HUVM_EVICT_FLAG_PREEVICT), returning each to PMA so the free reserve grows.
+// LOCKING: runs in the worker's kthread with no locks held; uvm_pmm_gpu_preevict_root_chunk() takes the
+// PMM lock and, dropping it, VA block locks, like any evicting allocation.
+static void preevict_worker(void *args)
+{
+    uvm_huvm_slot_t *slot = args;
+    uvm_gpu_t *gpu = slot->worker_gpu;
+    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    NvU32 index, count, i;
+
+    read_lock(&g_uvm_huvm.lock);
+    index = slot_of_gpu_locked(gpu);
+    count = 0;
+    if (index != HUVM_SLOT_NONE && huvm_enabled()) {
+        gather_state_locked(state);
+        count = huvm_decide_preevict(&g_uvm_huvm.core, state, index);
+    }
+    read_unlock(&g_uvm_huvm.lock);
+
+    for (i = 0; i < count; i++) {
+        if (uvm_pmm_gpu_preevict_root_chunk(&gpu->pmm) != NV_OK)
+            break;
+    }
+}
+
+/* ---- Module ---- */
+
+static NvU32 preset_from_param(void)
+{
+    if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "stock") == 0)
+        return HUVM_PRESET_STOCK;
+    if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "huvm-atc22") == 0)
+        return HUVM_PRESET_ATC22;
+    if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "huvm") != 0)
+        UVM_ERR_PRINT("huvm: unknown uvm_huvm_preset=%s, using huvm\n", uvm_huvm_preset);
+
+    return HUVM_PRESET_HUVM;
+}
+
+void uvm_huvm_init(void)
+{
+    rwlock_init(&g_uvm_huvm.lock);
+    huvm_core_init(&g_uvm_huvm.core, HUVM_BACKEND_KERNEL, preset_from_param());
+    atomic64_set(&g_uvm_huvm.next_va_space_id, 0);
+    g_uvm_huvm.initialized = true;
+
+    pr_info("huvm %u.%u.%u: peer-GPU eviction tier %s, preset %s\n",
+            HUVM_VERSION_MAJOR,
+            HUVM_VERSION_MINOR,
+            HUVM_VERSION_PATCH,
+            uvm_huvm_enable ? "enabled" : "disabled",
+            huvm_preset_name(g_uvm_huvm.core.policy.preset));
+}
+
+void uvm_huvm_exit(void)
+{
+    NvU32 i;
+
+    // Every GPU was removed (and its worker stopped) before the module unloads.
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        UVM_ASSERT(!g_uvm_huvm.slots[i].gpu);
+        UVM_ASSERT(!g_uvm_huvm.slots[i].worker_running);
+    }
+
+    g_uvm_huvm.initialized = false;
+}

@@ -1,0 +1,120 @@
+"""huvmctl: the huvm command line (thin: argument parsing and printing over the huvm library).
+
+Exit status: 0 success; 1 runtime error (device, module refusal, simulation failure); 2 usage error (bad
+arguments, bad key/value, bad file, found before anything was sent). Errors are one line on stderr:
+``huvmctl: error: ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from .. import errors
+from ..client import BACKENDS
+
+EPILOG = """examples:
+  huvmctl status                              # the patched module on /dev/nvidia-uvm
+  huvmctl --backend sim status                # a simulated node (no GPU needed)
+  huvmctl --sim --sim-config dgx-a100 topology
+  huvmctl policy set prefetch_chunks=16 gpu.1.role=lender
+  huvmctl stats --watch 1 --json
+  huvmctl experiment run pyctl/huvm/examples/consolidation.toml --out out/demo
+  huvmctl trace info bundled:llama-tiny
+  huvmctl export --port 9400
+
+backend selection: --backend auto (default, or $HUVM_BACKEND) uses the kernel module when the patched
+module answers, else fails saying why; add --sim-fallback (or HUVM_SIM_FALLBACK=1) to fall back to the
+simulated node with a note. --sim is short for --backend sim.
+
+exit status: 0 ok, 1 runtime error, 2 usage error (nothing was sent)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"huvmctl: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import export, policy, stats, status, trace
+
+    # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
+    # from overriding a value given globally.
+    common = argparse.ArgumentParser(add_help=False)
+    g = common.add_argument_group("backend")
+    g.add_argument("--backend", choices=BACKENDS, default=argparse.SUPPRESS,
+                   help="kernel module, simulated node, or auto (default: $HUVM_BACKEND or auto)")
+    g.add_argument("--sim", dest="backend", action="store_const", const="sim", default=argparse.SUPPRESS,
+                   help="same as --backend sim")
+    g.add_argument("--device", metavar="PATH", default=argparse.SUPPRESS,
+                   help="device of the kernel backend (default /dev/nvidia-uvm; the qemu test bed: "
+                        "/dev/huvm_ktest)")
+    g.add_argument("--sim-config", metavar="FILE|PRESET", default=argparse.SUPPRESS,
+                   help="simulated node: a node preset name or a TOML file")
+    g.add_argument("--sim-fallback", action="store_true", default=argparse.SUPPRESS,
+                   help="with --backend auto: use the simulated node if the module is not usable")
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+
+    parser = _Parser(prog="huvmctl", description="Control and observe huvm, the peer-GPU eviction tier of "
+                     "nvidia-uvm, on a real node or a simulated one.", epilog=EPILOG, parents=[common],
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    parents = [common]
+    status.register(sub, parents)
+    policy.register(sub, parents)
+    stats.register(sub, parents)
+    trace.register(sub, parents)
+    export.register(sub, parents)
+    return parser
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"huvmctl {version('huvm')}"
+    except Exception:
+        return "huvmctl"
+
+
+_DEFAULTS = {"backend": None, "device": None, "sim_config": None, "sim_fallback": False, "json": False}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for k, v in _DEFAULTS.items():
+        if not hasattr(args, k):
+            setattr(args, k, v)
+    try:
+        rc: int = args.func(args)
+        return rc
+    except errors.UsageError as exc:
+        _fail(str(exc))
+        return 2
+    except errors.HuvmError as exc:
+        hint = getattr(exc, "hint", None)
+        _fail(str(exc) + (f" (hint: {hint})" if hint else ""))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # Python flushes stdout at exit; point it at devnull so that does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        _fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
+        return 1
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"huvmctl: error: {message.splitlines()[0] if message else 'failed'}\n")
+
+
+def run() -> NoReturn:
+    sys.exit(main())

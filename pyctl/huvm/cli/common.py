@@ -1,0 +1,35 @@
+"""Shared CLI plumbing: consoles, JSON output, opening the node from the global options."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from .. import client
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def print_jsonl(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def note(text: str) -> None:
+    err.print(f"huvmctl: note: {text}", markup=False)
+
+
+def open_node(args: argparse.Namespace) -> client.Node:
+    node = client.open(args.backend, args.device, sim_config=args.sim_config, sim_fallback=args.sim_fallback)
+    if node.note:
+        note(node.note)
+    return node

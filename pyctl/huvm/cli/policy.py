@@ -1,0 +1,147 @@
+"""huvmctl policy show | set | preset | apply | diff | save | keys."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import policyfile, render
+from ..client import Node
+from ..policy import Policy, describe_keys, parse_assignments, preset_names
+from .common import open_node, out, print_json
+
+
+def _report(node: Node, before: Policy, after: Policy, args: argparse.Namespace, *, applied: bool) -> int:
+    info = node.info()
+    changes = before.diff(after, info)
+    if args.json:
+        print_json({"applied": applied, "generation": after.generation, "preset": after.preset_name,
+                    "changes": [{"key": k, "old": a, "new": b} for k, a, b in changes]})
+        return 0
+    out.print(render.diff_table(changes, "before", "after" if applied else "would be"))
+    if applied:
+        out.print(f"applied: generation {after.generation}, preset {after.preset_name}")
+    else:
+        out.print("dry run: nothing sent")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with open_node(args) as node:
+        info, policy = node.info(), node.get_policy()
+        if args.json:
+            print_json(policy.to_dict(info))
+        elif args.toml:
+            out.print(policyfile.dumps(policy, info), markup=False, end="")
+        else:
+            out.print(render.policy_table(policy, info))
+        return 0
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    with open_node(args) as node:
+        info = node.info()
+        settings = parse_assignments(args.assignments, info)
+        before, new = node.plan(settings, info=info)
+        after = new if args.dry_run else node.set_policy(new)
+        return _report(node, before, after, args, applied=not args.dry_run)
+
+
+def cmd_preset(args: argparse.Namespace) -> int:
+    with open_node(args) as node:
+        before, new = node.plan([], preset=args.name)
+        after = new if args.dry_run else node.set_policy(new)
+        return _report(node, before, after, args, applied=not args.dry_run)
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    with open_node(args) as node:
+        info = node.info()
+        pf = policyfile.load(args.file, info)
+        before, new = node.plan(pf.settings, preset=pf.preset, info=info)
+        after = new if args.dry_run else node.set_policy(new)
+        return _report(node, before, after, args, applied=not args.dry_run)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    args.dry_run = True
+    with open_node(args) as node:
+        info = node.info()
+        pf = policyfile.load(args.file, info)
+        before, new = node.plan(pf.settings, preset=pf.preset, info=info)
+        changes = before.diff(new, info)
+        if args.json:
+            print_json([{"key": k, "current": a, "file": b} for k, a, b in changes])
+        else:
+            out.print(render.diff_table(changes, "current", args.file))
+        return 0
+
+
+def cmd_save(args: argparse.Namespace) -> int:
+    with open_node(args) as node:
+        info = node.info()
+        policyfile.save(args.file, node.get_policy(), info)
+        out.print(f"wrote {args.file}")
+        return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    keys = describe_keys()
+    if args.json:
+        print_json(keys)
+        return 0
+    from rich.table import Table
+
+    t = Table(title="Policy keys (presets: " + ", ".join(preset_names()) + ")", title_justify="left")
+    for col in ("key", "type", "values", "meaning"):
+        t.add_column(col)
+    for k in keys:
+        if k["choices"]:
+            values = " | ".join(k["choices"])
+        elif k["kind"] == "bytes":
+            values = "size or unlimited" if k["unlimited"] else "size"
+        else:
+            values = f"{k['lo']}..{k['hi']}" if k["kind"] == "int" else "true|false"
+        t.add_row(k["key"], k["kind"], values, k["help"])
+    out.print(t)
+    return 0
+
+
+EXAMPLES = """examples:
+  huvmctl policy show
+  huvmctl policy set prefetch_chunks=16 prefetch_stride=2 peer_select=fewest-lent
+  huvmctl policy set gpu.0.role=harvester gpu.1.lend_limit=8GiB gpu.all.lend_reserve=1GiB
+  huvmctl policy preset huvm-atc22 --dry-run
+  huvmctl policy save current.toml && huvmctl policy diff tuned.toml && huvmctl policy apply tuned.toml
+"""
+
+
+def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("policy", help="show or change the policy",
+                       description="Show or change the policy. Every change is checked (unknown key, type, "
+                                   "range, contradictions) and validated by the policy core before it is "
+                                   "sent, then applied atomically by the module.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ps = p.add_subparsers(dest="policy_cmd", metavar="{show,set,preset,apply,diff,save,keys}", required=True)
+    q = ps.add_parser("show", parents=parents, help="the policy now in force")
+    q.add_argument("--toml", action="store_true", help="print as a policy file")
+    q.set_defaults(func=cmd_show)
+    q = ps.add_parser("set", parents=parents, help="set KEY=VALUE ... (see `policy keys`)")
+    q.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    q.add_argument("-n", "--dry-run", action="store_true", help="check and show the change, send nothing")
+    q.set_defaults(func=cmd_set)
+    q = ps.add_parser("preset", parents=parents, help="switch to a preset: " + ", ".join(preset_names()))
+    q.add_argument("name", metavar="NAME")
+    q.add_argument("-n", "--dry-run", action="store_true")
+    q.set_defaults(func=cmd_preset)
+    q = ps.add_parser("apply", parents=parents, help="apply a policy file (TOML)")
+    q.add_argument("file", metavar="FILE")
+    q.add_argument("-n", "--dry-run", action="store_true")
+    q.set_defaults(func=cmd_apply)
+    q = ps.add_parser("diff", parents=parents, help="what applying FILE would change")
+    q.add_argument("file", metavar="FILE")
+    q.set_defaults(func=cmd_diff)
+    q = ps.add_parser("save", parents=parents, help="write the current policy to FILE (TOML)")
+    q.add_argument("file", metavar="FILE")
+    q.set_defaults(func=cmd_save)
+    q = ps.add_parser("keys", parents=parents, help="list the settable keys")
+    q.set_defaults(func=cmd_keys)

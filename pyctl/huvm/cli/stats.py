@@ -1,0 +1,67 @@
+"""huvmctl stats [--watch SEC] [--count N] [--json] [--pairs] [--reset]."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from .. import render
+from .common import open_node, out, print_json, print_jsonl
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with open_node(args) as node:
+        if args.reset:
+            node.reset_stats()
+        snap = node.stats()
+        if args.watch is None:
+            if args.json:
+                print_json(snap.to_dict())
+            else:
+                out.print(render.stats_table(snap, all_fields=args.all))
+                if args.pairs and snap.pairs:
+                    out.print(render.pairs_table(snap))
+            return 0
+        if not args.json:
+            out.print(f"[dim]rates every {args.watch:g} s; Ctrl-C to end[/dim]")
+        n = 0
+        try:
+            while args.count is None or n < args.count:
+                time.sleep(args.watch)
+                new = node.stats()
+                delta = new.delta(snap)
+                if args.json:
+                    print_jsonl({"interval_s": delta.seconds, "timestamp_ns": new.timestamp_ns,
+                                 "gpus": [{"gpu": g.gpu, **r} for g, r in zip(delta.gpus, delta.rates(), strict=True)],
+                                 "totals": new.to_dict()["gpus"]})
+                else:
+                    out.print(render.stats_table(delta, rates=True, all_fields=args.all))
+                    if args.pairs and delta.pairs:
+                        out.print(render.pairs_table(delta))
+                snap = new
+                n += 1
+        except KeyboardInterrupt:
+            pass
+        return 0
+
+
+def _positive(text: str) -> float:
+    v = float(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
+    return v
+
+
+def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("stats", parents=parents, help="counters per GPU and per pair; rates with --watch",
+                       description="Counters per GPU (and per pair with --pairs). With --watch SEC, rates per "
+                                   "second every SEC seconds (JSON lines with --json).",
+                       epilog="examples:\n  huvmctl stats\n  huvmctl stats --pairs --all\n"
+                              "  huvmctl stats --watch 1 --count 10 --json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--watch", type=_positive, metavar="SEC", help="print rates every SEC seconds")
+    p.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N intervals")
+    p.add_argument("--pairs", action="store_true", help="also per GPU pair")
+    p.add_argument("--all", action="store_true", help="every counter, zeros included")
+    p.add_argument("--reset", action="store_true", help="reset the counters first (gauges stay)")
+    p.set_defaults(func=cmd_stats)

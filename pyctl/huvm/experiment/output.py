@@ -1,0 +1,77 @@
+"""Write an experiment's data: Parquet (zstd) and CSV per table, deterministic (no timestamps)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from .results import ExperimentResult, RunKey
+from .summary import policy_rows
+
+
+def _key_cols(k: RunKey) -> dict[str, Any]:
+    return {"run_id": k.run_id, "policy": k.policy,
+            "sweep_value": None if k.sweep_value is None else str(k.sweep_value), "repetition": k.repetition}
+
+
+def tables(res: ExperimentResult) -> dict[str, pa.Table]:
+    """results (one row per policy and sweep value), tenants, counters, traffic, samples."""
+    out: dict[str, list[dict[str, Any]]] = {"results": [], "tenants": [], "counters": [], "traffic": [],
+                                            "samples": []}
+    for row in policy_rows(res):
+        d = row.to_dict()
+        d["sweep_value"] = None if d["sweep_value"] is None else str(d["sweep_value"])
+        out["results"].append(d)
+    for r in res.runs:
+        for t in r.tenants:
+            out["tenants"].append({**_key_cols(r.key), "tenant": t.tenant, "gpu": t.gpu, "foreground": t.foreground,
+                                   "runtime_ns": t.runtime_ns, **t.values})
+        for c in r.counters:
+            out["counters"].append({**_key_cols(r.key), "scope": c.scope, "gpu": c.gpu, "peer": c.peer,
+                                    "metric": c.metric, "value": c.value})
+        for tr in r.traffic:
+            out["traffic"].append({**_key_cols(r.key), "path": tr.path, "src": tr.src, "dst": tr.dst,
+                                   "bytes": tr.bytes})
+        for s in r.samples:
+            out["samples"].append({**_key_cols(r.key), "t_ns": s.t_ns, "gpu": s.gpu, "own_bytes": s.own_bytes,
+                                   "guest_bytes": s.guest_bytes, "free_bytes": s.free_bytes,
+                                   "peer_bytes": s.peer_bytes, "host_bytes": s.host_bytes})
+    return {name: pa.Table.from_pylist(rows) if rows else pa.table({}) for name, rows in out.items()}
+
+
+def write(res: ExperimentResult, outdir: Path) -> list[Path]:
+    """Write every table as NAME.parquet and NAME.csv, plus summary.json; returns the paths."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    data = outdir / "data"
+    data.mkdir(exist_ok=True)
+    written: list[Path] = []
+    for name, table in tables(res).items():
+        if table.num_columns == 0:
+            continue
+        pq_path, csv_path = data / f"{name}.parquet", data / f"{name}.csv"
+        pq.write_table(table, pq_path, compression="zstd", write_statistics=False)
+        pacsv.write_csv(table, csv_path)
+        written += [pq_path, csv_path]
+    summary = outdir / "summary.json"
+    summary.write_text(json.dumps(summary_dict(res), indent=2, sort_keys=True) + "\n")
+    written.append(summary)
+    return written
+
+
+def summary_dict(res: ExperimentResult) -> dict[str, Any]:
+    return {"experiment": res.name, "node": res.node, "sweep_key": res.sweep_key,
+            "results": [r.to_dict() for r in policy_rows(res)], "notes": list(res.notes)}
+
+
+def read(outdir: Path, name: str) -> pa.Table:
+    return pq.read_table(outdir / "data" / f"{name}.parquet")
+
+
+def column(table: pa.Table, name: str) -> Sequence[Any]:
+    return table.column(name).to_pylist()  # type: ignore[no-any-return]

@@ -1,0 +1,104 @@
+"""What an experiment produces, as plain typed rows (the runner fills them, the writers consume them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """One simulated run: a policy (or "ideal"), a sweep value (None without a sweep), a repetition."""
+
+    policy: str
+    sweep_value: Any
+    repetition: int
+
+    @property
+    def run_id(self) -> str:
+        sweep = "" if self.sweep_value is None else f"@{self.sweep_value}"
+        return f"{self.policy}{sweep}#{self.repetition}"
+
+
+@dataclass(frozen=True)
+class TenantRow:
+    run: RunKey
+    tenant: str
+    gpu: int
+    foreground: bool
+    runtime_ns: int
+    values: dict[str, int]  # the simulator's per-tenant outcome fields (faults, stalls, ...)
+
+
+@dataclass(frozen=True)
+class TrafficRow:
+    run: RunKey
+    path: str  # host_to_gpu, gpu_to_host, gpu_to_gpu, remote_read
+    src: str  # "host" or GPU index as text
+    dst: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    run: RunKey
+    t_ns: int
+    gpu: int
+    own_bytes: int
+    guest_bytes: int
+    free_bytes: int
+    peer_bytes: int
+    host_bytes: int
+
+
+@dataclass(frozen=True)
+class CounterRow:
+    run: RunKey
+    scope: str  # gpu | pair
+    gpu: int  # GPU (owner for pairs)
+    peer: int  # holder for pairs, -1 for gpu scope
+    metric: str  # metric field (host_reason as host_reason.<reason>)
+    value: int
+
+
+@dataclass
+class RunResult:
+    key: RunKey
+    sim_time_ns: int
+    tenants: list[TenantRow] = field(default_factory=list)
+    traffic: list[TrafficRow] = field(default_factory=list)
+    samples: list[SampleRow] = field(default_factory=list)
+    counters: list[CounterRow] = field(default_factory=list)
+    policy_settings: dict[str, str] = field(default_factory=dict)
+
+    def foreground_runtime_ns(self) -> int:
+        """The run's figure of merit: the slowest foreground tenant's runtime (the makespan)."""
+        fg = [t.runtime_ns for t in self.tenants if t.foreground]
+        return max(fg) if fg else 0
+
+
+@dataclass
+class ExperimentResult:
+    name: str
+    description: str
+    node: str
+    sweep_key: str | None
+    runs: list[RunResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def run(self, policy: str, sweep_value: Any = None, repetition: int = 0) -> RunResult | None:
+        for r in self.runs:
+            if r.key == RunKey(policy, sweep_value, repetition):
+                return r
+        return None
+
+    def ideal(self, sweep_value: Any, repetition: int = 0) -> RunResult | None:
+        return self.run("ideal", sweep_value, repetition) or self.run("ideal", None, repetition)
+
+    @property
+    def policies(self) -> list[str]:
+        return list(dict.fromkeys(r.key.policy for r in self.runs))
+
+    @property
+    def sweep_values(self) -> list[Any]:
+        return list(dict.fromkeys(r.key.sweep_value for r in self.runs if r.key.policy != "ideal")) or [None]

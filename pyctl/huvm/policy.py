@@ -1,0 +1,422 @@
+"""The policy model: typed values, KEY=VALUE parsing, validation before sending, presets and diffs.
+
+A :class:`Policy` mirrors ``huvm_policy_t``: node-wide settings plus one :class:`GpuPolicy` per GPU UUID.
+Settings are written ``KEY=VALUE``: node keys (``prefetch_chunks=16``) and per-GPU keys
+``gpu.SEL.KEY`` where SEL is a GPU index, a UUID (``GPU-...``, a unique prefix works) or ``all``.
+
+Every setting is parsed and checked here (unknown key, wrong type, out of range, contradictory) and then
+validated by the policy core itself on a local mirror of the node (:mod:`huvm.mirror`) before anything is
+sent; the module applies a policy atomically, so nothing is ever half-applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from . import abi, header
+from .errors import PolicyError, PolicyFileError
+from .info import NodeInfo
+from .units import format_size, parse_size
+
+Kind = Literal["enum", "bool", "int", "bytes"]
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One settable key."""
+
+    name: str
+    kind: Kind
+    scope: Literal["node", "gpu"]
+    field: str  # struct field (huvm_policy_t or huvm_gpu_policy_t)
+    help: str
+    enum_prefix: str = ""
+    lo: int = 0
+    hi: int = 0xFFFFFFFF
+    unlimited: bool = False  # bytes: "unlimited" allowed (HUVM_UNLIMITED)
+
+    def choices(self) -> dict[str, int]:
+        """Display name -> value for enums."""
+        names = abi.enum_names(self.enum_prefix)
+        return {_display(n): v for v, n in sorted(names.items())}
+
+
+def _display(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _help(struct: str, fld: str) -> str:
+    for f in header.struct_fields()[struct]:
+        if f.name == fld:
+            return f.comment
+    return ""
+
+
+def _specs() -> dict[str, KeySpec]:
+    lib = abi.lib
+    node = "huvm_policy_t"
+    gpu = "huvm_gpu_policy_t"
+    specs = [
+        KeySpec("peer_select", "enum", "node", "peer_select", _help(node, "peer_select"), "HUVM_PEER_SELECT_"),
+        KeySpec("nvlink_only", "bool", "node", "nvlink_only", _help(node, "nvlink_only"), lo=0, hi=1),
+        KeySpec("peer_usage_max_pct", "int", "node", "peer_usage_max_pct", _help(node, "peer_usage_max_pct"),
+                lo=1, hi=100),
+        KeySpec("preevict_chunks", "int", "node", "preevict_chunks", _help(node, "preevict_chunks")),
+        KeySpec("preevict_batch", "int", "node", "preevict_batch", _help(node, "preevict_batch"), lo=1),
+        KeySpec("fetch_mode", "enum", "node", "fetch_mode", _help(node, "fetch_mode"), "HUVM_FETCH_"),
+        KeySpec("prefetch_mode", "enum", "node", "prefetch_mode", _help(node, "prefetch_mode"), "HUVM_PREFETCH_"),
+        KeySpec("prefetch_chunks", "int", "node", "prefetch_chunks", _help(node, "prefetch_chunks"),
+                lo=0, hi=lib.HUVM_PREFETCH_MAX_CHUNKS),
+        KeySpec("prefetch_stride", "int", "node", "prefetch_stride", _help(node, "prefetch_stride"),
+                lo=1, hi=lib.HUVM_PREFETCH_MAX_STRIDE),
+        KeySpec("hysteresis_ms", "int", "node", "hysteresis_ms", _help(node, "hysteresis_ms"),
+                lo=0, hi=lib.HUVM_HYSTERESIS_MAX_MS),
+        KeySpec("role", "enum", "gpu", "role", _help(gpu, "role"), "HUVM_ROLE_"),
+        KeySpec("lend_limit", "bytes", "gpu", "lend_limit_bytes", _help(gpu, "lend_limit_bytes"),
+                hi=(1 << 64) - 1, unlimited=True),
+        KeySpec("lend_reserve", "bytes", "gpu", "lend_reserve_bytes", _help(gpu, "lend_reserve_bytes"),
+                hi=(1 << 64) - 1),
+    ]
+    return {s.name: s for s in specs}
+
+
+KEYS: dict[str, KeySpec] = _specs()
+NODE_KEYS: tuple[str, ...] = tuple(k for k, s in KEYS.items() if s.scope == "node")
+GPU_KEYS: tuple[str, ...] = tuple(k for k, s in KEYS.items() if s.scope == "gpu")
+_ALIASES = {"lend_limit_bytes": "lend_limit", "lend_reserve_bytes": "lend_reserve"}
+
+
+def preset_names() -> dict[str, int]:
+    """Preset display name -> HUVM_PRESET_* (custom left out): stock, huvm-atc22, huvm."""
+    out: dict[str, int] = {}
+    for value, short in sorted(abi.enum_names("HUVM_PRESET_").items()):
+        if short == "custom":
+            continue
+        out[preset_name(value)] = value
+    return out
+
+
+def preset_name(value: int) -> str:
+    """The core's name for a preset value (huvm_preset_name), e.g. "huvm-atc22"."""
+    lib = abi.lib
+    if hasattr(lib, "huvm_preset_name"):
+        ptr = lib.huvm_preset_name(value)
+        if ptr != abi.ffi.NULL:
+            return abi.cstr(ptr)
+    short = abi.enum_names("HUVM_PRESET_").get(value, str(value))
+    return "huvm-" + short if short == "atc22" else _display(short)
+
+
+def preset_value(name: str) -> int:
+    names = preset_names()
+    key = name.strip().lower().replace("_", "-")
+    aliases = {"atc22": "huvm-atc22", "prototype": "huvm-atc22", "default": "huvm"}
+    key = aliases.get(key, key)
+    if key not in names:
+        raise PolicyError(f"unknown preset {name!r}; known: {', '.join(names)}", key="preset")
+    return names[key]
+
+
+# ---- the model -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuPolicy:
+    uuid: str
+    role: int
+    lend_limit_bytes: int
+    lend_reserve_bytes: int
+    flags: int = 0
+
+    @property
+    def role_name(self) -> str:
+        return _display(abi.enum_names("HUVM_ROLE_").get(self.role, str(self.role)))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A full policy as the module holds it (values are the raw ABI numbers)."""
+
+    generation: int
+    preset: int
+    peer_select: int
+    nvlink_only: int
+    peer_usage_max_pct: int
+    preevict_chunks: int
+    preevict_batch: int
+    fetch_mode: int
+    prefetch_mode: int
+    prefetch_chunks: int
+    prefetch_stride: int
+    hysteresis_ms: int
+    gpus: tuple[GpuPolicy, ...] = field(default=())
+
+    # -- conversion to/from the ABI struct --
+    @classmethod
+    def from_struct(cls, p: Any) -> Policy:
+        gpus = tuple(
+            GpuPolicy(abi.uuid_str(g.uuid), int(g.role), int(g.lend_limit_bytes), int(g.lend_reserve_bytes),
+                      int(g.flags))
+            for g in (p.gpus[i] for i in range(int(p.gpu_count)))
+        )
+        values: dict[str, Any] = {k: int(getattr(p, k)) for k in NODE_KEYS}
+        return cls(generation=int(p.generation), preset=int(p.preset), gpus=gpus, **values)
+
+    def to_struct(self, p: Any) -> None:
+        """Fill a huvm_policy_t cdata."""
+        p.generation = self.generation
+        p.preset = self.preset
+        for k in NODE_KEYS:
+            setattr(p, k, getattr(self, k))
+        p.gpu_count = len(self.gpus)
+        for i, g in enumerate(self.gpus):
+            e = p.gpus[i]
+            abi.ffi.memmove(e.uuid, abi.uuid_bytes(g.uuid), 16)
+            e.role, e.flags = g.role, g.flags
+            e.lend_limit_bytes, e.lend_reserve_bytes = g.lend_limit_bytes, g.lend_reserve_bytes
+
+    # -- views --
+    @property
+    def preset_name(self) -> str:
+        return preset_name(self.preset)
+
+    def gpu_by_uuid(self, uuid: str) -> GpuPolicy | None:
+        for g in self.gpus:
+            if g.uuid.lower() == uuid.lower():
+                return g
+        return None
+
+    def settings(self, info: NodeInfo | None = None) -> dict[str, str]:
+        """Flat KEY -> display value; GPUs by index when info knows them, else by UUID."""
+        out = {"preset": self.preset_name}
+        for k in NODE_KEYS:
+            out[k] = format_value(KEYS[k], getattr(self, k))
+        index = {g.uuid.lower(): g.index for g in info.gpus} if info else {}
+        for g in self.gpus:
+            sel = str(index.get(g.uuid.lower(), g.uuid))
+            for k in GPU_KEYS:
+                out[f"gpu.{sel}.{k}"] = format_value(KEYS[k], getattr(g, KEYS[k].field))
+        return out
+
+    def to_dict(self, info: NodeInfo | None = None) -> dict[str, Any]:
+        """JSON/TOML-friendly nested form (the policy file format)."""
+        d: dict[str, Any] = {"generation": self.generation, "preset": self.preset_name}
+        for k in NODE_KEYS:
+            d[k] = file_value(KEYS[k], getattr(self, k))
+        gpus: dict[str, Any] = {}
+        index = {g.uuid.lower(): g.index for g in info.gpus} if info else {}
+        for g in self.gpus:
+            entry: dict[str, Any] = {k: file_value(KEYS[k], getattr(g, KEYS[k].field)) for k in GPU_KEYS}
+            if g.uuid.lower() in index:
+                entry = {"index": index[g.uuid.lower()], **entry}
+            gpus[g.uuid] = entry
+        d["gpu"] = gpus
+        return d
+
+    def diff(self, other: Policy, info: NodeInfo | None = None) -> list[tuple[str, str, str]]:
+        """(key, self's value, other's value) for each key that differs (generation left out)."""
+        a, b = self.settings(info), other.settings(info)
+        return [(k, a.get(k, "-"), b.get(k, "-")) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+
+
+def format_value(spec: KeySpec, value: int) -> str:
+    if spec.kind == "enum":
+        return _display(abi.enum_names(spec.enum_prefix).get(value, str(value)))
+    if spec.kind == "bool":
+        return "true" if value else "false"
+    if spec.kind == "bytes":
+        return "unlimited" if spec.unlimited and value == abi.UNLIMITED else format_size(value)
+    return str(value)
+
+
+def file_value(spec: KeySpec, value: int) -> Any:
+    if spec.kind == "bool":
+        return bool(value)
+    if spec.kind == "int":
+        return value
+    return format_value(spec, value)
+
+
+# ---- settings ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a setting came from: a file and line, or the command line."""
+
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str  # canonical: "prefetch_chunks" or "gpu.<index>.role"
+    spec: KeySpec
+    gpu: int | None  # GPU index for per-GPU keys
+    value: int
+    text: str  # as written
+    origin: Origin = Origin()
+
+
+def _error(msg: str, key: str, origin: Origin | None) -> PolicyError:
+    if origin and origin.file:
+        return PolicyFileError(msg, file=origin.file, line=origin.line, key=key)
+    return PolicyError(f"{key}: {msg}", key=key)
+
+
+def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = None) -> int:
+    """Type-check and range-check one value (str from the command line, or a TOML value)."""
+    if spec.kind == "enum":
+        choices = spec.choices()
+        text = str(raw).strip().lower().replace("_", "-") if isinstance(raw, str) else None
+        if text is None or text not in choices:
+            raise _error(f"expected one of {', '.join(choices)}, got {raw!r}", key, origin)
+        return choices[text]
+    if spec.kind == "bool":
+        if isinstance(raw, bool):
+            return int(raw)
+        text = str(raw).strip().lower() if isinstance(raw, str) else None
+        if text in ("1", "true", "yes", "on"):
+            return 1
+        if text in ("0", "false", "no", "off"):
+            return 0
+        raise _error(f"expected a boolean (true/false), got {raw!r}", key, origin)
+    if spec.kind == "int":
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise _error(f"expected an integer, got {raw!r}", key, origin)
+        try:
+            value = int(raw.strip(), 0) if isinstance(raw, str) else raw
+        except ValueError:
+            raise _error(f"expected an integer, got {raw!r}", key, origin) from None
+    else:  # bytes
+        if isinstance(raw, str) and spec.unlimited and raw.strip().lower() in ("unlimited", "inf", "none"):
+            return abi.UNLIMITED
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise _error(f"expected a size (bytes, or e.g. \"8GiB\"), got {raw!r}", key, origin)
+        try:
+            value = parse_size(raw) if isinstance(raw, str) else raw
+        except ValueError as exc:
+            raise _error(str(exc), key, origin) from None
+    if not spec.lo <= value <= spec.hi:
+        raise _error(f"{value} is out of range [{spec.lo}, {spec.hi}]", key, origin)
+    return value
+
+
+def _gpu_indices(sel: str, info: NodeInfo, key: str, origin: Origin | None) -> list[int]:
+    if sel.lower() in ("all", "*"):
+        return [g.index for g in info.gpus]
+    try:
+        return [info.gpu(sel).index]
+    except KeyError as exc:
+        raise _error(f"unknown GPU {sel!r}: {exc.args[0]}", key, origin) from None
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    """"gpu.0.role" -> ("0", "role"); "gpu[GPU-ab].role" -> ("GPU-ab", "role"); "fetch_mode" -> (None, ...)."""
+    k = key.strip()
+    low = k.lower()
+    if low.startswith("gpu[") or low.startswith("gpus["):
+        close = k.find("]")
+        if close < 0:
+            return None, k
+        return k[k.find("[") + 1 : close], k[close + 1 :].lstrip(".")
+    for prefix in ("gpu.", "gpus."):
+        if low.startswith(prefix):
+            rest = k[len(prefix) :]
+            sel, _, name = rest.rpartition(".")
+            return (sel or None), name
+    return None, k
+
+
+def parse_setting(key: str, raw: object, info: NodeInfo, origin: Origin | None = None) -> list[Setting]:
+    """One KEY=VALUE into canonical settings (several for gpu.all.*)."""
+    sel, name = split_key(key)
+    name = name.strip().lower().replace("-", "_")
+    name = _ALIASES.get(name, name)
+    spec = KEYS.get(name)
+    if spec is None or (sel is None) != (spec.scope == "node"):
+        known = ", ".join([*NODE_KEYS, *(f"gpu.N.{k}" for k in GPU_KEYS)])
+        if spec is not None and sel is None:
+            raise _error(f"{name} is a per-GPU key: write gpu.N.{name} (N: index, UUID or all)", key, origin)
+        raise _error(f"unknown key (known: {known})", key, origin)
+    value = parse_value(spec, raw, key, origin)
+    text = str(raw)
+    o = origin or Origin()
+    if sel is None:
+        return [Setting(name, spec, None, value, text, o)]
+    return [Setting(f"gpu.{i}.{name}", spec, i, value, text, o) for i in _gpu_indices(sel, info, key, origin)]
+
+
+def parse_assignments(items: Sequence[str], info: NodeInfo) -> list[Setting]:
+    """Command-line KEY=VALUE words."""
+    out: list[Setting] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PolicyError(f"expected KEY=VALUE, got {item!r}")
+        out.extend(parse_setting(key, value.strip(), info))
+    return out
+
+
+def apply_settings(base: Policy, settings: Iterable[Setting], info: NodeInfo) -> Policy:
+    """The policy base with settings applied; refuses contradictions (a key set twice to different values,
+    a reserve at or above the GPU's memory, prefetching with zero chunks, a lender allowed to lend nothing).
+    The result's preset is left as base's; :func:`huvm.mirror.normalize` recomputes it."""
+    seen: dict[str, Setting] = {}
+    node: dict[str, Any] = {}
+    gpus = {g.uuid.lower(): g for g in base.gpus}
+    for s in settings:
+        prev = seen.get(s.key)
+        if prev is not None and prev.value != s.value:
+            where = f" (also set at line {prev.origin.line})" if prev.origin.line else ""
+            raise _error(f"contradictory: set to {prev.text!r} and {s.text!r}{where}", s.key, s.origin)
+        seen[s.key] = s
+        if s.gpu is None:
+            node[s.key] = s.value
+        else:
+            g = info.gpus[s.gpu]
+            entry = gpus.get(g.uuid.lower()) or GpuPolicy(g.uuid, abi.lib.HUVM_ROLE_NONE, abi.UNLIMITED, 0)
+            change: dict[str, Any] = {s.spec.field: s.value}
+            gpus[g.uuid.lower()] = replace(entry, **change)
+    new = replace(base, **node, gpus=tuple(gpus.values()))
+    check_consistency(new, info, seen)
+    return new
+
+
+def check_consistency(p: Policy, info: NodeInfo, seen: Mapping[str, Setting] | None = None) -> None:
+    """Cross-field checks with the setting to blame (from seen when known)."""
+    seen = seen or {}
+
+    def blame(*keys: str) -> tuple[str, Origin | None]:
+        for k in keys:
+            if k in seen:
+                return k, seen[k].origin
+        return keys[0], None
+
+    lib = abi.lib
+    if p.prefetch_mode != lib.HUVM_PREFETCH_OFF and p.prefetch_chunks == 0:
+        key, o = blame("prefetch_chunks", "prefetch_mode")
+        raise _error("contradictory: prefetch_mode is not off but prefetch_chunks is 0", key, o)
+    for g in info.gpus:
+        e = p.gpu_by_uuid(g.uuid)
+        if e is None:
+            continue
+        if e.lend_reserve_bytes > g.memory_bytes > 0:
+            key, o = blame(f"gpu.{g.index}.lend_reserve")
+            raise _error(f"contradictory: lend_reserve {format_size(e.lend_reserve_bytes)} is above the GPU's "
+                         f"memory ({format_size(g.memory_bytes)})", key, o)
+        lends = e.role in (lib.HUVM_ROLE_LENDER, lib.HUVM_ROLE_BOTH)
+        if lends and e.lend_limit_bytes == 0 and f"gpu.{g.index}.role" in seen:
+            key, o = blame(f"gpu.{g.index}.role", f"gpu.{g.index}.lend_limit")
+            raise _error("contradictory: a lender with lend_limit 0 can lend nothing", key, o)
+
+
+def describe_keys() -> list[dict[str, Any]]:
+    """For `huvmctl policy keys` and docs: every key with type, range/choices and help."""
+    out = []
+    for spec in KEYS.values():
+        d = asdict(spec)
+        d["key"] = spec.name if spec.scope == "node" else f"gpu.N.{spec.name}"
+        d["choices"] = list(spec.choices()) if spec.kind == "enum" else None
+        out.append(d)
+    return out

@@ -1,0 +1,132 @@
+"""Rich renderings of the library's objects for humans (the CLI prints these; --json prints to_dict)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from .info import NodeInfo
+from .metrics import GPU_METRICS, PAIR_METRICS
+from .policy import GPU_KEYS, KEYS, NODE_KEYS, Policy, format_value
+from .stats import StatsDelta, StatsSnapshot
+from .topology import Topology
+from .units import human_bytes
+
+
+def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapshot | None = None) -> Table:
+    t = Table(title="GPUs", title_justify="left")
+    for col in ("gpu", "uuid", "name", "memory", "free", "pcie MB/s"):
+        t.add_column(col, justify="right" if col in ("gpu", "memory", "free", "pcie MB/s") else "left")
+    if policy:
+        for col in ("role", "lend limit", "lend reserve"):
+            t.add_column(col)
+    if stats:
+        t.add_column("lent", justify="right")
+        t.add_column("harvested", justify="right")
+    for g in info.gpus:
+        row = [str(g.index), g.uuid, g.name, human_bytes(g.memory_bytes), human_bytes(g.free_bytes),
+               str(g.pcie_mbyte_per_s)]
+        if policy:
+            e = policy.gpu_by_uuid(g.uuid)
+            row += ([e.role_name, format_value(KEYS["lend_limit"], e.lend_limit_bytes),
+                     format_value(KEYS["lend_reserve"], e.lend_reserve_bytes)] if e else ["-", "-", "-"])
+        if stats:
+            c = next((x for x in stats.gpus if x.gpu == g.index), None)
+            row += ([human_bytes(c.scalar("lent_bytes")), human_bytes(c.scalar("harvested_bytes"))]
+                    if c else ["-", "-"])
+        t.add_row(*row)
+    return t
+
+
+def links_table(info: NodeInfo) -> Table:
+    """nvidia-smi topo -m style matrix."""
+    t = Table(title="Peer links (MB/s per direction)", title_justify="left")
+    t.add_column("")
+    for g in info.gpus:
+        t.add_column(f"GPU{g.index}", justify="center")
+    for a in info.gpus:
+        row = [f"GPU{a.index}"]
+        for b in info.gpus:
+            if a.index == b.index:
+                row.append("X")
+                continue
+            link = info.link(a.index, b.index)
+            row.append(f"{link.short} {link.mbyte_per_s}" if link else "-")
+        t.add_row(*row)
+    return t
+
+
+def topology_table(topo: Topology) -> Table:
+    t = Table(title="Topology", title_justify="left")
+    for col in ("gpu", "uuid", "name", "memory", "nvml", "pci bus", "pcie", "nvlinks"):
+        t.add_column(col)
+    for g in topo.gpus:
+        pcie = f"gen{g.pcie_gen} x{g.pcie_width}" if g.pcie_gen else "-"
+        active = sum(1 for lk in g.nvlinks if lk.active)
+        t.add_row(str(g.index), g.uuid, g.name, human_bytes(g.memory_bytes),
+                  "-" if g.nvml_index is None else str(g.nvml_index), g.pci_bus_id or "-", pcie,
+                  f"{active} active" if g.nvlinks else "-")
+    return t
+
+
+def policy_table(policy: Policy, info: NodeInfo | None = None) -> Table:
+    t = Table(title=f"Policy (preset {policy.preset_name}, generation {policy.generation})", title_justify="left")
+    t.add_column("key")
+    t.add_column("value")
+    t.add_column("meaning", style="dim")
+    for k in NODE_KEYS:
+        t.add_row(k, format_value(KEYS[k], getattr(policy, k)), KEYS[k].help)
+    index = {g.uuid.lower(): g.index for g in info.gpus} if info else {}
+    for e in policy.gpus:
+        sel = str(index.get(e.uuid.lower(), e.uuid))
+        for k in GPU_KEYS:
+            t.add_row(f"gpu.{sel}.{k}", format_value(KEYS[k], getattr(e, KEYS[k].field)),
+                      KEYS[k].help if sel == "0" else "")
+    return t
+
+
+def diff_table(changes: Sequence[tuple[str, str, str]], old: str = "current", new: str = "new") -> Table:
+    t = Table(title="Policy changes" if changes else "No changes", title_justify="left")
+    t.add_column("key")
+    t.add_column(old)
+    t.add_column(new)
+    for k, a, b in changes:
+        t.add_row(k, a, f"[bold]{b}[/bold]")
+    return t
+
+
+def stats_table(snap: StatsSnapshot | StatsDelta, *, rates: bool = False, all_fields: bool = False) -> Table:
+    """Per-GPU counters (or rates per second), one column per metric with a non-zero value."""
+    gpus = snap.gpus
+    rate_rows = snap.rates() if rates and isinstance(snap, StatsDelta) else None
+    metrics = [m for m in GPU_METRICS if all_fields or any(g.scalar(m.field) for g in gpus)]
+    if not metrics:
+        metrics = [m for m in GPU_METRICS if m.field in ("evict_to_peer", "evict_to_host", "faults")]
+    title = "Counters per second" if rate_rows is not None else "Counters"
+    t = Table(title=title, title_justify="left")
+    t.add_column("gpu", justify="right")
+    for m in metrics:
+        t.add_column(m.column + ("/s" if rate_rows is not None and m.kind == "counter" else ""), justify="right")
+    for i, g in enumerate(gpus):
+        row = [str(g.gpu)]
+        for m in metrics:
+            v: float = g.scalar(m.field)
+            if rate_rows is not None and m.kind == "counter":
+                v = rate_rows[i].get(m.field, 0.0)
+            row.append(human_bytes(v) if m.unit == "bytes" else (f"{v:.1f}" if isinstance(v, float) else str(v)))
+        t.add_row(*row)
+    return t
+
+
+def pairs_table(snap: StatsSnapshot | StatsDelta) -> Table:
+    t = Table(title="Per pair (owner's data on holder)", title_justify="left")
+    t.add_column("owner", justify="right")
+    t.add_column("holder", justify="right")
+    for m in PAIR_METRICS:
+        t.add_column(m.column, justify="right")
+    for p in snap.pairs:
+        t.add_row(str(p.owner), str(p.holder),
+                  *[human_bytes(p.values[m.field]) if m.unit == "bytes" else str(p.values[m.field])
+                    for m in PAIR_METRICS])
+    return t

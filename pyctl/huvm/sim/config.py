@@ -1,0 +1,310 @@
+"""Simulated node configurations: GPUs, the NVLink topology (``nvidia-smi topo -m`` style), PCIe, UVM costs.
+
+Presets (sources in docs/simulator.md, "Node presets"): ``aws-p3.8xlarge`` (the HUVM prototype's machine),
+``dgx-a100`` (= ``dgx-a100-40g``), ``dgx-a100-80g``, ``hgx-h100``, and ``ariadne-a5000`` (the single-GPU
+PCIe 4 machine of the ARIADNE measurements, for calibration). Bandwidths are MB/s (10^6 B/s) per direction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .errors import SimConfigError
+
+MIB = 1 << 20
+GIB = 1 << 30
+CHUNK_BYTES = 2 * MIB
+
+# Link types: the ABI's HUVM_LINK_* values.
+LINK_NONE, LINK_PCIE, LINK_NVLINK_1, LINK_NVLINK_2, LINK_NVLINK_3, LINK_NVLINK_4, LINK_C2C = range(7)
+NVLINK_GENERATIONS: dict[int, int] = {1: LINK_NVLINK_1, 2: LINK_NVLINK_2, 3: LINK_NVLINK_3, 4: LINK_NVLINK_4}
+#: topology labels without a direct NVLink: PIX/PXB (a PCIe switch: P2P possible) and the rest (no peer path).
+PCIE_P2P_LABELS = ("PIX", "PXB")
+NO_PEER_LABELS = ("PHB", "NODE", "SYS", "SOC")
+_NV_LABEL = re.compile(r"^NV(\d+)$")
+
+
+@dataclass(frozen=True)
+class Costs:
+    """UVM costs of the model (docs/simulator.md, "Constants", has each one's source)."""
+
+    fault_batch_ns: int = 20_000        # fixed cost per replayable fault batch
+    fault_service_ns: int = 25_000      # per faulted 2 MiB VA block (G10/UVMSmart far fault 45 us = 20 + 25)
+    populate_ns: int = 3_000            # first touch: zero-fill a 2 MiB chunk
+    pcie_latency_ns: int = 5_000        # G10 PCIe_latency_us
+    nvlink_latency_ns: int = 1_000      # assumption (no stored measurement)
+    fault_batch_max: int = 256          # uvm_perf_fault_batch_count
+    faults_per_chunk: int = 1           # fault entries per faulted chunk after coalescing
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_bytes: int
+    reserved_bytes: int = 512 * MIB     # CUDA context and driver (shared/research/dnn-traces.md: ~0.5 GB)
+    pcie_mbyte_per_s: int = 12_000
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One node. ``topology[a][b]`` is an ``nvidia-smi topo -m`` label: ``X`` on the diagonal, ``NV<n>`` for
+    n NVLink links, ``PIX``/``PXB`` (PCIe peer-to-peer through a switch), ``PHB``/``NODE``/``SYS`` (no peer
+    path). With ``nvswitch`` every GPU's NVLink traffic shares one port of ``nvswitch_links`` links."""
+
+    name: str
+    gpus: tuple[GpuSpec, ...]
+    topology: tuple[tuple[str, ...], ...]
+    nvlink_generation: int = 2
+    nvlink_mbyte_per_s_per_link: int = 25_000
+    nvswitch: bool = False
+    nvswitch_links: int = 0
+    host_memory_bytes: int = 0          # 0: unlimited
+    gpu_preset: str = "v100"            # roofline preset of huvm.traces (op times of loaded traces)
+    costs: Costs = field(default_factory=Costs)
+    source: str = ""
+
+    # ---- construction ----
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> NodeConfig:
+        """A preset by name (see :data:`PRESETS`), with dataclass fields replaced by ``overrides``."""
+        key = name.strip().lower()
+        key = PRESET_ALIASES.get(key, key)
+        if key not in PRESETS:
+            raise SimConfigError(f"unknown node preset {name!r}; known: {', '.join(preset_names())}",
+                                 field="preset")
+        cfg = PRESETS[key]
+        return replace(cfg, **overrides) if overrides else cfg
+
+    def with_gpu_memory(self, memory_bytes: int, reserved_bytes: int | None = None,
+                        gpus: Sequence[int] | None = None) -> NodeConfig:
+        """The same node with other GPU memory sizes (all GPUs, or those listed): for scaled-down runs."""
+        sel = set(range(len(self.gpus)) if gpus is None else gpus)
+        new = tuple(replace(g, memory_bytes=memory_bytes,
+                            reserved_bytes=g.reserved_bytes if reserved_bytes is None else reserved_bytes)
+                    if i in sel else g for i, g in enumerate(self.gpus))
+        return replace(self, gpus=new)
+
+    def with_costs(self, **costs: int) -> NodeConfig:
+        return replace(self, costs=replace(self.costs, **costs))
+
+    def subset(self, n: int) -> NodeConfig:
+        """The first n GPUs of the node."""
+        if not 1 <= n <= len(self.gpus):
+            raise SimConfigError(f"cannot take {n} of {len(self.gpus)} GPUs", field="gpus")
+        return replace(self, name=f"{self.name}[:{n}]", gpus=self.gpus[:n],
+                       topology=tuple(tuple(r[:n]) for r in self.topology[:n]))
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    def usable_bytes(self, gpu: int) -> int:
+        """Memory UVM can use on gpu (whole 2 MiB chunks)."""
+        g = self.gpus[gpu]
+        return (g.memory_bytes - g.reserved_bytes) // CHUNK_BYTES * CHUNK_BYTES
+
+    # ---- validation ----
+
+    def link(self, a: int, b: int) -> tuple[int, int, int]:
+        """(HUVM_LINK_* type, link count, MB/s per direction) between a and b per the topology."""
+        label = self.topology[a][b].strip().upper()
+        m = _NV_LABEL.match(label)
+        if m:
+            n = int(m.group(1))
+            return NVLINK_GENERATIONS[self.nvlink_generation], n, n * self.nvlink_mbyte_per_s_per_link
+        if label in PCIE_P2P_LABELS:
+            return LINK_PCIE, 0, min(self.gpus[a].pcie_mbyte_per_s, self.gpus[b].pcie_mbyte_per_s)
+        return LINK_NONE, 0, 0
+
+    def validate(self) -> None:
+        """Raise :class:`SimConfigError` naming the first refused field."""
+        n = len(self.gpus)
+        if not 1 <= n <= 16:
+            raise SimConfigError(f"{n} GPUs; a node has 1..16", field="gpus")
+        for i, g in enumerate(self.gpus):
+            if not isinstance(g.memory_bytes, int) or g.memory_bytes < CHUNK_BYTES or g.memory_bytes > 1 << 50:
+                raise SimConfigError(f"memory {g.memory_bytes!r} bytes is not in 2 MiB..1 PiB",
+                                     field=f"gpus[{i}].memory_bytes")
+            if not isinstance(g.reserved_bytes, int) or g.reserved_bytes < 0:
+                raise SimConfigError(f"reserve {g.reserved_bytes!r} bytes is negative",
+                                     field=f"gpus[{i}].reserved_bytes")
+            if g.memory_bytes - g.reserved_bytes < CHUNK_BYTES:
+                raise SimConfigError(f"reserve {g.reserved_bytes} bytes leaves less than one 2 MiB chunk of the "
+                                     f"GPU's {g.memory_bytes} bytes", field=f"gpus[{i}].reserved_bytes")
+            if not isinstance(g.pcie_mbyte_per_s, int) or not 0 < g.pcie_mbyte_per_s <= 1 << 24:
+                raise SimConfigError(f"PCIe bandwidth {g.pcie_mbyte_per_s!r} MB/s must be positive (<= 2^24)",
+                                     field=f"gpus[{i}].pcie_mbyte_per_s")
+        if self.nvlink_generation not in NVLINK_GENERATIONS:
+            raise SimConfigError(f"NVLink generation {self.nvlink_generation} is not 1..4",
+                                 field="nvlink_generation")
+        if not isinstance(self.nvlink_mbyte_per_s_per_link, int) or \
+                not 0 < self.nvlink_mbyte_per_s_per_link <= 1 << 24:
+            raise SimConfigError(f"NVLink bandwidth {self.nvlink_mbyte_per_s_per_link!r} MB/s per link must be "
+                                 "positive", field="nvlink_mbyte_per_s_per_link")
+        if len(self.topology) != n or any(len(r) != n for r in self.topology):
+            raise SimConfigError(f"the topology matrix must be {n}x{n}", field="topology")
+        for a in range(n):
+            for b in range(n):
+                label = str(self.topology[a][b]).strip().upper()
+                f = f"topology[{a}][{b}]"
+                if a == b:
+                    if label != "X":
+                        raise SimConfigError(f"the diagonal must be 'X', not {label!r}", field=f)
+                    continue
+                m = _NV_LABEL.match(label)
+                if m is None and label not in PCIE_P2P_LABELS + NO_PEER_LABELS:
+                    raise SimConfigError(f"unknown topology label {label!r} (NV<n>, PIX, PXB, PHB, NODE, SYS)",
+                                         field=f)
+                if m is not None and not 1 <= int(m.group(1)) <= 64:
+                    raise SimConfigError(f"{label}: link count must be 1..64", field=f)
+                if label != str(self.topology[b][a]).strip().upper():
+                    raise SimConfigError(f"{label!r} differs from topology[{b}][{a}] "
+                                         f"{self.topology[b][a]!r}", field=f)
+                if m is not None and int(m.group(1)) * self.nvlink_mbyte_per_s_per_link > 1 << 24:
+                    raise SimConfigError(f"{label}: link bandwidth too large", field=f)
+        if self.nvswitch and not 0 < self.nvswitch_links * self.nvlink_mbyte_per_s_per_link <= 1 << 24:
+            raise SimConfigError("an NVSwitch node needs nvswitch_links >= 1", field="nvswitch_links")
+        if not isinstance(self.host_memory_bytes, int) or self.host_memory_bytes < 0:
+            raise SimConfigError(f"host memory {self.host_memory_bytes!r} bytes is negative",
+                                 field="host_memory_bytes")
+        c = self.costs
+        for name in ("fault_batch_ns", "fault_service_ns", "populate_ns", "pcie_latency_ns", "nvlink_latency_ns"):
+            v = getattr(c, name)
+            if not isinstance(v, int) or not 0 <= v <= 1_000_000_000:
+                raise SimConfigError(f"{v!r} ns is not in 0..1 s", field=f"costs.{name}")
+        if not isinstance(c.fault_batch_max, int) or not 1 <= c.fault_batch_max <= 65536:
+            raise SimConfigError(f"{c.fault_batch_max!r} is not in 1..65536", field="costs.fault_batch_max")
+        if not isinstance(c.faults_per_chunk, int) or not 1 <= c.faults_per_chunk <= 512:
+            raise SimConfigError(f"{c.faults_per_chunk!r} is not in 1..512", field="costs.faults_per_chunk")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "gpus": [vars(g).copy() for g in self.gpus],
+            "topology": [list(r) for r in self.topology],
+            "nvlink_generation": self.nvlink_generation,
+            "nvlink_mbyte_per_s_per_link": self.nvlink_mbyte_per_s_per_link,
+            "nvswitch": self.nvswitch,
+            "nvswitch_links": self.nvswitch_links,
+            "host_memory_bytes": self.host_memory_bytes,
+            "gpu_preset": self.gpu_preset,
+            "costs": vars(self.costs).copy(),
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> NodeConfig:
+        """Build from a mapping (a TOML table): ``preset`` plus overrides, or every field."""
+        d = dict(d)
+        base = cls.preset(str(d.pop("preset"))) if "preset" in d else None
+        known = set(cls.__dataclass_fields__)
+        for k in d:
+            if k not in known and k not in ("gpu_memory_bytes", "gpu_reserved_bytes", "gpu_count"):
+                raise SimConfigError(f"unknown node key {k!r}", field=k)
+        gpus = d.pop("gpus", None)
+        costs = d.pop("costs", None)
+        mem = d.pop("gpu_memory_bytes", None)
+        res = d.pop("gpu_reserved_bytes", None)
+        count = d.pop("gpu_count", None)
+        if "topology" in d:
+            d["topology"] = tuple(tuple(str(x) for x in r) for r in d["topology"])
+        if base is None:
+            if gpus is None or "topology" not in d or "name" not in d:
+                raise SimConfigError("a node needs 'preset', or 'name', 'gpus' and 'topology'", field="preset")
+            cfg = cls(gpus=(), **d)
+        else:
+            cfg = replace(base, **d)
+        if gpus is not None:
+            try:
+                cfg = replace(cfg, gpus=tuple(GpuSpec(**g) for g in gpus))
+            except TypeError as exc:
+                raise SimConfigError(str(exc), field="gpus") from None
+        if costs is not None:
+            try:
+                cfg = replace(cfg, costs=replace(cfg.costs, **costs))
+            except TypeError as exc:
+                raise SimConfigError(str(exc), field="costs") from None
+        if count is not None:
+            cfg = cfg.subset(int(count))
+        if mem is not None:
+            cfg = cfg.with_gpu_memory(int(mem), None if res is None else int(res))
+        cfg.validate()
+        return cfg
+
+
+def _matrix(rows: str) -> tuple[tuple[str, ...], ...]:
+    """Parse the GPU part of ``nvidia-smi topo -m`` (header line first, one row per GPU)."""
+    lines = [ln.split() for ln in rows.strip().splitlines()]
+    n = len(lines) - 1
+    return tuple(tuple(ln[1:1 + n]) for ln in lines[1:])
+
+
+def parse_topo(text: str) -> tuple[tuple[str, ...], ...]:
+    """The GPU-to-GPU block of ``nvidia-smi topo -m`` output (other columns and legend ignored)."""
+    rows = [ln.split() for ln in text.strip().splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
+    n = len(rows)
+    if n == 0:
+        raise SimConfigError("no 'GPU<n>' rows in the topology text", field="topology")
+    mat = tuple(tuple(r[1:1 + n]) for r in rows)
+    if any(len(r) != n for r in mat):
+        raise SimConfigError("a GPU row is shorter than the GPU count", field="topology")
+    return mat
+
+
+def _uniform(n: int, label: str) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple("X" if a == b else label for b in range(n)) for a in range(n))
+
+
+# anchors-mission.md section 1.2: GPU0-GPU3, GPU1-GPU2, GPU2-GPU3 NV2; the other pairs NV1.
+_P3_TOPO = _matrix("""
+      GPU0 GPU1 GPU2 GPU3
+GPU0  X    NV1  NV1  NV2
+GPU1  NV1  X    NV2  NV1
+GPU2  NV1  NV2  X    NV2
+GPU3  NV2  NV1  NV2  X
+""")
+
+PRESETS: dict[str, NodeConfig] = {
+    "aws-p3.8xlarge": NodeConfig(
+        name="aws-p3.8xlarge",
+        gpus=tuple(GpuSpec(f"Tesla V100-SXM2-16GB #{i}", 16 * GIB, 512 * MIB, 12_000) for i in range(4)),
+        topology=_P3_TOPO, nvlink_generation=2, nvlink_mbyte_per_s_per_link=25_000,
+        host_memory_bytes=244 * 10**9, gpu_preset="v100",
+        source="HUVM artifact docs/README.md (4x V100 16 GB, NVLink 2, PCIe 3, 244 GB); NVLink 2 25 GB/s per "
+               "link per direction; PCIe 3 x16 ~12 GB/s effective (15.754 theoretical)"),
+    "dgx-a100-40g": NodeConfig(
+        name="dgx-a100-40g",
+        gpus=tuple(GpuSpec(f"A100-SXM4-40GB #{i}", 40 * GIB, 512 * MIB, 24_000) for i in range(8)),
+        topology=_uniform(8, "NV12"), nvlink_generation=3, nvlink_mbyte_per_s_per_link=25_000,
+        nvswitch=True, nvswitch_links=12, host_memory_bytes=1024 * GIB, gpu_preset="a100",
+        source="DGX A100: NVSwitch, 12 NVLink 3 links x 25 GB/s = 300 GB/s per direction per GPU; PCIe 4 "
+               "x16 (31.5 theoretical, 24 effective assumed: PCIe 3's 76 % efficiency); 1 TB host"),
+    "dgx-a100-80g": NodeConfig(
+        name="dgx-a100-80g",
+        gpus=tuple(GpuSpec(f"A100-SXM4-80GB #{i}", 80 * GIB, 512 * MIB, 24_000) for i in range(8)),
+        topology=_uniform(8, "NV12"), nvlink_generation=3, nvlink_mbyte_per_s_per_link=25_000,
+        nvswitch=True, nvswitch_links=12, host_memory_bytes=2048 * GIB, gpu_preset="a100",
+        source="as dgx-a100-40g with 80 GB GPUs and 2 TB host"),
+    "hgx-h100": NodeConfig(
+        name="hgx-h100",
+        gpus=tuple(GpuSpec(f"H100-SXM5-80GB #{i}", 80 * GIB, 512 * MIB, 48_000) for i in range(8)),
+        topology=_uniform(8, "NV18"), nvlink_generation=4, nvlink_mbyte_per_s_per_link=21_111,
+        nvswitch=True, nvswitch_links=18, host_memory_bytes=2048 * GIB, gpu_preset="h100",
+        source="HGX H100: NVSwitch, 18 NVLink 4 links = 450 GB/s per direction line rate, 380 GB/s measured "
+               "(NVIDIA/nccl#1264) = 18 x 21.1 GB/s; PCIe 5 x16 (63 theoretical, 48 effective assumed)"),
+    "ariadne-a5000": NodeConfig(
+        name="ariadne-a5000",
+        gpus=(GpuSpec("RTX A5000", 24 * GIB, 512 * MIB, 24_000),),
+        topology=(("X",),), nvlink_generation=3, gpu_preset="a100",
+        source="ARIADNE's platform: RTX A5000 24 GB, PCIe 4 (24 GB/s effective assumed), driver 535.86"),
+}
+PRESET_ALIASES: dict[str, str] = {"dgx-a100": "dgx-a100-40g", "p3.8xlarge": "aws-p3.8xlarge",
+                                  "hgx-h100-80g": "hgx-h100"}
+
+
+def preset_names() -> list[str]:
+    return sorted(set(PRESETS) | set(PRESET_ALIASES))

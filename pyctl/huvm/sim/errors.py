@@ -1,0 +1,39 @@
+"""Errors of the simulated node, all :mod:`huvm.errors` types (so the CLI reports them uniformly).
+
+* :class:`SimConfigError` -- a node configuration, tenant or trace is refused; ``field`` names it
+  (``gpus[2].reserved_bytes``, ``topology[0][3]``, ``tenants[1].touch_chunk``) and ``record`` the offending
+  record (op, touch or chunk index) when there is one. It is also a :class:`ValueError`.
+* :class:`SimRunError` -- the run itself failed (a cudaMalloc that cannot fit, host memory exhausted).
+* :class:`SimUnavailable` -- the C extension was built without the simulator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import HuvmError, InvalidValue
+
+
+class SimConfigError(InvalidValue, ValueError):
+    """A refused simulator input; ``field`` names it, ``record`` is the offending record index or None."""
+
+    def __init__(self, message: str, *, field: str, record: int | None = None, **kw: Any) -> None:
+        super().__init__(f"{field}: {message}" if field and not message.startswith(field) else message,
+                         field=field, **kw)
+        self.record = record
+
+
+class SimTraceError(SimConfigError):
+    """A tenant's trace is inconsistent (a touch of a missing chunk, offsets out of order, ...)."""
+
+
+class SimRunError(HuvmError):
+    """The simulation stopped with an error (``field`` says what ran out)."""
+
+    def __init__(self, message: str, *, field: str | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.field = field
+
+
+class SimUnavailable(HuvmError):
+    """huvm._huvm_cffi has no simulator (built before driver/sim existed): rebuild the extension."""

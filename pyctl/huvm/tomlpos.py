@@ -1,0 +1,66 @@
+"""Line numbers for TOML keys (tomllib gives values only), and TOML syntax errors as ConfigError."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+_HEADER_RE = re.compile(r"^\s*\[\[?\s*(?P<name>[^\]]+?)\s*\]\]?\s*(#.*)?$")
+_PART = r"(\"[^\"]*\"|'[^']*'|[A-Za-z0-9_\-]+)"
+_KEY_RE = re.compile(rf"^\s*(?P<key>{_PART}(\s*\.\s*{_PART})*)\s*=")
+
+
+def _split_dotted(text: str) -> tuple[str, ...]:
+    parts = re.findall(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_\-]+)", text)
+    return tuple(a or b or c for a, b, c in parts)
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Full dotted path of each key (and table header) -> 1-based line where it is written."""
+    out: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    for no, line in enumerate(text.splitlines(), 1):
+        h = _HEADER_RE.match(line)
+        if h:
+            table = _split_dotted(h.group("name"))
+            out.setdefault(table, no)
+            continue
+        k = _KEY_RE.match(line)
+        if k:
+            out.setdefault(table + _split_dotted(k.group("key")), no)
+    return out
+
+
+class TomlDoc:
+    """A parsed TOML file that can say where each key is."""
+
+    def __init__(self, path: str | Path, text: str | None = None, *,
+                 error_cls: type[ConfigError] = ConfigError) -> None:
+        self.path = str(path)
+        self.error_cls = error_cls
+        try:
+            self.text = Path(path).read_text(encoding="utf-8") if text is None else text
+        except OSError as exc:
+            raise error_cls(exc.strerror or str(exc), file=self.path) from None
+        try:
+            self.data: dict[str, Any] = tomllib.loads(self.text)
+        except tomllib.TOMLDecodeError as exc:
+            m = re.search(r"line (\d+)", str(exc))
+            raise error_cls(f"TOML syntax: {exc}", file=self.path, line=int(m.group(1)) if m else None) from None
+        self._lines = key_lines(self.text)
+
+    def line(self, *path: str) -> int | None:
+        """Line of the key at path, else of the nearest enclosing table."""
+        p = tuple(path)
+        while p:
+            if p in self._lines:
+                return self._lines[p]
+            p = p[:-1]
+        return None
+
+    def error(self, message: str, *path: str) -> ConfigError:
+        return self.error_cls(message, file=self.path, line=self.line(*path), key=".".join(path) or None)

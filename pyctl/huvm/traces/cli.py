@@ -1,0 +1,104 @@
+"""Thin CLI layer: ``huvmctl trace gen|info`` (wired by huvm.cli) and ``python -m huvm.traces``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .gen import BUNDLED, LARGE, generate, generate_set, info
+from .schema import TraceFormatError
+from .trace import TraceInfo
+
+
+def add_gen_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``trace gen MODEL OUT``."""
+    p.add_argument("model", help="gpt2-xl, llama-7b, llama-13b, bert-large, resnet152, ... | pagerank, bfs, "
+                                 "wcc | lender-idle, lender-steady, lender-rising")
+    p.add_argument("out", type=Path, help="output trace directory (NAME.trace)")
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--seq", type=int, default=None, help="sequence length (transformers) or image side (CNNs)")
+    p.add_argument("--amp", choices=["bf16", "fp16"], default=None, help="emulated autocast dtype")
+    p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "adamw-loop", "sgd"])
+    p.add_argument("--graph", default=None, help="graph for pagerank/bfs/wcc: tiny, small, twitter")
+    p.add_argument("--mem-gib", type=float, default=16.0, help="lender GPU memory")
+    p.add_argument("--seconds", type=float, default=60.0, help="lender trace length")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def cli_gen(ns: argparse.Namespace) -> int:
+    path = generate(ns.model, ns.out, batch=ns.batch, seq=ns.seq, amp=ns.amp or False, checkpoint=ns.checkpoint,
+                    optimizer=ns.optimizer, progress=not ns.no_progress, graph=ns.graph, mem_gib=ns.mem_gib,
+                    seconds=ns.seconds)
+    print_info(info(path))
+    return 0
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def cli_info(path: Path | str) -> dict[str, Any]:
+    """Summary of a trace as a plain dict (raises TraceFormatError when malformed)."""
+    return info(path).to_dict()
+
+
+def print_info(i: TraceInfo) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{i.path}", show_header=False)
+    rows = [
+        ("kind / model", f"{i.kind} / {i.model}"),
+        ("size on disk", f"{i.size_bytes / 1e3:.1f} KB"),
+        ("ops / storages / accesses", f"{i.n_ops} / {i.n_storages} / {i.n_accesses}"),
+        ("chunk touches / chunks", f"{i.n_touches} / {i.n_chunks} (2 MiB)"),
+        ("peak live", f"{_gb(i.peak_live_bytes)} at op {i.peak_op} ({i.peak_phase})"),
+        ("reserved (footprint)", _gb(i.reserved_bytes)),
+        ("static (param+grad+opt)", _gb(i.static_bytes)),
+        ("params", f"{i.params:,}"),
+        ("FLOPs", f"{i.flops / 1e12:.2f} TFLOP"),
+        ("est. time", ", ".join(f"{k.upper()} {v:.3f} s" for k, v in i.est_time_s.items())),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    Console().print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m huvm.traces")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    add_gen_arguments(sub.add_parser("gen", help="generate one trace"))
+    pi = sub.add_parser("info", help="summarise a trace")
+    pi.add_argument("path", type=Path)
+    pi.add_argument("--json", action="store_true")
+    for name in ("large", "bundled"):
+        ps = sub.add_parser(name, help=f"generate the {name} set")
+        ps.add_argument("outdir", type=Path)
+        ps.add_argument("--only", nargs="*", default=None)
+        ps.add_argument("--no-progress", action="store_true")
+    ns = ap.parse_args(argv)
+    try:
+        if ns.cmd == "gen":
+            return cli_gen(ns)
+        if ns.cmd == "info":
+            i = info(ns.path)
+            if ns.json:
+                print(json.dumps(i.to_dict(), indent=2, sort_keys=True))
+            else:
+                print_info(i)
+            return 0
+        specs = LARGE if ns.cmd == "large" else BUNDLED
+        total = 0.0
+        for name, secs, i in generate_set(specs, ns.outdir, progress=not ns.no_progress, only=ns.only):
+            total += secs
+            print(f"{name:22s} {secs:7.1f} s  {i.size_bytes / 1e3:9.1f} KB  peak {_gb(i.peak_live_bytes):>10s}"
+                  f"  chunks {i.n_chunks:7d}  touches {i.n_touches:8d}  ops {i.n_ops:6d}", flush=True)
+        print(f"total {total:.1f} s")
+        return 0
+    except TraceFormatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

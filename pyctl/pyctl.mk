@@ -1,0 +1,26 @@
+# pyctl: the huvm Python package (control plane, huvmctl, experiments, exporter).
+#
+#   make demo      run the shipped consolidation experiment on the simulated node into out/demo
+#   make py-test   pytest over tests/python
+#   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top
+
+.PHONY: py-test lint demo-experiment
+
+PYTEST_ARGS ?=
+DEMO_FILE   ?= $(ROOT)/pyctl/huvm/examples/consolidation.toml
+DEMO_OUT    ?= $(ROOT)/out/demo
+LINT_CONFIG := $(ROOT)/pyctl/pyproject.toml
+
+py-test: | venv
+	@cd $(ROOT) && $(PY) -m pytest -q -p no:cacheprovider tests/python $(PYTEST_ARGS)
+
+lint: | venv
+	@cd $(ROOT) && $(VENV)/bin/ruff check --no-cache --config $(LINT_CONFIG) pyctl/huvm tui/huvm_top
+	@cd $(ROOT) && $(PY) -m mypy --no-incremental --cache-dir=/dev/null --config-file $(LINT_CONFIG) \
+		pyctl/huvm tui/huvm_top
+
+demo-experiment: | venv
+	@cd $(ROOT) && $(VENV)/bin/huvmctl experiment run $(DEMO_FILE) --out $(DEMO_OUT)
+
+test: py-test lint
+demo: demo-experiment

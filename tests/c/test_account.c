@@ -1,0 +1,211 @@
+/*
+ * huvm: tests of the accounting (huvm_account.c): counters, gauges, conservation, trace events.
+ * SPDX-License-Identifier: MIT
+ */
+#include "huvm_test.h"
+
+static huvm_core_t core;
+
+/* lent/harvested gauges equal the sums of held_bytes. */
+static int conserved(const huvm_core_t *c)
+{
+    uint32_t a, b;
+
+    for (a = 0; a < HUVM_MAX_GPUS; a++) {
+        uint64_t lent = 0, harvested = 0;
+
+        for (b = 0; b < HUVM_MAX_GPUS; b++) {
+            lent += c->pairs[b][a].held_bytes;
+            harvested += c->pairs[a][b].held_bytes;
+        }
+        if (lent != c->counters[a].lent_bytes || harvested != c->counters[a].harvested_bytes)
+            return 0;
+        if (c->counters[a].lent_peak_bytes < c->counters[a].lent_bytes)
+            return 0;
+    }
+    return 1;
+}
+
+static const huvm_test_event_t *last_event(void)
+{
+    return huvm_test_event_count ? &huvm_test_events[huvm_test_event_count - 1] : NULL;
+}
+
+TEST(account_evict_peer_and_host)
+{
+    const huvm_test_event_t *e;
+
+    fx_node(&core, 4, 16 * GIB, HUVM_PRESET_HUVM);
+    huvm_account_evict(&core, 0, 2, HUVM_REASON_PEER, 0, CHUNK, 0x200000);
+    CHECK_EQ(core.counters[0].evict_to_peer, 1);
+    CHECK_EQ(core.counters[0].bytes_to_peer, CHUNK);
+    CHECK_EQ(core.counters[2].bytes_from_peer, CHUNK);
+    CHECK_EQ(core.pairs[0][2].evict_chunks, 1);
+    CHECK_EQ(core.pairs[0][2].held_bytes, CHUNK);
+    CHECK_EQ(core.counters[2].lent_bytes, CHUNK);
+    CHECK_EQ(core.counters[2].lent_peak_bytes, CHUNK);
+    CHECK_EQ(core.counters[0].harvested_bytes, CHUNK);
+    CHECK_EQ(core.rr_next[0], 3);
+    e = last_event();
+    CHECK(e && strcmp(e->name, "evict") == 0);
+    CHECK_EQ(e->gpu, 0);
+    CHECK_EQ(e->peer, 2);
+    CHECK_EQ(e->reason, HUVM_REASON_PEER);
+    CHECK_EQ(e->bytes, CHUNK);
+    CHECK_EQ(e->va, 0x200000);
+
+    huvm_account_evict(&core, 1, HUVM_DEST_HOST, HUVM_REASON_PEER_FULL, 0, CHUNK, 0);
+    CHECK_EQ(core.counters[1].evict_to_host, 1);
+    CHECK_EQ(core.counters[1].host_reason[HUVM_REASON_PEER_FULL], 1);
+    CHECK_EQ(core.counters[1].bytes_to_host, CHUNK);
+    e = last_event();
+    CHECK_EQ(e->peer, HUVM_DEST_HOST);
+    CHECK_EQ(e->reason, HUVM_REASON_PEER_FULL);
+
+    /* pre-eviction: its own event name, both counters */
+    huvm_account_evict(&core, 1, 3, HUVM_REASON_PEER, HUVM_EVICT_FLAG_PREEVICT, CHUNK, 0);
+    huvm_account_evict(&core, 1, HUVM_DEST_HOST, HUVM_REASON_NO_PEER, HUVM_EVICT_FLAG_PREEVICT, CHUNK, 0);
+    CHECK_EQ(core.counters[1].preevict_to_peer, 1);
+    CHECK_EQ(core.counters[1].preevict_to_host, 1);
+    CHECK_EQ(core.counters[1].evict_to_peer, 1);
+    CHECK_EQ(core.counters[1].evict_to_host, 2);
+    CHECK_EQ(huvm_test_trace_count("preevict"), 2);
+    CHECK_EQ(huvm_test_trace_count("evict"), 2);
+    CHECK(conserved(&core));
+}
+
+TEST(account_fetch_giveback_conservation)
+{
+    const huvm_test_event_t *e;
+
+    fx_node(&core, 4, 16 * GIB, HUVM_PRESET_HUVM);
+    huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, 3 * CHUNK, 0);
+    huvm_account_evict(&core, 2, 1, HUVM_REASON_PEER, 0, 2 * CHUNK, 0);
+    CHECK_EQ(core.counters[1].lent_bytes, 5 * CHUNK);
+    CHECK_EQ(core.counters[1].lent_peak_bytes, 5 * CHUNK);
+    CHECK_EQ(core.counters[0].evict_to_peer, 3);
+
+    huvm_account_fetch(&core, 0, 1, 0, CHUNK, 0x1000);
+    CHECK_EQ(core.counters[0].fetch_from_peer, 1);
+    CHECK_EQ(core.pairs[0][1].fetch_chunks, 1);
+    CHECK_EQ(core.pairs[0][1].held_bytes, 2 * CHUNK);
+    CHECK_EQ(core.counters[1].bytes_to_peer, CHUNK);
+    CHECK_EQ(core.counters[0].bytes_from_peer, CHUNK);
+    e = last_event();
+    CHECK(strcmp(e->name, "fetch") == 0);
+    CHECK_EQ(e->reason, 0);
+    CHECK(conserved(&core));
+
+    huvm_account_fetch(&core, 0, 1, 1, CHUNK, 0);          /* remote map: data stays */
+    CHECK_EQ(core.counters[0].remote_map, 1);
+    CHECK_EQ(core.pairs[0][1].held_bytes, 2 * CHUNK);
+    CHECK_EQ(last_event()->reason, 1);
+    huvm_account_fetch(&core, 0, HUVM_DEST_HOST, 1, CHUNK, 0);  /* from host: remote_map ignored */
+    CHECK_EQ(core.counters[0].fetch_from_host, 1);
+    CHECK_EQ(core.counters[0].bytes_from_host, CHUNK);
+    CHECK_EQ(last_event()->reason, 0);
+
+    huvm_account_giveback(&core, 1, 2, CHUNK, 0x3000);
+    CHECK_EQ(core.counters[1].giveback, 1);
+    CHECK_EQ(core.pairs[2][1].giveback_chunks, 1);
+    CHECK_EQ(core.pairs[2][1].held_bytes, CHUNK);
+    CHECK_EQ(core.counters[1].bytes_to_host, CHUNK);
+    e = last_event();
+    CHECK(strcmp(e->name, "giveback") == 0);
+    CHECK_EQ(e->gpu, 1);
+    CHECK_EQ(e->peer, 2);
+    CHECK_EQ(e->reason, HUVM_REASON_GIVEBACK);
+    CHECK(conserved(&core));
+
+    /* more than held: gauges saturate at zero, and stay conserved */
+    huvm_account_giveback(&core, 1, 2, 10 * CHUNK, 0);
+    CHECK_EQ(core.pairs[2][1].held_bytes, 0);
+    CHECK_EQ(core.counters[2].harvested_bytes, 0);
+    CHECK_EQ(core.counters[1].lent_bytes, 2 * CHUNK);
+    CHECK(conserved(&core));
+    huvm_account_fetch(&core, 0, 1, 0, 7 * CHUNK, 0);
+    CHECK_EQ(core.counters[1].lent_bytes, 0);
+    CHECK_EQ(core.counters[1].lent_peak_bytes, 5 * CHUNK);
+    CHECK(conserved(&core));
+}
+
+TEST(account_prefetch_faults_policy)
+{
+    const huvm_test_event_t *e;
+
+    fx_node(&core, 3, 16 * GIB, HUVM_PRESET_HUVM);
+    huvm_account_prefetch(&core, 0, 0, 2 * CHUNK, 0);
+    CHECK_EQ(core.counters[0].prefetch_local, 2);
+    CHECK_EQ(core.counters[0].bytes_from_host, 2 * CHUNK);
+    huvm_account_prefetch(&core, 0, 2, CHUNK, 0);
+    CHECK_EQ(core.counters[0].prefetch_to_peer, 1);
+    CHECK_EQ(core.pairs[0][2].prefetch_chunks, 1);
+    CHECK_EQ(core.pairs[0][2].held_bytes, CHUNK);
+    CHECK_EQ(core.counters[2].bytes_from_host, CHUNK);
+    CHECK(conserved(&core));
+    CHECK_EQ(huvm_test_trace_count("prefetch"), 2);
+    huvm_account_faults(&core, 1, 200);
+    huvm_account_faults(&core, 1, 56);
+    CHECK_EQ(core.counters[1].faults, 256);
+    CHECK_EQ(core.counters[1].fault_batches, 2);
+    huvm_account_policy(&core);
+    e = last_event();
+    CHECK(strcmp(e->name, "policy") == 0);
+    CHECK_EQ(e->reason, core.policy.preset);
+    CHECK_EQ(e->bytes, core.policy.generation);
+    CHECK_EQ(e->gpu, HUVM_DEST_HOST);
+}
+
+TEST(account_reset_keeps_gauges)
+{
+    uint32_t g, i;
+
+    fx_node(&core, 3, 16 * GIB, HUVM_PRESET_HUVM);
+    huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, 4 * CHUNK, 0);
+    huvm_account_fetch(&core, 0, 1, 0, 2 * CHUNK, 0);
+    huvm_account_evict(&core, 2, HUVM_DEST_HOST, HUVM_REASON_NO_PEER, 0, CHUNK, 0);
+    huvm_account_faults(&core, 2, 5);
+    huvm_account_reset(&core, 0);                           /* no flag: nothing */
+    CHECK_EQ(core.counters[0].evict_to_peer, 4);
+    huvm_account_reset(&core, HUVM_RESET_COUNTERS);
+    for (g = 0; g < 3; g++) {
+        CHECK_EQ(core.counters[g].evict_to_peer + core.counters[g].evict_to_host + core.counters[g].faults +
+                 core.counters[g].fetch_from_peer + core.counters[g].bytes_to_peer, 0);
+        for (i = 0; i < HUVM_REASON_COUNT; i++)
+            CHECK_EQ(core.counters[g].host_reason[i], 0);
+    }
+    CHECK_EQ(core.pairs[0][1].evict_chunks, 0);
+    CHECK_EQ(core.pairs[0][1].fetch_chunks, 0);
+    CHECK_EQ(core.pairs[0][1].held_bytes, 2 * CHUNK);       /* gauges stay */
+    CHECK_EQ(core.counters[1].lent_bytes, 2 * CHUNK);
+    CHECK_EQ(core.counters[0].harvested_bytes, 2 * CHUNK);
+    CHECK_EQ(core.counters[1].lent_peak_bytes, 2 * CHUNK);  /* peak restarts at the level */
+    CHECK(conserved(&core));
+}
+
+TEST(account_bad_input_is_ignored)
+{
+    static huvm_core_t before;
+    uint64_t asserts = huvm_port_assert_failures;
+
+    fx_node(&core, 3, 16 * GIB, HUVM_PRESET_HUVM);
+    memcpy(&before, &core, sizeof(core));
+    huvm_account_evict(&core, 5, 1, HUVM_REASON_PEER, 0, CHUNK, 0);         /* no such owner */
+    huvm_account_evict(&core, 0, 0, HUVM_REASON_PEER, 0, CHUNK, 0);         /* to itself */
+    huvm_account_evict(&core, 0, 7, HUVM_REASON_PEER, 0, CHUNK, 0);         /* no such peer */
+    huvm_account_fetch(&core, 0, 9, 0, CHUNK, 0);
+    huvm_account_fetch(&core, 0, 0, 0, CHUNK, 0);
+    huvm_account_giveback(&core, 1, 1, CHUNK, 0);
+    huvm_account_giveback(&core, 1, 12, CHUNK, 0);
+    huvm_account_prefetch(&core, 0, 12, CHUNK, 0);
+    huvm_account_faults(&core, 3, 1);
+    huvm_account_evict(NULL, 0, 1, 0, 0, CHUNK, 0);
+    CHECK(memcmp(&before, &core, sizeof(core)) == 0);
+    CHECK_EQ(huvm_test_event_count, 0);
+    CHECK_EQ(huvm_port_assert_failures - asserts, 10);
+    /* a host eviction claiming reason "peer" is counted as no_peer */
+    huvm_account_evict(&core, 0, HUVM_DEST_HOST, HUVM_REASON_PEER, 0, CHUNK, 0);
+    CHECK_EQ(core.counters[0].host_reason[HUVM_REASON_NO_PEER], 1);
+    huvm_account_evict(&core, 0, HUVM_DEST_HOST, 99, 0, CHUNK, 0);
+    CHECK_EQ(core.counters[0].host_reason[HUVM_REASON_NO_PEER], 2);
+}

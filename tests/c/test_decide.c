@@ -1,0 +1,474 @@
+/*
+ * huvm: tests of the decisions (huvm_decide.c). SPDX-License-Identifier: MIT
+ */
+#include "huvm_test.h"
+
+#define ALL 0xffffu
+
+static huvm_core_t core;
+static huvm_gpu_state_t st[HUVM_MAX_GPUS];
+
+/* A custom node: 4 GPUs of 16 GiB, huvm preset, the given peer choice, no reserves, no usage cap. */
+static void node4(uint32_t peer_select)
+{
+    huvm_policy_t p;
+    uint32_t i;
+
+    fx_node(&core, 4, 16 * GIB, HUVM_PRESET_HUVM);
+    p = core.policy;
+    p.generation = 0;
+    p.peer_select = peer_select;
+    p.peer_usage_max_pct = 100;
+    p.hysteresis_ms = 0;
+    for (i = 0; i < p.gpu_count; i++)
+        p.gpus[i].lend_reserve_bytes = 0;
+    if (fx_apply(&core, &p) != HUVM_NV_OK)
+        huvm_test_fail(__FILE__, __LINE__, "apply");
+    fx_state(&core, st);
+}
+
+TEST(decide_stock_never_peer)
+{
+    huvm_evict_request_t r;
+    huvm_decision_t d;
+    uint32_t g;
+
+    fx_node(&core, 8, 80 * GIB, HUVM_PRESET_STOCK);
+    fx_state(&core, st);
+    for (g = 0; g < 8; g++) {
+        r = fx_req(g, ALL);
+        d = huvm_decide_evict(&core, st, &r);
+        CHECK_EQ(d.dst, HUVM_DEST_HOST);
+        CHECK_EQ(d.reason, HUVM_REASON_TIER_OFF);
+    }
+}
+
+TEST(decide_most_free_and_ties)
+{
+    huvm_evict_request_t r = fx_req(0, ALL);
+    huvm_decision_t d;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.reason, HUVM_REASON_PEER);
+    CHECK_EQ(d.dst, 1);                     /* all equal: lowest index */
+    st[2].free_bytes += 0;
+    st[1].free_bytes -= 4 * CHUNK;
+    st[3].free_bytes -= 2 * CHUNK;
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 2);                     /* most free */
+    r.candidates = (1u << 1) | (1u << 3);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 3);                     /* most free among the candidates */
+}
+
+TEST(decide_fewest_lent)
+{
+    huvm_evict_request_t r = fx_req(0, ALL);
+    huvm_decision_t d;
+
+    node4(HUVM_PEER_SELECT_FEWEST_LENT);
+    huvm_account_evict(&core, 2, 1, HUVM_REASON_PEER, 0, CHUNK, 0);
+    huvm_account_evict(&core, 2, 3, HUVM_REASON_PEER, 0, 2 * CHUNK, 0);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 2);                     /* 2 holds nothing */
+    huvm_account_evict(&core, 1, 2, HUVM_REASON_PEER, 0, 3 * CHUNK, 0);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 1);                     /* 1: 1 chunk, 3: 2 chunks, 2: 3 chunks */
+}
+
+TEST(decide_bw_weighted)
+{
+    huvm_evict_request_t r = fx_req(0, ALL);
+    huvm_link_t slow = { HUVM_LINK_NVLINK_4, 1, 25000 };
+    huvm_link_t fast = { HUVM_LINK_NVLINK_4, 4, 100000 };
+    huvm_decision_t d;
+
+    node4(HUVM_PEER_SELECT_BW_WEIGHTED);
+    huvm_core_set_link(&core, 0, 1, &slow);
+    huvm_core_set_link(&core, 0, 2, &slow);
+    huvm_core_set_link(&core, 0, 3, &fast);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 3);                     /* same free memory, fastest link */
+    st[3].free_bytes = 3 * GIB;             /* 3 GiB x 100 < 16 GiB x 25 */
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 1);
+    st[3].free_bytes = 5 * GIB;             /* 5 GiB x 100 > 16 GiB x 25 */
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 3);
+}
+
+TEST(decide_round_robin_advances_through_accounting)
+{
+    huvm_evict_request_t r = fx_req(1, ALL);
+    huvm_decision_t d;
+    uint32_t expect[] = { 2, 3, 0, 2, 3, 0 };
+    uint32_t i;
+
+    node4(HUVM_PEER_SELECT_ROUND_ROBIN);
+    core.rr_next[1] = 2;
+    for (i = 0; i < 6; i++) {
+        d = huvm_decide_evict(&core, st, &r);
+        CHECK_EQ(d.reason, HUVM_REASON_PEER);
+        CHECK_EQ(d.dst, expect[i]);
+        /* a decision alone does not move the cursor: decisions are pure */
+        CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, expect[i]);
+        huvm_account_evict(&core, 1, d.dst, d.reason, 0, CHUNK, 0);
+    }
+    /* a full peer is skipped */
+    st[2].free_bytes = 0;
+    core.rr_next[1] = 2;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 3);
+}
+
+TEST(decide_reason_order)
+{
+    huvm_evict_request_t r = fx_req(0, ALL);
+    huvm_decision_t d;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    r.flags = HUVM_EVICT_FLAG_PMA_CONTEXT | HUVM_EVICT_FLAG_GUEST_CHUNK;
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, HUVM_DEST_HOST);
+    CHECK_EQ(d.reason, HUVM_REASON_PMA_CONTEXT);
+    r.flags = HUVM_EVICT_FLAG_GUEST_CHUNK;
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.reason, HUVM_REASON_GUEST_CHUNK);
+    r.flags = HUVM_EVICT_FLAG_PREEVICT;
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.reason, HUVM_REASON_PEER);
+    /* a role that does not harvest: tier off, before anything else */
+    fx_role(&core, 0, HUVM_ROLE_LENDER, HUVM_UNLIMITED, 0);
+    r.flags = HUVM_EVICT_FLAG_PMA_CONTEXT;
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.reason, HUVM_REASON_TIER_OFF);
+    /* bad GPU index */
+    r = fx_req(9, ALL);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, HUVM_DEST_HOST);
+    CHECK_EQ(d.reason, HUVM_REASON_NO_PEER);
+}
+
+TEST(decide_no_peer_cases)
+{
+    huvm_evict_request_t r = fx_req(0, 0);
+    huvm_link_t pcie = { HUVM_LINK_PCIE, 0, 16000 };
+    huvm_link_t none = { HUVM_LINK_NONE, 0, 0 };
+    huvm_policy_t p;
+    huvm_decision_t d;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    d = huvm_decide_evict(&core, st, &r);           /* no candidates */
+    CHECK_EQ(d.reason, HUVM_REASON_NO_PEER);
+    r.candidates = 1u << 0;                         /* only itself */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_NO_PEER);
+    r.candidates = 1u << 9;                         /* beyond gpu_count */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_NO_PEER);
+    r.candidates = 1u << 1;
+    huvm_core_set_link(&core, 0, 1, &none);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_NO_PEER);
+    huvm_core_set_link(&core, 0, 1, &pcie);         /* PCIe peer, NVLink only */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_NO_PEER);
+    p = core.policy;
+    p.generation = 0;
+    p.nvlink_only = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    d = huvm_decide_evict(&core, st, &r);           /* PCIe peers allowed */
+    CHECK_EQ(d.reason, HUVM_REASON_PEER);
+    CHECK_EQ(d.dst, 1);
+    r.candidates = 1u << 2;
+    fx_role(&core, 2, HUVM_ROLE_HARVESTER, HUVM_UNLIMITED, 0);   /* not a lender */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_NO_PEER);
+    fx_role(&core, 2, HUVM_ROLE_NONE, HUVM_UNLIMITED, 0);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_NO_PEER);
+    fx_role(&core, 2, HUVM_ROLE_LENDER, HUVM_UNLIMITED, 0);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 2);
+    huvm_core_remove_gpu(&core, 2);                 /* absent */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_NO_PEER);
+}
+
+TEST(decide_lend_limit_and_reserve)
+{
+    huvm_evict_request_t r = fx_req(0, 1u << 1);
+    huvm_decision_t d;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    fx_role(&core, 1, HUVM_ROLE_BOTH, 2 * CHUNK, 0);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, 2 * CHUNK, 0);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, HUVM_DEST_HOST);
+    CHECK_EQ(d.reason, HUVM_REASON_PEER_FULL);      /* at the limit */
+    fx_role(&core, 1, HUVM_ROLE_BOTH, 0, 0);        /* lend limit 0: lends nothing */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_PEER_FULL);
+    fx_role(&core, 1, HUVM_ROLE_BOTH, HUVM_UNLIMITED, 1 * GIB);
+    st[1].free_bytes = 1 * GIB + CHUNK;             /* exactly reserve + one chunk: admitted */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    st[1].free_bytes = 1 * GIB + CHUNK - 1;         /* one byte short */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_PEER_FULL);
+    st[1].free_bytes = CHUNK - 1;
+    fx_role(&core, 1, HUVM_ROLE_BOTH, HUVM_UNLIMITED, 0);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_PEER_FULL);
+    /* free bytes above capacity (inconsistent caller) are clamped, limits never wrap */
+    st[1].free_bytes = ~0ULL;
+    fx_role(&core, 1, HUVM_ROLE_BOTH, HUVM_UNLIMITED - 1, 0);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+}
+
+TEST(decide_usage_cap)
+{
+    huvm_evict_request_t r = fx_req(0, 1u << 1);
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.peer_usage_max_pct = 85;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    /* usage after admission at most 85%: (mem - free + chunk) * 100 <= 85 * mem */
+    st[1].free_bytes = (15 * 16 * GIB + 100 * CHUNK + 99) / 100;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    st[1].free_bytes -= 1;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER_FULL);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_PEER_FULL);
+}
+
+TEST(decide_hysteresis)
+{
+    huvm_evict_request_t r = fx_req(0, 1u << 1);
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.hysteresis_ms = 50;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    r.now_ns = 10ULL * 1000000000ULL;
+    /* the chunk came back 10 ms ago */
+    r.chunk_fetched_ns = r.now_ns - 10ULL * 1000000ULL;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_HYSTERESIS);
+    r.chunk_fetched_ns = r.now_ns - 50ULL * 1000000ULL;     /* exactly 50 ms: allowed */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_PEER);
+    r.chunk_fetched_ns = r.now_ns + 5;                      /* from the future: recent */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_HYSTERESIS);
+    r.chunk_fetched_ns = 0;                                 /* never */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    /* the peer itself evicted 1 ms ago */
+    st[1].last_evict_ns = r.now_ns - 1000000ULL;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_HYSTERESIS);
+    r.candidates = ALL;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 2);      /* another peer */
+    /* full beats hysteresis in the reason when both happen */
+    st[2].free_bytes = 0;
+    st[3].free_bytes = 0;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_PEER_FULL);
+    /* hysteresis 0 turns it off */
+    p.hysteresis_ms = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    r.candidates = 1u << 1;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+}
+
+TEST(decide_admit_lend_direct)
+{
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, 1), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 0, CHUNK, 1), HUVM_REASON_NO_PEER);    /* itself */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 7, CHUNK, 1), HUVM_REASON_NO_PEER);    /* no such GPU */
+    CHECK_EQ(huvm_admit_lend(&core, st, 7, 1, CHUNK, 1), HUVM_REASON_NO_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 17 * GIB, 1), HUVM_REASON_PEER_FULL);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, ~0ULL, 1), HUVM_REASON_PEER_FULL);
+    CHECK_EQ(huvm_admit_lend(NULL, st, 0, 1, CHUNK, 1), HUVM_REASON_NO_PEER);
+}
+
+TEST(decide_preevict)
+{
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.preevict_chunks = 50;
+    p.preevict_batch = 8;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);            /* all free */
+    st[0].free_bytes = 45 * CHUNK + 100;
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 5);            /* 50 - 45 */
+    st[0].free_bytes = 0;
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 8);            /* capped by the batch */
+    p.preevict_chunks = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);            /* off */
+    CHECK_EQ(huvm_decide_preevict(&core, st, 9), 0);            /* no such GPU */
+    /* adaptive bound: at most 1/16 of a small GPU (64 chunks -> 4) */
+    fx_node(&core, 2, 64 * CHUNK, HUVM_PRESET_ATC22);
+    fx_state(&core, st);
+    st[0].free_bytes = 0;
+    CHECK_EQ(core.policy.preevict_chunks, 50);
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 4);
+    huvm_core_remove_gpu(&core, 0);
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);            /* absent */
+}
+
+TEST(decide_fetch_route)
+{
+    huvm_link_t pcie = { HUVM_LINK_PCIE, 0, 16000 };
+    huvm_link_t c2c = { HUVM_LINK_C2C, 1, 450000 };
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    CHECK_EQ(huvm_decide_fetch(&core, 0, 1), HUVM_FETCH_MIGRATE);     /* policy: migrate */
+    p = core.policy;
+    p.generation = 0;
+    p.fetch_mode = HUVM_FETCH_REMOTE_MAP;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_decide_fetch(&core, 0, 1), HUVM_FETCH_REMOTE_MAP);
+    huvm_core_set_link(&core, 0, 2, &pcie);
+    CHECK_EQ(huvm_decide_fetch(&core, 0, 2), HUVM_FETCH_MIGRATE);     /* never over PCIe */
+    huvm_core_set_link(&core, 0, 3, &c2c);
+    CHECK_EQ(huvm_decide_fetch(&core, 0, 3), HUVM_FETCH_REMOTE_MAP);
+    CHECK_EQ(huvm_decide_fetch(&core, 0, HUVM_DEST_HOST), HUVM_FETCH_MIGRATE);
+    CHECK_EQ(huvm_decide_fetch(&core, 0, 0), HUVM_FETCH_MIGRATE);
+    huvm_core_remove_gpu(&core, 1);
+    CHECK_EQ(huvm_decide_fetch(&core, 0, 1), HUVM_FETCH_MIGRATE);     /* holder gone */
+}
+
+TEST(decide_prefetch_modes)
+{
+    huvm_prefetch_plan_t plan;
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.prefetch_chunks = 16;
+    p.prefetch_stride = 2;
+
+    p.prefetch_mode = HUVM_PREFETCH_OFF;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks + plan.peer_chunks, 0);
+    CHECK_EQ(plan.peer, HUVM_DEST_HOST);
+
+    p.prefetch_mode = HUVM_PREFETCH_LOCAL;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks, 16);
+    CHECK_EQ(plan.peer_chunks, 0);
+    CHECK_EQ(plan.stride, 2);
+
+    p.prefetch_mode = HUVM_PREFETCH_PEER;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks, 0);
+    CHECK_EQ(plan.peer_chunks, 16);
+    CHECK_EQ(plan.peer, 1);
+    huvm_decide_prefetch(&core, st, 0, 0, 1, &plan);           /* no peer: PEER does not go local */
+    CHECK_EQ(plan.local_chunks + plan.peer_chunks, 0);
+
+    p.prefetch_mode = HUVM_PREFETCH_MULTIPATH;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);         /* equal PCIe: half and half */
+    CHECK_EQ(plan.local_chunks, 8);
+    CHECK_EQ(plan.peer_chunks, 8);
+    core.gpus[1].pcie_mbyte_per_s = 32000;                     /* peer twice as fast: 16*32/48 = 10 */
+    huvm_decide_prefetch(&core, st, 0, 1u << 1, 1, &plan);
+    CHECK_EQ(plan.peer_chunks, 10);
+    CHECK_EQ(plan.local_chunks, 6);
+    CHECK_EQ(plan.peer, 1);
+    st[1].free_bytes = 9 * CHUNK;                               /* peer cannot take its 10 */
+    huvm_decide_prefetch(&core, st, 0, 1u << 1, 1, &plan);
+    CHECK_EQ(plan.peer_chunks, 0);
+    CHECK_EQ(plan.local_chunks, 16);                            /* all local */
+    core.gpus[1].pcie_mbyte_per_s = 0;                          /* a share of nothing: no peer */
+    st[1].free_bytes = 16 * GIB;
+    huvm_decide_prefetch(&core, st, 0, 1u << 1, 1, &plan);
+    CHECK_EQ(plan.local_chunks, 16);
+    /* a GPU that does not harvest keeps its prefetch local */
+    fx_role(&core, 0, HUVM_ROLE_LENDER, HUVM_UNLIMITED, 0);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks, 16);
+    CHECK_EQ(plan.peer_chunks, 0);
+    huvm_decide_prefetch(&core, st, 12, ALL, 1, &plan);         /* bad GPU */
+    CHECK_EQ(plan.local_chunks + plan.peer_chunks, 0);
+}
+
+TEST(decide_giveback_order)
+{
+    huvm_giveback_plan_t plan;
+    uint32_t o;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    /* lender 3 holds 2 chunks of GPU 0, 5 of GPU 1, 5 of GPU 2 */
+    huvm_account_evict(&core, 0, 3, HUVM_REASON_PEER, 0, 2 * CHUNK, 0);
+    huvm_account_evict(&core, 1, 3, HUVM_REASON_PEER, 0, 5 * CHUNK, 0);
+    huvm_account_evict(&core, 2, 3, HUVM_REASON_PEER, 0, 5 * CHUNK, 0);
+    huvm_decide_giveback(&core, st, 3, 7 * CHUNK, &plan);
+    CHECK_EQ(plan.guest_chunks[1], 5);     /* most held first, tie to the lower index */
+    CHECK_EQ(plan.guest_chunks[2], 2);
+    CHECK_EQ(plan.guest_chunks[0], 0);
+    CHECK_EQ(plan.total_guest_chunks, 7);
+    CHECK_EQ(plan.own_chunks, 0);          /* own data never yields while guests remain */
+    huvm_decide_giveback(&core, st, 3, 20 * CHUNK, &plan);
+    CHECK_EQ(plan.total_guest_chunks, 12);
+    CHECK_EQ(plan.own_chunks, 8);
+    huvm_decide_giveback(&core, st, 3, 1, &plan);              /* a byte is a chunk */
+    CHECK_EQ(plan.total_guest_chunks, 1);
+    huvm_decide_giveback(&core, st, 0, 3 * CHUNK, &plan);       /* lender holding nothing */
+    CHECK_EQ(plan.total_guest_chunks, 0);
+    CHECK_EQ(plan.own_chunks, 3);
+    huvm_decide_giveback(&core, st, 9, 3 * CHUNK, &plan);       /* bad GPU */
+    for (o = 0; o < HUVM_MAX_GPUS; o++)
+        CHECK_EQ(plan.guest_chunks[o], 0);
+    CHECK_EQ(plan.own_chunks, 0);
+}
+
+TEST(decide_is_pure_and_deterministic)
+{
+    static huvm_core_t before;
+    huvm_evict_request_t r = fx_req(0, ALL);
+    huvm_prefetch_plan_t p1, p2;
+    huvm_giveback_plan_t g1, g2;
+    huvm_decision_t a, b;
+
+    fx_node(&core, 8, 80 * GIB, HUVM_PRESET_HUVM);
+    fx_state(&core, st);
+    huvm_account_evict(&core, 1, 2, HUVM_REASON_PEER, 0, 3 * CHUNK, 0);
+    memcpy(&before, &core, sizeof(core));
+    a = huvm_decide_evict(&core, st, &r);
+    b = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(a.dst, b.dst);
+    CHECK_EQ(a.reason, b.reason);
+    huvm_decide_prefetch(&core, st, 0, ALL, 5, &p1);
+    huvm_decide_prefetch(&core, st, 0, ALL, 5, &p2);
+    CHECK(memcmp(&p1, &p2, sizeof(p1)) == 0);
+    huvm_decide_giveback(&core, st, 2, 9 * CHUNK, &g1);
+    huvm_decide_giveback(&core, st, 2, 9 * CHUNK, &g2);
+    CHECK(memcmp(&g1, &g2, sizeof(g1)) == 0);
+    (void)huvm_decide_preevict(&core, st, 0);
+    (void)huvm_decide_fetch(&core, 0, 1);
+    (void)huvm_admit_lend(&core, st, 0, 1, CHUNK, 5);
+    CHECK(memcmp(&before, &core, sizeof(core)) == 0);   /* nothing written */
+    CHECK_EQ(huvm_test_event_count, 1);                  /* only the accounting traced */
+}
+
+TEST(decide_presets_on_8_gpus)
+{
+    huvm_evict_request_t r = fx_req(0, ALL);
+    huvm_decision_t d;
+
+    fx_node(&core, 8, 80 * GIB, HUVM_PRESET_ATC22);
+    fx_state(&core, st);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.reason, HUVM_REASON_PEER);
+    CHECK_EQ(d.dst, 1);
+    /* 85% usage cap of the prototype */
+    st[1].free_bytes = 80 * GIB * 15 / 100 - 1;
+    CHECK(huvm_decide_evict(&core, st, &r).dst != 1);
+    fx_node(&core, 8, 80 * GIB, HUVM_PRESET_HUVM);
+    fx_state(&core, st);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.reason, HUVM_REASON_PEER);
+    /* huvm: 5% reserve = 4 GiB on 80 GiB */
+    CHECK_EQ(huvm_policy_gpu(&core, 3)->lend_reserve_bytes, 4 * GIB);
+}

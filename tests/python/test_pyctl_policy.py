@@ -1,0 +1,206 @@
+"""Policy: typed parsing, every class of bad input refused before sending, files with line/key, atomicity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from huvm import abi, policyfile
+from huvm.client import Node
+from huvm.errors import Conflict, InvalidValue, PolicyError, PolicyFileError
+from huvm.policy import parse_assignments, preset_names
+from huvm.testing import CoreNode
+
+
+@pytest.fixture
+def fake() -> CoreNode:
+    return CoreNode(gpu_count=4, memory_bytes=16 << 30)
+
+
+@pytest.fixture
+def node(fake: CoreNode) -> Node:
+    return Node(fake)
+
+
+def sent(fake: CoreNode) -> int:
+    return fake.calls.count(abi.lib.HUVM_IOCTL_SET_POLICY)
+
+
+def test_set_typed_values(node: Node) -> None:
+    before, after = node.set(["prefetch_chunks=32", "peer_select=fewest-lent", "nvlink_only=false",
+                              "hysteresis_ms=0x10", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
+                              "gpu.all.lend_reserve=512MiB"])
+    info = node.info()
+    s = after.settings(info)
+    assert s["prefetch_chunks"] == "32" and s["peer_select"] == "fewest-lent" and s["nvlink_only"] == "false"
+    assert s["hysteresis_ms"] == "16"
+    assert s["gpu.1.role"] == "lender" and s["gpu.1.lend_limit"] == "8GiB"
+    assert all(s[f"gpu.{i}.lend_reserve"] == "512MiB" for i in range(4))
+    assert after.generation == before.generation + 1
+    assert after.preset_name == "custom"
+    assert node.get_policy() == after
+
+
+def test_gpu_by_uuid_prefix(node: Node) -> None:
+    uuid = node.info().gpus[2].uuid
+    _, after = node.set([f"gpu[{uuid[:12]}].role=harvester"])
+    assert after.gpu_by_uuid(uuid) is not None and after.gpu_by_uuid(uuid).role_name == "harvester"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("item", "match"),
+    [
+        ("no_such_key=1", "unknown key"),                       # unknown key
+        ("gpu.0.colour=red", "unknown key"),
+        ("role=lender", "per-GPU key"),
+        ("prefetch_chunks=many", "expected an integer"),         # wrong type
+        ("nvlink_only=maybe", "expected a boolean"),
+        ("peer_select=fastest", "expected one of"),
+        ("gpu.0.lend_limit=lots", "not a size"),
+        ("prefetch_chunks=65", "out of range"),                 # out of range
+        ("prefetch_stride=0", "out of range"),
+        ("peer_usage_max_pct=0", "out of range"),
+        ("hysteresis_ms=60001", "out of range"),
+        ("gpu.9.role=lender", "unknown GPU"),                   # unknown GPU
+        ("gpu.0.lend_reserve=17GiB", "contradictory"),          # contradictory: above capacity
+        ("prefetch_chunks", "KEY=VALUE"),
+    ],
+)
+def test_bad_input_refused_before_sending(node: Node, fake: CoreNode, item: str, match: str) -> None:
+    before = node.get_policy()
+    with pytest.raises(PolicyError, match=match):
+        node.set([item])
+    assert sent(fake) == 0
+    assert node.get_policy() == before
+
+
+def test_contradictory_combinations(node: Node, fake: CoreNode) -> None:
+    with pytest.raises(PolicyError, match="contradictory: set to"):
+        node.set(["prefetch_chunks=4", "prefetch_chunks=8"])
+    with pytest.raises(PolicyError, match="prefetch_chunks is 0"):
+        node.set(["prefetch_mode=local", "prefetch_chunks=0"])
+    with pytest.raises(PolicyError, match="lend nothing"):
+        node.set(["gpu.0.role=lender", "gpu.0.lend_limit=0"])
+    assert sent(fake) == 0
+
+
+def test_core_rules_checked_locally(node: Node, fake: CoreNode) -> None:
+    # chunks * stride beyond the core's 1 GiB prefetch window: a rule only the core knows
+    with pytest.raises(PolicyError) as info:
+        node.set(["prefetch_chunks=64", "prefetch_stride=16"])
+    assert info.value.key == "prefetch_stride" and "policy core" in str(info.value)
+    # a reserve of pre-evicted chunks larger than a GPU
+    with pytest.raises(PolicyError, match="preevict_chunks"):
+        node.set(["preevict_chunks=9000"])
+    assert sent(fake) == 0
+
+
+def test_same_value_twice_is_fine(node: Node) -> None:
+    _, after = node.set(["prefetch_chunks=4", "prefetch_chunks=4"])
+    assert after.prefetch_chunks == 4
+
+
+def test_presets(node: Node) -> None:
+    assert list(preset_names()) == ["stock", "huvm-atc22", "huvm"]
+    _, after = node.apply_preset("stock")
+    assert after.preset_name == "stock"
+    assert all(g.role_name == "none" for g in after.gpus)
+    _, after = node.apply_preset("huvm-atc22")
+    assert (after.preset_name, after.peer_select, after.prefetch_chunks, after.prefetch_stride,
+            after.preevict_chunks, after.peer_usage_max_pct) == ("huvm-atc22", 1, 16, 2, 50, 85)
+    _, after = node.apply_preset("prototype")  # alias
+    assert after.preset_name == "huvm-atc22"
+    with pytest.raises(PolicyError, match="unknown preset"):
+        node.apply_preset("fastest")
+
+
+def test_conflict_on_concurrent_change(node: Node) -> None:
+    current, new = node.plan(parse_assignments(["prefetch_chunks=8"], node.info()))
+    node.set(["prefetch_chunks=4"])  # someone else changes the policy meanwhile
+    with pytest.raises(Conflict):
+        node.set_policy(new)
+    assert node.get_policy().prefetch_chunks == 4
+
+
+def test_module_refusal_is_typed_and_atomic(node: Node) -> None:
+    # bypass local validation: a raw policy with a bad second GPU entry is refused whole by the core
+    current = node.get_policy()
+    gpus = list(current.gpus)
+    from dataclasses import replace
+
+    gpus[0] = replace(gpus[0], role=abi.lib.HUVM_ROLE_HARVESTER)
+    gpus[2] = replace(gpus[2], lend_reserve_bytes=64 << 30)
+    bad = replace(current, prefetch_chunks=8, gpus=tuple(gpus))
+    with pytest.raises(InvalidValue) as info:
+        node.set_policy(bad)
+    assert info.value.field == "gpus[2].lend_reserve_bytes"
+    assert node.get_policy() == current  # nothing half-applied
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "policy.toml"
+    p.write_text(text)
+    return p
+
+
+def test_policy_file_apply_and_round_trip(node: Node, tmp_path: Path) -> None:
+    info = node.info()
+    f = write(tmp_path, '''
+preset = "huvm-atc22"
+prefetch_chunks = 8
+
+[gpu.0]
+role = "harvester"
+
+[gpu.all]
+lend_reserve = "1GiB"
+''')
+    pf = policyfile.load(f, info)
+    assert pf.preset == "huvm-atc22"
+    before, after = node.apply(pf.settings, preset=pf.preset)
+    assert after.prefetch_chunks == 8 and after.prefetch_stride == 2  # from the preset
+    assert after.gpus[0].role_name == "harvester"
+    saved = tmp_path / "saved.toml"
+    policyfile.save(saved, after, info)
+    pf2 = policyfile.load(saved, info)
+    _, new = node.plan(pf2.settings)
+    assert new.diff(after, info) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key", "match"),
+    [
+        ("prefetch_chunks = 8\nbogus = 1\n", 2, "bogus", "unknown key"),
+        ("prefetch_chunks = \"eight\"\n", 1, "prefetch_chunks", "expected an integer"),
+        ("\n\nprefetch_stride = 99\n", 3, "prefetch_stride", "out of range"),
+        ("nvlink_only = 3\n", 1, "nvlink_only", "boolean"),
+        ("[gpu.0]\nrole = \"harvester\"\nlend_reserve = \"20GiB\"\n", 3, "gpu.0.lend_reserve", "contradictory"),
+        ("[gpu.7]\nrole = \"lender\"\n", 2, "gpu.7.role", "unknown GPU"),
+        ("prefetch_chunks = 4\n[gpu.0]\nrole = \"lender\"\n[gpu.\"0\"]\n", None, None, "TOML syntax"),
+        ("prefetch_chunks = 4\nprefetch_chunks = 5\n", 2, None, "TOML syntax"),
+        ("preset = \"warp\"\n", 1, "preset", "unknown preset"),
+        ("prefetch_chunks = 64\nprefetch_stride = 16\n", 2, "prefetch_stride", "policy core"),
+        ("[tuning]\nx = 1\n", 1, "tuning", "unknown table"),
+    ],
+)
+def test_policy_file_errors_name_file_line_key(node: Node, fake: CoreNode, tmp_path: Path, text: str,
+                                               line: int | None, key: str | None, match: str) -> None:
+    f = write(tmp_path, text)
+    before = node.get_policy()
+    with pytest.raises(PolicyError, match=match) as info:
+        pf = policyfile.load(f, node.info())
+        node.apply(pf.settings, preset=pf.preset)
+    err = info.value
+    assert isinstance(err, PolicyFileError) or "TOML" in str(err)
+    assert str(f) in str(err)
+    if line is not None:
+        assert getattr(err, "line", None) == line, str(err)
+    if key is not None:
+        assert err.key == key
+    assert sent(fake) == 0 and node.get_policy() == before
+
+
+def test_missing_policy_file(node: Node, tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="No such file"):
+        policyfile.load(tmp_path / "nope.toml", node.info())

@@ -1,0 +1,171 @@
+"""The huvm tracepoints in a real kernel: their format matches driver/core/huvm_events.h, and bcc attached
+to them (TRACEPOINT_PROBE(huvm, ...)) counts exactly what the module's counters say after TEST_EVENT traffic."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import guestlib
+import pytest
+from huvm import abi
+
+lib = abi.lib
+ffi = abi.ffi
+TRACEFS = Path("/sys/kernel/tracing")
+EVENTS_H = Path(os.environ.get("HUVM_ROOT", ".")) / "driver/core/huvm_events.h"
+HOST = lib.HUVM_DEST_HOST
+
+
+def core_events() -> list[str]:
+    """The X(name) list of HUVM_EVENTS in huvm_events.h, in order."""
+    text = EVENTS_H.read_text()
+    block = text[text.index("#define HUVM_EVENTS(X)"):]
+    block = block[: block.index("\n\n")]
+    return re.findall(r"X\((\w+)\)", block)
+
+
+def test_tracepoint_formats_match_the_event_list() -> None:
+    names = core_events()
+    assert names == ["evict", "preevict", "fetch", "giveback", "prefetch", "policy"]
+    assert sorted(p.name for p in (TRACEFS / "events/huvm").iterdir() if p.is_dir()) == sorted(names)
+    for name in names:
+        fmt = (TRACEFS / "events/huvm" / name / "format").read_text()
+        fields = re.findall(r"field:(\w+) (\w+);", fmt)
+        own = [(t, n) for t, n in fields if not n.startswith("common_")]
+        assert own == [("u32", "gpu"), ("u32", "peer"), ("u32", "reason"), ("u64", "bytes"), ("u64", "va")], name
+
+
+def test_tracefs_sees_every_eviction(node: Any) -> None:
+    """Without bcc: the ftrace ring buffer gets one huvm_evict line per evicted chunk."""
+    inst = TRACEFS / "instances/huvm_ktest"
+    inst.mkdir(exist_ok=True)
+    try:
+        (inst / "events/huvm/evict/enable").write_text("1")
+        r = guestlib.event(node, lib.HUVM_TEST_EVENT_EVICT, 0, 7, va=0x100000000)
+        (inst / "events/huvm/evict/enable").write_text("0")
+        lines = [ln for ln in (inst / "trace").read_text().splitlines() if "huvm_evict:" in ln]
+        assert len(lines) == r.done == 7
+        assert "gpu=0 " in lines[0] and "bytes=2097152 " in lines[0] and "va=0x100000000" in lines[0]
+    finally:
+        inst.rmdir()
+
+
+BPF_TEXT = r"""
+struct key_t { u32 ev; u32 gpu; u32 peer; u32 reason; };
+BPF_HASH(counts, struct key_t, u64, 4096);
+BPF_HASH(bytes, struct key_t, u64, 4096);
+
+#define HUVM_COUNT(EV) {                                            \
+    struct key_t k = {};                                            \
+    k.ev = EV; k.gpu = args->gpu; k.peer = args->peer;              \
+    k.reason = args->reason;                                        \
+    counts.increment(k);                                            \
+    bytes.increment(k, args->bytes);                                \
+    return 0;                                                       \
+}
+TRACEPOINT_PROBE(huvm, evict)    HUVM_COUNT(0)
+TRACEPOINT_PROBE(huvm, preevict) HUVM_COUNT(1)
+TRACEPOINT_PROBE(huvm, fetch)    HUVM_COUNT(2)
+TRACEPOINT_PROBE(huvm, giveback) HUVM_COUNT(3)
+TRACEPOINT_PROBE(huvm, prefetch) HUVM_COUNT(4)
+TRACEPOINT_PROBE(huvm, policy)   HUVM_COUNT(5)
+"""
+EV = ["evict", "preevict", "fetch", "giveback", "prefetch", "policy"]
+
+
+def traffic(node: Any) -> dict[str, int]:
+    """A mixed workload on the synthetic node; returns the chunks TEST_EVENT reported per event kind."""
+    done: Counter[str] = Counter()
+
+    def ev(kind: int, gpu: int, count: int, flags: int = 0) -> None:
+        r = guestlib.event(node, kind, gpu, count, flags=flags, va=0x7F0000000000 + gpu * (1 << 32))
+        done[{lib.HUVM_TEST_EVENT_EVICT: "evict", lib.HUVM_TEST_EVENT_PREEVICT: "preevict",
+              lib.HUVM_TEST_EVENT_FAULT: "fetch", lib.HUVM_TEST_EVENT_GIVEBACK: "giveback",
+              lib.HUVM_TEST_EVENT_PREFETCH: "prefetch"}[kind]] += int(r.done)
+
+    ev(lib.HUVM_TEST_EVENT_EVICT, 0, 24)                 # to peers
+    ev(lib.HUVM_TEST_EVENT_EVICT, 1, 5, flags=1)         # PMA context: host, reason PMA_CONTEXT
+    ev(lib.HUVM_TEST_EVENT_EVICT, 2, 6)
+    ev(lib.HUVM_TEST_EVENT_PREEVICT, 3, 16)              # GPU 3 has no free memory: pre-evicts
+    ev(lib.HUVM_TEST_EVENT_FAULT, 0, 9)                  # fetch back from peers, then host
+    ev(lib.HUVM_TEST_EVENT_GIVEBACK, 1, 4)               # lender 1 gives back what it holds
+    ev(lib.HUVM_TEST_EVENT_PREFETCH, 2, 12)
+    return dict(done)
+
+
+def test_bcc_counts_equal_the_counters(node: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    bcc = pytest.importorskip("bcc", reason="python3-bpfcc is not installed")
+    # GPU 3 starts full so that pre-eviction has work; reserve 8 chunks, batch 8.
+    p = guestlib.node_params()
+    p.gpus[3].free_bytes = 0
+    node.call(lib.HUVM_IOCTL_TEST_SET_NODE, p)
+    b = bcc.BPF(text=BPF_TEXT)
+    try:
+        pol = guestlib.base_policy(node)
+        pol.policy.preevict_chunks = 8
+        pol.policy.preevict_batch = 8
+        pol.policy.prefetch_mode = lib.HUVM_PREFETCH_MULTIPATH
+        pol.policy.prefetch_chunks = 4
+        pol.policy.prefetch_stride = 1
+        node.call(lib.HUVM_IOCTL_SET_POLICY, pol)
+        node.call(lib.HUVM_IOCTL_SET_POLICY, guestlib.base_policy(node) if False else pol)
+        gen = int(node.call(lib.HUVM_IOCTL_GET_POLICY).policy.generation)
+        done = traffic(node)
+        counts = {(k.ev, k.gpu, k.peer, k.reason): v.value for k, v in b["counts"].items()}
+        nbytes = {(k.ev, k.gpu, k.peer, k.reason): v.value for k, v in b["bytes"].items()}
+    finally:
+        b.cleanup()
+    s = node.call(lib.HUVM_IOCTL_GET_STATS)
+    n = guestlib.GPUS
+
+    def ev_sum(ev: int, **match: int) -> int:
+        return sum(v for (e, g, pe, r), v in counts.items() if e == ev and
+                   all({"gpu": g, "peer": pe, "reason": r}[k] == want for k, want in match.items()))
+
+    def peer_sum(ev: int, gpu: int, peer: int) -> int:
+        return ev_sum(ev, gpu=gpu, peer=peer)
+
+    ctr = lambda name: guestlib.counter_sum(s, name)  # noqa: E731
+    per_event = {name: ev_sum(i) for i, name in enumerate(EV)}
+    with capsys.disabled():
+        print("\n    bcc counts (TRACEPOINT_PROBE(huvm, *)) vs module counters:")
+        rows = [
+            ("evict", per_event["evict"], ctr("evict_to_peer") + ctr("evict_to_host")
+             - ctr("preevict_to_peer") - ctr("preevict_to_host")),
+            ("preevict", per_event["preevict"], ctr("preevict_to_peer") + ctr("preevict_to_host")),
+            ("fetch", per_event["fetch"], ctr("fetch_from_peer") + ctr("fetch_from_host") + ctr("remote_map")),
+            ("giveback", per_event["giveback"], ctr("giveback")),
+            ("prefetch", per_event["prefetch"], ctr("prefetch_local") + ctr("prefetch_to_peer")),
+            ("policy", per_event["policy"], 2),
+        ]
+        for name, seen, want in rows:
+            print(f"      huvm:{name:<9} bcc={seen:<5} counters={want:<5} TEST_EVENT done={done.get(name, '-')}")
+
+    for name, seen, want in rows:
+        assert seen == want, name
+    for name in ("evict", "preevict", "fetch", "giveback", "prefetch"):
+        assert per_event[name] == done[name] > 0, name
+    # Per destination and reason.
+    assert ev_sum(0) - ev_sum(0, peer=HOST) + ev_sum(1) - ev_sum(1, peer=HOST) == ctr("evict_to_peer")
+    for r in range(lib.HUVM_REASON_COUNT):
+        assert ev_sum(0, peer=HOST, reason=r) + ev_sum(1, peer=HOST, reason=r) == sum(
+            int(s.gpus[g].host_reason[r]) for g in range(n)), f"host reason {r}"
+    assert ev_sum(0, gpu=1, peer=HOST, reason=lib.HUVM_REASON_PMA_CONTEXT) == 5
+    # Per GPU pair (owner, holder).
+    for o in range(n):
+        for h in range(n):
+            pr = s.pairs[o][h]
+            assert peer_sum(0, o, h) + peer_sum(1, o, h) == pr.evict_chunks, (o, h)
+            assert ev_sum(2, gpu=o, peer=h, reason=0) == pr.fetch_chunks, (o, h)
+            assert peer_sum(3, h, o) == pr.giveback_chunks, (o, h)
+            if o != h:
+                assert peer_sum(4, o, h) == pr.prefetch_chunks, (o, h)
+    # Bytes: every chunk event carries one 2 MiB chunk; policy events carry the generation.
+    for (e, g, pe, r), v in counts.items():
+        if e != 5:
+            assert nbytes[(e, g, pe, r)] == v * guestlib.CHUNK
+    assert sum(v for (e, *_), v in nbytes.items() if e == 5) == (gen - 1) + gen

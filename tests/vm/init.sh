@@ -1,0 +1,39 @@
+#!/bin/sh
+# /init of the test bed's initramfs (busybox). Mounts the host's root read-only over 9p, the results
+# directory read-write at the same path, and runs the guest runner as root in that root. The guest's exit
+# code leaves through qemu's isa-debug-exit port (0xf4). Copied by tests/vm/run-vm.sh; not run on the host.
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+
+finish() {
+    echo "GUEST_RC=$1"
+    # qemu exits with (value << 1) | 1
+    printf "\\$(printf %o "$1")" | dd of=/dev/port bs=1 seek=244 count=1 2>/dev/null
+    poweroff -f
+}
+
+for m in $(cat /modlist); do
+    insmod "$m" || { echo "init: insmod $m failed"; finish 90; }
+done
+R=/newroot
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroot $R || {
+    echo "init: cannot mount the host root"; finish 91; }
+mount -t proc proc $R/proc
+mount -t sysfs sysfs $R/sys
+mount -t devtmpfs devtmpfs $R/dev
+mkdir -p $R/dev/pts $R/dev/shm 2>/dev/null
+mount -t devpts devpts $R/dev/pts 2>/dev/null
+mount -t tmpfs tmpfs $R/dev/shm
+for d in tmp run var/tmp; do mount -t tmpfs tmpfs $R/$d; done
+chmod 1777 $R/tmp $R/var/tmp
+mount -t debugfs debugfs $R/sys/kernel/debug
+mount -t tracefs tracefs $R/sys/kernel/tracing
+# The host's results directory (run-vm.sh --out), read-write, at a fixed path on the tmpfs /run.
+mkdir -p $R/run/huvm-out
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 results $R/run/huvm-out || {
+    echo "init: cannot mount the results share"; finish 92; }
+cp /pytest.args $R/tmp/pytest.args
+chroot $R /usr/bin/env -i $(cat /guest.env) /bin/bash "$(cat /runner.path)"
+finish $?

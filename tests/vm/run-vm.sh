@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# huvm qemu test bed: boot Debian's stock kernel (the version of the installed linux-headers-amd64) under
+# qemu TCG, load the huvm test module, run the guest pytest tree as root and as an unprivileged user, and
+# turn the outcome into an exit code. docs/testing.md describes the design and the timings.
+#
+# usage: tests/vm/run-vm.sh --ko PATH/huvm-ktest.ko [--out DIR] [--work DIR] [--python PY] [--pytest-args ARGS]
+#   --ko      the test module to load in the guest (a host path; the guest sees host / read-only)
+#   --out     results: console.log, dmesg.log, junit-root.xml, junit-user.xml, summary (default $BUILD/vm/out)
+#   --work    cache for the kernel image and the initramfs (default $BUILD/vm)
+#   --python  the python that runs pytest in the guest (default $PY, the project venv)
+#   --pytest-args  extra arguments for both pytest runs (e.g. "-k policy")
+#   --guest-cmd    debugging: run this shell command in the guest instead of the tests
+# env: VM_TIMEOUT (seconds for the whole VM, default 240), VM_MEM (MiB, default 1024),
+#      CI (when "true", a missing prerequisite is an error instead of a skip), HUVM_KVER (override).
+# exit: 0 pass (or skip outside CI), 1 setup error, 2 guest tests failed, 3 kernel report, 4 timeout/crash.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${BUILD:-$root/build}
+ko=""; out=""; work=""; python=${PY:-$root/.venv/bin/python}; pytest_args=""; guest_cmd=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --ko) ko=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --work) work=$2; shift 2 ;;
+        --python) python=$2; shift 2 ;;
+        --pytest-args) pytest_args=$2; shift 2 ;;
+        --guest-cmd) guest_cmd=$2; shift 2 ;;
+        *) echo "run-vm: unknown argument $1" >&2; exit 1 ;;
+    esac
+done
+work=${work:-$build/vm}
+out=${out:-$work/out}
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+t_start=$(now)
+
+# A prerequisite is missing: skip with the reason on a developer machine, fail under CI=true.
+missing() {
+    if [ "${CI:-}" = "true" ]; then
+        echo "vm-test: FAIL: $1 (CI=true: the qemu test bed must run)" >&2
+        exit 1
+    fi
+    echo "SKIP: vm-test: $1"
+    exit 0
+}
+
+[ "$(id -u)" = 0 ] || missing "needs root (qemu's 9p share of / and apt-get download of the kernel image)"
+for tool in qemu-system-x86_64 depmod modprobe cpio gzip dpkg-deb apt-get setpriv; do
+    command -v "$tool" >/dev/null || missing "$tool not installed (make deps)"
+done
+busybox=$(command -v busybox || true)
+[ -n "$busybox" ] && ! ldd "$busybox" >/dev/null 2>&1 || missing "a static busybox is needed (apt-get install busybox-static)"
+[ -n "$ko" ] && [ -f "$ko" ] || { echo "run-vm: no module at '--ko $ko' (make ktest-module)" >&2; exit 1; }
+[ -x "$python" ] || missing "no python at $python (make venv)"
+ko=$(readlink -f "$ko")
+
+# The guest kernel is the one the installed headers are for: linux-headers-amd64 depends on exactly one
+# linux-headers-<abi>-amd64 (= <package version>); boot linux-image-<abi>-amd64 of that same version.
+if [ -z "${HUVM_KVER:-}" ]; then
+    dep=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 2>/dev/null || true)
+    HUVM_KVER=$(sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p' <<<"$dep")
+    kpkgver=$(sed -n 's/^linux-headers-[^ ]* (= \([^)]*\)).*/\1/p' <<<"$dep")
+fi
+[ -n "$HUVM_KVER" ] || missing "linux-headers-amd64 is not installed (make deps)"
+kver=$HUVM_KVER
+kpkgver=${kpkgver:-}
+modinfo_vermagic=$(modinfo -F vermagic "$ko" | awk '{print $1}')
+[ "$modinfo_vermagic" = "$kver" ] || { echo "run-vm: $ko is built for $modinfo_vermagic, not $kver" >&2; exit 1; }
+
+# ---- 1. the kernel: vmlinux (PVH boot, no decompression under TCG) and the virtio/9p modules ----
+kdir=$work/kernel-$kver
+if [ ! -f "$kdir/ready" ]; then
+    echo "vm-test: preparing kernel $kver${kpkgver:+ ($kpkgver)} in $kdir"
+    rm -rf "$kdir" "$kdir.tmp"
+    mkdir -p "$kdir.tmp"
+    chmod 777 "$kdir.tmp"   # apt-get download drops privileges to _apt
+    pkg=linux-image-$kver${kpkgver:+=$kpkgver}
+    if ! (cd "$kdir.tmp" && apt-get download -q "$pkg" >/dev/null 2>&1); then
+        apt-get update -q >/dev/null 2>&1 || true
+        (cd "$kdir.tmp" && apt-get download -q "$pkg" >/dev/null) ||
+            missing "cannot download $pkg (no network or mirror has moved on)"
+    fi
+    dpkg-deb -x "$kdir.tmp"/linux-image-*.deb "$kdir.tmp/img"
+    depmod -b "$kdir.tmp/img" "$kver"
+    # The bzImage payload is xz: cut at the xz magic and decompress (~1 s) into an ELF vmlinux.
+    /usr/bin/python3 - "$kdir.tmp/img/boot/vmlinuz-$kver" "$kdir.tmp/vmlinux" <<'PY'
+import lzma, sys
+data = open(sys.argv[1], "rb").read()
+start = data.find(b"\xfd7zXZ\x00")
+assert start >= 0, "no xz payload in the kernel image"
+elf = lzma.LZMADecompressor().decompress(data[start:])
+assert elf[:4] == b"\x7fELF", "payload is not an ELF vmlinux"
+open(sys.argv[2], "wb").write(elf)
+PY
+    mkdir -p "$kdir.tmp/mods"
+    : > "$kdir.tmp/modlist"
+    modprobe -d "$kdir.tmp/img" -S "$kver" --show-depends -a virtio_pci 9pnet_virtio 9p |
+        awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r m; do
+            cp "$m" "$kdir.tmp/mods/"
+            echo "/mods/$(basename "$m")" >> "$kdir.tmp/modlist"
+        done
+    cp "$kdir.tmp/img/boot/config-$kver" "$kdir.tmp/config"
+    rm -rf "$kdir.tmp/img" "$kdir.tmp"/*.deb
+    touch "$kdir.tmp/ready"
+    mv "$kdir.tmp" "$kdir"
+fi
+
+# ---- 2. the initramfs: static busybox, the 9p modules, /init and the guest's parameters ----
+rm -rf "$out"
+mkdir -p "$out"
+chmod 755 "$out"
+# The guest loads this copy (host paths under /tmp are hidden by the guest's tmpfs).
+cp "$ko" "$out/huvm-ktest.ko"
+ird=$work/initramfs
+rm -rf "$ird"
+mkdir -p "$ird"/{bin,dev,proc,sys,newroot,mods}
+cp "$busybox" "$ird/bin/busybox"
+for applet in $("$busybox" --list); do
+    [ "$applet" = busybox ] || ln -s busybox "$ird/bin/$applet"
+done
+cp "$kdir"/mods/*.ko "$kdir/modlist" "$ird/"
+mv "$ird"/*.ko "$ird/mods/"
+cp "$here/init.sh" "$ird/init"
+chmod 755 "$ird/init"
+# The guest environment: env -i keeps exactly these (no spaces in values).
+cat > "$ird/guest.env" <<ENV
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+HOME=/root
+LANG=C.UTF-8
+PYTHONDONTWRITEBYTECODE=1
+HUVM_VM_GUEST=1
+PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+HUVM_ROOT=$root
+HUVM_KO=/run/huvm-out/huvm-ktest.ko
+HUVM_OUT=/run/huvm-out
+HUVM_PY=$python
+CI=${CI:-}
+ENV
+if [ -n "$guest_cmd" ]; then
+    # Debugging: run this shell command in the guest instead of the test runner.
+    printf '%s\n' "$guest_cmd" > "$out/guest-cmd.sh"
+    echo /run/huvm-out/guest-cmd.sh > "$ird/runner.path"
+else
+    echo "$root/tests/vm/guest/run-guest.sh" > "$ird/runner.path"
+fi
+printf '%s\n' "$pytest_args" > "$ird/pytest.args"
+(cd "$ird" && find . | cpio -o -H newc --quiet) | gzip -1 > "$work/initramfs.gz"
+t_prep=$(now)
+
+# ---- 3. boot ----
+timeout_s=${VM_TIMEOUT:-240}
+echo "vm-test: booting $kver under qemu TCG (timeout ${timeout_s}s), module $ko"
+set +e
+timeout --kill-after=5 "$timeout_s" qemu-system-x86_64 \
+    -M pc -accel tcg -cpu max -smp 1 -m "${VM_MEM:-1024}" \
+    -nographic -no-reboot -nic none \
+    -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+    -kernel "$kdir/vmlinux" -initrd "$work/initramfs.gz" \
+    -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
+    -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
+    -fsdev local,id=results,path="$out",security_model=none,multidevs=remap \
+    -device virtio-9p-pci,fsdev=results,mount_tag=results \
+    -append "console=ttyS0 loglevel=4 printk.time=1 panic=-1 oops=panic panic_on_warn=1 quiet" \
+    < /dev/null 2>&1 | tee "$out/console.log"
+qrc=${PIPESTATUS[0]}
+set -e
+t_vm=$(now)
+
+# ---- 4. verdict ----
+# isa-debug-exit: qemu exits (guest_rc << 1) | 1. No marker: the kernel panicked (oops=panic,
+# panic_on_warn=1) or powered off early. 124/137: timeout.
+verdict=0; why="guest tests passed"
+if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+    verdict=4; why="timeout: the VM ran past ${timeout_s}s"
+elif [ $((qrc & 1)) = 1 ]; then
+    grc=$((qrc >> 1))
+    [ "$grc" = 0 ] || { verdict=2; why="guest tests failed (guest rc $grc)"; }
+else
+    verdict=4; why="the VM ended without a guest exit code (qemu rc $qrc): panic, oops or early poweroff"
+fi
+# Kernel reports. dmesg.log is written by the guest at the end; the console catches what came before a
+# panic. Only kernel lines (printk timestamps) are matched, so test names and pytest output cannot trip it.
+kpat='BUG:|WARNING:|Oops|Call Trace|general protection fault|Kernel panic|kmemleak|KASAN|UBSAN|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|list_add corruption|list_del corruption|refcount_t:'
+reports=$(cat "$out/console.log" "$out/dmesg.log" 2>/dev/null | tr -d '\r' |
+          grep -E '^\[ *[0-9]+\.[0-9]+\] ' | grep -E "$kpat" | sort -u || true)
+if [ -n "$reports" ]; then
+    echo "vm-test: kernel reports:"; echo "$reports" | sed 's/^/    /'
+    [ "$verdict" != 0 ] || { verdict=3; why="kernel report in dmesg/console"; }
+fi
+if [ "$verdict" = 0 ]; then
+    for f in junit-root.xml junit-user.xml dmesg.log; do
+        [ -s "$out/$f" ] || { verdict=2; why="guest left no $f"; }
+    done
+fi
+summary=$(printf 'vm-test: %s: %s | prep %ss, vm %ss (boot+tests), total %ss | logs in %s' \
+    "$([ "$verdict" = 0 ] && echo PASS || echo FAIL)" "$why" "$(elapsed "$t_start" "$t_prep")" \
+    "$(elapsed "$t_prep" "$t_vm")" "$(elapsed "$t_start" "$t_vm")" "$out")
+echo "$summary" | tee "$out/summary"
+exit "$verdict"

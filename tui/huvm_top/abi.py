@@ -1,0 +1,77 @@
+"""Names and limits the TUI shows, read from the ABI header through :mod:`huvm.header`.
+
+Nothing here is hand-written from the header: reason, role, preset and mode names come from the
+``HUVM_*`` #defines, and field names for refusals from the ``HUVM_FIELD_*`` values.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from huvm import header
+
+
+def define(name: str) -> int:
+    """The integer value of one ``#define`` of the ABI block."""
+    return header.defines()[name]
+
+
+@cache
+def enum_names(prefix: str) -> tuple[str, ...]:
+    """Lower-case names of ``<prefix>NAME`` defines, indexed by value, up to ``<prefix>COUNT``.
+
+    ``enum_names("HUVM_REASON_")`` gives ``("peer", "tier_off", ...)``.
+    """
+    defs = header.defines()
+    count = defs.get(prefix + "COUNT")
+    by_value: dict[int, str] = {}
+    for name, value in defs.items():
+        if not name.startswith(prefix) or name == prefix + "COUNT":
+            continue
+        if count is not None and not 0 <= value < count:
+            continue  # e.g. HUVM_PREFETCH_MAX_CHUNKS is not a prefetch mode
+        by_value.setdefault(value, name[len(prefix):].lower())
+    n = count if count is not None else (max(by_value) + 1 if by_value else 0)
+    return tuple(by_value.get(i, str(i)) for i in range(n))
+
+
+def reason_names() -> tuple[str, ...]:
+    return enum_names("HUVM_REASON_")
+
+
+def role_names() -> tuple[str, ...]:
+    return enum_names("HUVM_ROLE_")
+
+
+def preset_names() -> tuple[str, ...]:
+    return enum_names("HUVM_PRESET_")
+
+
+def dest_host() -> int:
+    return define("HUVM_DEST_HOST")
+
+
+def max_gpus() -> int:
+    return define("HUVM_MAX_GPUS")
+
+
+def chunk_size() -> int:
+    return define("HUVM_CHUNK_SIZE")
+
+
+def unlimited() -> int:
+    return define("HUVM_UNLIMITED")
+
+
+@cache
+def event_names() -> tuple[str, ...]:
+    """The events of ``driver/core/huvm_events.h`` (tracepoints and USDT probes), in order."""
+    import re
+
+    path = header.header_path().parent.parent.parent / "core" / "huvm_events.h"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return ("evict", "preevict", "fetch", "giveback", "prefetch", "policy")
+    block = text.split("#define HUVM_EVENTS(X)", 1)[-1].split("#define HUVM_EVENT_ARGS", 1)[0]
+    return tuple(re.findall(r"X\((\w+)\)", block))

@@ -1,0 +1,297 @@
+"""huvm-top: live fault, eviction and migration figures of a huvm node, and a policy editor.
+
+The app only draws: every blocking call (ioctl, simulator step, bcc read) runs in a thread worker over a
+source adapter (:mod:`huvm_top.sources`), and results come back as messages or through call_from_thread.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
+from textual.timer import Timer
+from textual.widgets import Footer, Header, Static
+from textual.worker import get_current_worker
+
+from huvm_top.messages import EventsArrived, SourceFailed, SourceOpened, StatsUpdated
+from huvm_top.model import NodeInfo, PolicyRefused, PolicyState, Snapshot, SourceError
+from huvm_top.rates import Rates, compute_rates
+from huvm_top.screens.help_screen import HelpScreen
+from huvm_top.screens.policy_editor import PolicyEditor
+from huvm_top.sources.base import EventSource, StatsSource
+from huvm_top.widgets.event_log import EventLog
+from huvm_top.widgets.fallback_table import FallbackTable
+from huvm_top.widgets.gpu_table import GpuTable
+from huvm_top.widgets.peer_matrix import PeerMatrix
+from huvm_top.widgets.rate_sparklines import RateSparklines
+from huvm_top.widgets.status_line import StatusLine
+
+PRESET_KEYS: tuple[str, ...] = ("stock", "atc22", "huvm")  # keys 1, 2, 3
+
+
+class HuvmTop(App[int]):
+    """The app; ``return_code`` is 0, or 1 when the source failed."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "huvm-top"
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("p", "policy", "policy"),
+        Binding("space", "toggle_pause", "pause"),
+        Binding("1", "preset('stock')", "stock", show=False),
+        Binding("2", "preset('atc22')", "atc22", show=False),
+        Binding("3", "preset('huvm')", "huvm", show=False),
+        Binding("m", "next_metric", "matrix"),
+        Binding("c", "clear_events", "clear log", show=False),
+        Binding("question_mark", "help", "help"),
+    ]
+
+    paused: reactive[bool] = reactive(False)
+
+    def __init__(self, source: StatsSource, events: EventSource | None = None, interval: float = 1.0) -> None:
+        super().__init__()
+        self.source = source
+        self.events = events
+        self.interval = interval
+        self.info: NodeInfo | None = None
+        self.policy: PolicyState | None = None
+        self.rates: Rates | None = None
+        self.error: str | None = None
+        self.refreshes = 0
+        self._prev: Snapshot | None = None
+        self._polling = False
+        self._timer: Timer | None = None
+
+    # layout
+
+    def compose(self) -> ComposeResult:
+        # The main screen's widgets are kept as attributes: other screens may be on top when data arrives.
+        note = "" if self.events is not None else "event log: start with --bcc (root) to trace huvm events"
+        self.status_line = StatusLine(id="status")
+        self.gpu_table = GpuTable(id="gpus")
+        self.matrix = PeerMatrix(id="matrix")
+        self.fallbacks = FallbackTable(id="fallbacks")
+        self.sparks = RateSparklines(id="sparks")
+        self.event_log = EventLog(id="events", enabled_note=note)
+        yield Header()
+        yield self.status_line
+        with Vertical(id="main"):
+            yield self.gpu_table
+            with Horizontal(id="middle"):
+                yield self.matrix
+                yield self.fallbacks
+            yield self.sparks
+            yield self.event_log
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.status_line.interval = self.interval
+        self.gpu_table.border_title = "GPUs (counters per second)"
+        self.fallbacks.border_title = "evictions to host by reason, per second"
+        self.sparks.border_title = "node-wide rates"
+        self.event_log.border_title = "events"
+        self._open()
+
+    # the source
+
+    @work(thread=True, exclusive=True, group="open")
+    def _open(self) -> None:
+        try:
+            info = self.source.open()
+            policy = self.source.get_policy()
+        except SourceError as exc:
+            self.post_message(SourceFailed(str(exc), fatal=True))
+            return
+        self.call_from_thread(self._opened, info, policy)
+
+    def _opened(self, info: NodeInfo, policy: PolicyState) -> None:
+        self.info = info
+        self.policy = policy
+        self.sub_title = info.description
+        status = self.status_line
+        status.source = info.description
+        status.generation = policy.generation
+        status.preset = policy.node.get("preset", -1)
+        for table in (self.gpu_table, self.fallbacks,
+                      self.matrix):
+            table.set_node(info)
+        self.post_message(SourceOpened(info))
+        self._timer = self.set_interval(self.interval, self._tick)
+        self._tick()
+        if self.events is not None:
+            self._trace()
+
+    def on_source_failed(self, message: SourceFailed) -> None:
+        self.error = message.error
+        self.status_line.error = message.error
+        if message.fatal:
+            self.exit(1, return_code=1, message=f"huvm-top: error: {message.error}")
+
+    def _tick(self) -> None:
+        if self.paused or self._polling or self.info is None:
+            return
+        self._polling = True
+        self._poll()
+
+    @work(thread=True, exclusive=True, group="stats")
+    def _poll(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            snap = self.source.snapshot()
+        except SourceError as exc:
+            self._polling = False
+            self.post_message(SourceFailed(str(exc), fatal=False))
+            return
+        rates = compute_rates(self._prev, snap)
+        self._prev = snap
+        self.post_message(StatsUpdated(rates, (time.perf_counter() - t0) * 1000))
+
+    def on_stats_updated(self, message: StatsUpdated) -> None:
+        self._polling = False
+        self.rates = message.rates
+        self.refreshes += 1
+        status = self.status_line
+        status.latency_ms = message.latency_ms
+        status.error = ""
+        gen = message.rates.snapshot.generation
+        if gen != status.generation:
+            status.generation = gen
+            self._refresh_policy()
+        self.gpu_table.update_rates(message.rates)
+        self.fallbacks.update_rates(message.rates)
+        self.matrix.update_rates(message.rates)
+        self.sparks.update_rates(message.rates)
+
+    @work(thread=True, exclusive=True, group="policy-read")
+    def _refresh_policy(self) -> None:
+        try:
+            policy = self.source.get_policy()
+        except SourceError:
+            return
+        self.call_from_thread(self._policy_now, policy)
+
+    def _policy_now(self, policy: PolicyState) -> None:
+        self.policy = policy
+        status = self.status_line
+        status.generation = policy.generation
+        status.preset = policy.node.get("preset", -1)
+
+    # events (bcc)
+
+    @work(thread=True, exclusive=True, group="trace")
+    def _trace(self) -> None:
+        assert self.events is not None
+        worker = get_current_worker()
+        try:
+            self.events.start()
+        except SourceError as exc:
+            self.post_message(SourceFailed(f"tracing: {exc}", fatal=False))
+            self.call_from_thread(self._trace_note, f"tracing off: {exc}")
+            return
+        self.call_from_thread(self._trace_note, self.events.description)
+        while not worker.is_cancelled:
+            batch = []
+            deadline = time.monotonic() + 0.25  # batch, so a burst is one message
+            while time.monotonic() < deadline and not worker.is_cancelled:
+                batch.extend(self.events.poll(100))
+            if batch and not self.paused:
+                self.post_message(EventsArrived(batch, self.events.counts(), self.events.histograms()))
+
+    def _trace_note(self, text: str) -> None:
+        self.event_log.border_subtitle = text
+
+    def on_events_arrived(self, message: EventsArrived) -> None:
+        log = self.event_log
+        log.add_events(message.events)
+        log.set_summary(message.counts, message.histograms)
+
+    # actions
+
+    MAIN_ONLY = frozenset({"policy", "preset", "toggle_pause", "next_metric", "clear_events", "help"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Main-screen keys do nothing (and leave the footer) while the editor or help is open."""
+        if action in self.MAIN_ONLY and len(self.screen_stack) > 1:
+            return False
+        return True
+
+    def watch_paused(self, paused: bool) -> None:
+        self.status_line.paused = paused
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+
+    def action_next_metric(self) -> None:
+        self.matrix.next_metric()
+
+    def action_clear_events(self) -> None:
+        self.event_log.clear()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_policy(self) -> None:
+        if self.info is None or self.policy is None:
+            self.notify("not connected yet", severity="warning")
+            return
+        self.push_screen(PolicyEditor(self.source, self.info, self.policy), self._editor_closed)
+
+    def _editor_closed(self, applied: PolicyState | None) -> None:
+        if applied is not None:
+            self._policy_now(applied)
+
+    def action_preset(self, name: str) -> None:
+        if self.info is None:
+            return
+        self._apply_preset(name)
+
+    @work(thread=True, exclusive=True, group="policy")
+    def _apply_preset(self, name: str) -> None:
+        try:
+            policy = self.source.preset(name)
+            new = self.source.set_policy(policy)
+        except PolicyRefused as exc:
+            self.call_from_thread(self.notify, f"preset {name} refused: {exc.field}: {exc.message}",
+                                  severity="error")
+            return
+        except SourceError as exc:
+            self.call_from_thread(self.notify, f"preset {name}: {exc}", severity="error")
+            return
+        self.call_from_thread(self._policy_now, new)
+        self.call_from_thread(self.notify, f"preset {name} applied (generation {new.generation})")
+
+    def on_unmount(self) -> None:
+        for closable in (self.events, self.source):
+            if closable is not None:
+                try:
+                    closable.close()
+                except Exception:  # noqa: BLE001 - closing must not hide the exit status
+                    pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point ``huvm-top``; see :mod:`huvm_top.cli` for the options."""
+    from huvm_top import cli
+
+    try:
+        opts = cli.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    try:
+        source, events = cli.make_sources(opts)
+    except cli.CliError as exc:
+        sys.stderr.write(f"huvm-top: error: {exc}\n")
+        return exc.status
+    app = HuvmTop(source, events, opts.interval)
+    app.run()
+    return app.return_code or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

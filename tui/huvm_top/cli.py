@@ -1,0 +1,119 @@
+"""Command line of huvm-top: options, and the sources they select (the app itself is in app.py).
+
+Exit status (as huvmctl): 0 ok, 1 runtime error (no usable backend, the source failed), 2 usage error.
+Errors are one line on stderr: ``huvm-top: error: ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from huvm_top.model import SourceError
+from huvm_top.sources.base import EventSource, StatsSource
+
+EPILOG = """examples:
+  huvm-top                          # the patched module on /dev/nvidia-uvm
+  huvm-top --sim                    # a simulated node under load (no GPU needed)
+  huvm-top --sim --bcc              # ... with its USDT probes traced by bcc (root)
+  huvm-top --device /dev/huvm_ktest --bcc --interval 0.5
+  huvm-top --fake                   # a fake node (no library calls; for trying the UI)
+
+keys: q quit, p policy editor, space pause, 1/2/3 apply preset stock/atc22/huvm, m peer-matrix metric,
+c clear the event log, ? help. Everything works from the keyboard (over ssh, no mouse needed).
+
+exit status: 0 ok, 1 runtime error (no usable backend), 2 usage error."""
+
+
+class CliError(Exception):
+    """One line for stderr, and the exit status."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"huvm-top: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.05 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{value:g} is out of range [0.05, 3600] seconds")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="huvm-top",
+        description="Live fault, eviction and migration figures of a huvm node, and a policy editor.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--backend", choices=("auto", "kernel", "sim"), default=None,
+                   help="kernel module, simulated node under load, or auto (default: $HUVM_BACKEND or auto: "
+                        "the kernel module when the patched module answers, else an error saying why)")
+    p.add_argument("--sim", dest="backend", action="store_const", const="sim", help="same as --backend sim")
+    p.add_argument("--fake", dest="backend", action="store_const", const="fake", help=argparse.SUPPRESS)
+    p.add_argument("--device", metavar="PATH", help="device of the kernel backend (default /dev/nvidia-uvm)")
+    p.add_argument("--sim-config", metavar="FILE", help="simulated node: a node preset name or a TOML file")
+    p.add_argument("--bcc", action="store_true",
+                   help="trace huvm events with bcc: the kernel tracepoints, or the simulator's USDT probes "
+                        "(needs root and python3-bpfcc)")
+    p.add_argument("--pid", type=int, metavar="PID",
+                   help="with --bcc: trace the USDT probes of this process (e.g. a running huvmctl sim run)")
+    p.add_argument("--interval", type=_interval, default=1.0, metavar="SEC",
+                   help="refresh interval in seconds (default 1)")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    if args.sim_config and args.backend not in (None, "sim"):
+        build_parser().error("--sim-config goes with --backend sim")
+    if args.device and args.backend == "sim":
+        build_parser().error("--device goes with the kernel backend")
+    if args.pid is not None and not args.bcc:
+        build_parser().error("--pid goes with --bcc")
+    return args
+
+
+def make_sources(args: argparse.Namespace) -> tuple[StatsSource, EventSource | None]:
+    """The sources the options ask for, opened once here so that failures are reported before the screen
+    is taken (the app opens them again, which is cheap)."""
+    import os
+
+    backend = args.backend or os.environ.get("HUVM_BACKEND") or "auto"
+    source: StatsSource
+    if backend == "fake":
+        from huvm_top.sources.fake import FakeEvents, FakeSource
+
+        return FakeSource(), (FakeEvents() if args.bcc else None)
+    if backend == "sim" or (backend == "auto" and args.sim_config):
+        from huvm_top.sources.sim import SimSource
+
+        source = SimSource(args.sim_config)
+    else:
+        from huvm_top.sources.live import LiveSource
+
+        source = LiveSource(backend, args.device)
+    try:
+        source.open()
+    except SourceError as exc:
+        source.close()
+        raise CliError(str(exc)) from None
+    events: EventSource | None = None
+    if args.bcc:
+        from huvm_top.sources.bcc import BccSource
+
+        mode = "usdt" if (backend == "sim" or args.pid) else "auto"
+        events = BccSource(mode, pid=args.pid)
+    return source, events

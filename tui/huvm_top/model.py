@@ -1,0 +1,105 @@
+"""The data the TUI shows, independent of where it comes from (kernel, simulator, fake).
+
+Sources (``huvm_top.sources``) turn their backend's objects into these plain, immutable records, so the
+widgets and the tests need nothing but this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Counters of one GPU or one pair, by metric name; array fields are flattened as ``host_reason[4]``.
+Counters = dict[str, int]
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Static facts about one GPU (GET_INFO)."""
+
+    index: int
+    name: str
+    uuid: str
+    memory_bytes: int
+    present: bool = True
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the source is attached to."""
+
+    backend: str  # "kernel", "ktest", "sim", "fake", ...
+    description: str  # one line for the status bar, e.g. "sim: consolidation (4 GPUs)"
+    gpus: tuple[GpuInfo, ...]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One GET_STATS snapshot (plus the free memory of GET_INFO taken with it)."""
+
+    timestamp_ns: int
+    generation: int
+    gpus: tuple[Counters, ...]
+    pairs: tuple[tuple[Counters, ...], ...]  # pairs[owner][holder]
+    free_bytes: tuple[int, ...] = ()
+
+
+@dataclass
+class GpuPolicy:
+    """One per-GPU policy entry (huvm_gpu_policy_t), keyed by UUID."""
+
+    uuid: str
+    role: int
+    lend_limit_bytes: int
+    lend_reserve_bytes: int
+
+
+@dataclass
+class PolicyState:
+    """A whole policy (huvm_policy_t): node-wide fields by name, and the GPU entries."""
+
+    generation: int
+    node: dict[str, int]
+    gpus: list[GpuPolicy] = field(default_factory=list)
+
+    def copy(self) -> PolicyState:
+        return PolicyState(
+            self.generation,
+            dict(self.node),
+            [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes) for g in self.gpus],
+        )
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One refused field: ``field`` is ``prefetch_chunks`` or ``gpus[1].lend_reserve_bytes``."""
+
+    field: str
+    message: str
+
+
+class PolicyRefused(Exception):
+    """The policy was refused, by the local checks or by the core (``by`` says which)."""
+
+    def __init__(self, field: str, message: str, by: Literal["check", "core"] = "core") -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+        self.by = by
+
+
+class SourceError(Exception):
+    """The source cannot be opened or read (device gone, no permission, ...): one line for the user."""
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One huvm tracepoint / USDT probe hit (driver/core/huvm_events.h: gpu, peer, reason, bytes, va)."""
+
+    ts_ns: int
+    name: str
+    gpu: int
+    peer: int
+    reason: int
+    bytes: int
+    va: int

@@ -1,0 +1,94 @@
+"""Rates between two snapshots: counters become per-second rates, gauges keep their current value.
+
+A counter that went down (the stats were reset between the snapshots) counts from zero: its delta is its
+new value, never negative.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from huvm_top.metrics import Metric, gpu_metrics, pair_metrics
+from huvm_top.model import Counters, Snapshot
+
+NS_PER_S = 1_000_000_000
+
+
+def counter_delta(prev: int, cur: int) -> int:
+    """Increase of a counter; after a reset (cur < prev) the increase since the reset, i.e. cur."""
+    return cur - prev if cur >= prev else cur
+
+
+def rate_map(
+    prev: Mapping[str, int] | None, cur: Mapping[str, int], dt_s: float, metrics: Iterable[Metric]
+) -> dict[str, float]:
+    """Per-second rates of counters (0.0 without a previous sample) and current values of gauges."""
+    out: dict[str, float] = {}
+    for m in metrics:
+        value = cur.get(m.key, 0)
+        if m.kind == "gauge":
+            out[m.key] = float(value)
+        elif prev is None or dt_s <= 0:
+            out[m.key] = 0.0
+        else:
+            out[m.key] = counter_delta(prev.get(m.key, 0), value) / dt_s
+    return out
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What one refresh shows: the snapshot, rates per GPU and per pair, and the interval they span."""
+
+    snapshot: Snapshot
+    dt_s: float
+    gpus: tuple[dict[str, float], ...]
+    pairs: tuple[tuple[dict[str, float], ...], ...]
+    first: bool  # no previous snapshot: counters show 0/s
+
+    def node_total(self, key: str) -> float:
+        """Sum over GPUs of one per-GPU rate or gauge."""
+        return sum(g.get(key, 0.0) for g in self.gpus)
+
+
+def compute_rates(prev: Snapshot | None, cur: Snapshot) -> Rates:
+    """Rates from ``prev`` to ``cur``. A previous snapshot with another GPU count is ignored."""
+    if prev is not None and len(prev.gpus) != len(cur.gpus):
+        prev = None
+    dt_s = (cur.timestamp_ns - prev.timestamp_ns) / NS_PER_S if prev is not None else 0.0
+    gm, pm = gpu_metrics(), pair_metrics()
+    gpus = tuple(
+        rate_map(prev.gpus[i] if prev is not None else None, g, dt_s, gm) for i, g in enumerate(cur.gpus)
+    )
+    pairs = tuple(
+        tuple(
+            rate_map(_pair(prev, o, h), cell, dt_s, pm)
+            for h, cell in enumerate(row)
+        )
+        for o, row in enumerate(cur.pairs)
+    )
+    return Rates(cur, dt_s, gpus, pairs, prev is None or dt_s <= 0)
+
+
+def _pair(snap: Snapshot | None, owner: int, holder: int) -> Counters | None:
+    if snap is None or owner >= len(snap.pairs) or holder >= len(snap.pairs[owner]):
+        return None
+    return snap.pairs[owner][holder]
+
+
+class History:
+    """The last ``size`` values of a few node-wide series, for the sparklines."""
+
+    def __init__(self, keys: Sequence[str], size: int = 120) -> None:
+        self.keys = tuple(keys)
+        self._data: dict[str, deque[float]] = {k: deque(maxlen=size) for k in self.keys}
+
+    def add(self, rates: Rates) -> None:
+        if rates.first:
+            return
+        for key in self.keys:
+            self._data[key].append(rates.node_total(key))
+
+    def series(self, key: str) -> list[float]:
+        return list(self._data[key])

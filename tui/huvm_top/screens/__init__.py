@@ -1,0 +1,1 @@
+"""Screens besides the main one, one per module."""

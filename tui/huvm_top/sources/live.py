@@ -1,0 +1,196 @@
+"""LiveSource: a huvm node through the huvm library (``huvm.open``): the kernel module, or a simulated
+node that stays still unless something drives it (see :mod:`huvm_top.sources.sim` for one that moves).
+
+Snapshots are GET_STATS (:meth:`huvm.Node.stats`) plus GET_INFO for free memory; policy changes go through
+huvm's own checks (contradictions, then the policy core on a local mirror) before SET_POLICY, and the
+core's refusal comes back with the field it names.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any
+
+from huvm import errors as herr
+from huvm import policy as hp
+from huvm.client import Node
+from huvm.info import NodeInfo as HuvmNodeInfo
+from huvm.mirror import Mirror
+from huvm.stats import StatsSnapshot
+
+from huvm_top.metrics import pair_metrics
+from huvm_top.model import (
+    Counters,
+    FieldError,
+    GpuInfo,
+    GpuPolicy,
+    NodeInfo,
+    PolicyRefused,
+    PolicyState,
+    Snapshot,
+    SourceError,
+)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    hint = getattr(exc, "hint", None)
+    return f"{text} (hint: {hint})" if hint else text
+
+
+def node_info(info: HuvmNodeInfo, description: str) -> NodeInfo:
+    gpus = tuple(GpuInfo(g.index, g.name, g.uuid, g.memory_bytes, g.present) for g in info.gpus)
+    return NodeInfo(info.backend_name.lower(), description, gpus)
+
+
+def flatten(values: Any) -> Counters:
+    """huvm counters (arrays as tuples) -> flat keys (``host_reason[4]``)."""
+    out: Counters = {}
+    for k, v in values.items():
+        if isinstance(v, tuple):
+            for i, x in enumerate(v):
+                out[f"{k}[{i}]"] = int(x)
+        else:
+            out[k] = int(v)
+    return out
+
+
+def snapshot(stats: StatsSnapshot, info: HuvmNodeInfo | None) -> Snapshot:
+    n = len(stats.gpus)
+    keys = [m.key for m in pair_metrics()]
+    pairs = tuple(
+        tuple({k: int(stats.pair(o, h).values.get(k, 0)) for k in keys} for h in range(n)) for o in range(n)
+    )
+    free = tuple(g.free_bytes for g in info.gpus) if info is not None else ()
+    return Snapshot(stats.timestamp_ns, stats.generation, tuple(flatten(g.values) for g in stats.gpus), pairs, free)
+
+
+def to_state(p: hp.Policy) -> PolicyState:
+    node = {"preset": p.preset, **{hp.KEYS[k].field: int(getattr(p, hp.KEYS[k].field)) for k in hp.NODE_KEYS}}
+    gpus = [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes) for g in p.gpus]
+    return PolicyState(p.generation, node, gpus)
+
+
+def to_policy(s: PolicyState, base: hp.Policy | None = None) -> hp.Policy:
+    flags = {g.uuid.lower(): g.flags for g in base.gpus} if base is not None else {}
+    gpus = tuple(
+        hp.GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, flags.get(g.uuid.lower(), 0))
+        for g in s.gpus
+    )
+    fields = {hp.KEYS[k].field: s.node[hp.KEYS[k].field] for k in hp.NODE_KEYS if hp.KEYS[k].field in s.node}
+    return hp.Policy(s.generation, s.node.get("preset", 0), gpus=gpus, **fields)
+
+
+class LiveSource:
+    """A StatsSource over :func:`huvm.open` (or a given :class:`huvm.Node`, for tests)."""
+
+    def __init__(
+        self,
+        backend: str = "auto",
+        device: str | None = None,
+        sim_config: str | None = None,
+        node: Node | None = None,
+    ) -> None:
+        self.backend = backend
+        self.device = device
+        self.sim_config = sim_config
+        self.node = node
+        self.info: HuvmNodeInfo | None = None
+        self.label: str | None = None  # what the status line calls the node (default: the backend's words)
+        self._lock = threading.Lock()  # one ioctl at a time: workers of the app and of the editor
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        if self.node is None:
+            raise SourceError("not open")
+        try:
+            with self._lock:
+                return fn(*args)
+        except herr.HuvmError as exc:
+            raise SourceError(f"{what}: {_one_line(exc)}") from exc
+
+    def open(self) -> NodeInfo:
+        import huvm
+
+        if self.node is None:
+            try:
+                self.node = huvm.open(self.backend, self.device, sim_config=self.sim_config)
+            except herr.HuvmError as exc:
+                raise SourceError(_one_line(exc)) from exc
+            except OSError as exc:
+                raise SourceError(f"{exc.filename or 'open'}: {exc.strerror}") from exc
+        self.info = self._call("GET_INFO", self.node.info)
+        assert self.info is not None
+        desc = self.label or self.node.backend.description
+        return node_info(self.info, f"{desc} ({len(self.info.gpus)} GPUs)")
+
+    def snapshot(self) -> Snapshot:
+        assert self.node is not None
+        stats = self._call("GET_STATS", self.node.stats)
+        self.info = self._call("GET_INFO", self.node.info)
+        return snapshot(stats, self.info)
+
+    def get_policy(self) -> PolicyState:
+        assert self.node is not None
+        return to_state(self._call("GET_POLICY", self.node.get_policy))
+
+    def _field(self, key: str | None, policy: PolicyState) -> str:
+        """huvm's key (``gpu.2.lend_reserve``, GPU index) -> the editor's field (``gpus[i].lend_reserve_bytes``,
+        entry index)."""
+        if not key:
+            return "policy"
+        sel, name = hp.split_key(key)
+        name = hp.KEYS[name].field if name in hp.KEYS else name
+        if sel is None:
+            return name
+        uuid = next((g.uuid for g in (self.info.gpus if self.info else ()) if str(g.index) == sel), sel)
+        for i, g in enumerate(policy.gpus):
+            if g.uuid.lower() == uuid.lower():
+                return f"gpus[{i}].{name}"
+        return key
+
+    def check_policy(self, policy: PolicyState) -> list[FieldError]:
+        """huvm's contradiction checks, then the policy core's validation on a mirror of the node."""
+        if self.node is None or self.info is None:
+            return []
+        try:
+            current = self._call("GET_POLICY", self.node.get_policy)
+            p = to_policy(policy, current)
+            hp.check_consistency(p, self.info)
+            Mirror(self.info, current).validate(p)
+        except herr.PolicyError as exc:
+            msg = str(exc)
+            key = exc.key or ""
+            msg = msg[len(key) + 2:] if key and msg.startswith(key + ": ") else msg
+            return [FieldError(self._field(exc.key, policy), msg)]
+        return []
+
+    def set_policy(self, policy: PolicyState) -> PolicyState:
+        assert self.node is not None
+        try:
+            with self._lock:
+                current = self.node.get_policy()
+                new = self.node.set_policy(to_policy(policy, current))
+        except herr.Conflict as exc:
+            raise PolicyRefused("generation", f"{_one_line(exc)}: ctrl+r reloads") from exc
+        except herr.InvalidValue as exc:
+            raise PolicyRefused(exc.field or "policy", _one_line(exc)) from exc
+        except herr.HuvmError as exc:
+            raise SourceError(f"SET_POLICY: {_one_line(exc)}") from exc
+        return to_state(new)
+
+    def preset(self, name: str) -> PolicyState:
+        assert self.node is not None and self.info is not None
+        try:
+            value = hp.preset_value(name)
+        except herr.PolicyError as exc:
+            raise SourceError(_one_line(exc)) from exc
+        current = self._call("GET_POLICY", self.node.get_policy)
+        p = Mirror(self.info, current).preset(value)
+        return to_state(replace(p, generation=current.generation))
+
+    def close(self) -> None:
+        node, self.node = self.node, None
+        if node is not None:
+            with self._lock:
+                node.close()
