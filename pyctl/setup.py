@@ -10,10 +10,10 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 
-class BuildExt(build_ext):
+class BuildExt(build_ext):  # type: ignore[misc]
     def finalize_options(self) -> None:
         super().finalize_options()
-        self.build_temp = os.path.join(self.build_temp, "pyctl")
+        self.build_temp: str = os.path.join(str(self.build_temp), "pyctl")
 
 
 setup(cffi_modules=["huvm/_build.py:ffibuilder"], cmdclass={"build_ext": BuildExt})

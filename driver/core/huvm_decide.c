@@ -30,32 +30,32 @@ static int within_ms(uint64_t now_ns, uint64_t then_ns, uint32_t ms)
     return now_ns - then_ns < (uint64_t)ms * HUVM_NS_PER_MS;
 }
 
-/* Static eligibility of holder for owner's data: present, a lender, linked as the policy requires. */
-static int peer_eligible(const huvm_core_t *core, uint32_t owner, uint32_t holder)
+/* Static eligibility of holder for owner's data: present, a lender, linked as the policy requires.
+ * Returns the holder's policy entry, or NULL when not eligible. */
+static const huvm_gpu_policy_t *peer_eligible(const huvm_core_t *core, uint32_t owner, uint32_t holder)
 {
+    const huvm_gpu_policy_t *e;
     uint32_t link_type;
 
-    if (holder >= core->gpu_count || holder == owner || !huvm_gpu_present(core, holder))
-        return 0;
-    if (!huvm_role_lends(huvm_gpu_role(core, holder)))
-        return 0;
+    if (holder >= core->gpu_count || holder == owner || !(core->gpus[holder].flags & HUVM_GPU_FLAG_PRESENT))
+        return NULL;
     link_type = core->links[owner][holder].link_type;
-    if (link_type == HUVM_LINK_NONE)
-        return 0;
-    if (core->policy.nvlink_only && !huvm_link_is_nvlink(link_type))
-        return 0;
-    return 1;
+    if (link_type == HUVM_LINK_NONE || (core->policy.nvlink_only && !huvm_link_is_nvlink(link_type)))
+        return NULL;
+    e = huvm_policy_gpu(core, holder);
+    if (!e || !huvm_role_lends(e->role))
+        return NULL;
+    return e;
 }
 
 /* Capacity and timing admission of a statically eligible holder. */
-static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t holder,
-                               uint64_t bytes, uint64_t now_ns)
+static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *state,
+                               const huvm_gpu_policy_t *e, uint32_t holder, uint64_t bytes, uint64_t now_ns)
 {
-    const huvm_gpu_policy_t *e = huvm_policy_gpu(core, holder);
     uint64_t mem = core->gpus[holder].memory_bytes;
     uint64_t free_bytes = clamp_free(core, state, holder);
-    uint64_t reserve = e ? e->lend_reserve_bytes : 0;
-    uint64_t limit = e ? e->lend_limit_bytes : 0;
+    uint64_t reserve = e->lend_reserve_bytes;
+    uint64_t limit = e->lend_limit_bytes;
     uint64_t lent = huvm_atomic64_read(&core->counters[holder].lent_bytes);
     uint64_t used_after;
 
@@ -76,11 +76,14 @@ static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *
 uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
                          uint32_t holder, uint64_t bytes, uint64_t now_ns)
 {
+    const huvm_gpu_policy_t *e;
+
     if (!core || !state || owner >= core->gpu_count)
         return HUVM_REASON_NO_PEER;
-    if (!peer_eligible(core, owner, holder))
+    e = peer_eligible(core, owner, holder);
+    if (!e)
         return HUVM_REASON_NO_PEER;
-    return admit_eligible(core, state, holder, bytes, now_ns);
+    return admit_eligible(core, state, e, holder, bytes, now_ns);
 }
 
 /* Larger is better; ties go to the lower index. */
@@ -123,10 +126,14 @@ static huvm_pick_t pick_peer(const huvm_core_t *core, const huvm_gpu_state_t *st
     uint32_t eligible = 0, full = 0, p;
 
     for (p = 0; p < core->gpu_count; p++) {
+        const huvm_gpu_policy_t *e;
         uint32_t chunks, reason;
         uint64_t score;
 
-        if (!(candidates & (1u << p)) || !peer_eligible(core, owner, p))
+        if (!(candidates & (1u << p)))
+            continue;
+        e = peer_eligible(core, owner, p);
+        if (!e)
             continue;
         eligible++;
         chunks = chunks_each ? chunks_each : multipath_share(core, owner, p, n);
@@ -134,7 +141,7 @@ static huvm_pick_t pick_peer(const huvm_core_t *core, const huvm_gpu_state_t *st
             full++;             /* its PCIe share rounds to nothing */
             continue;
         }
-        reason = admit_eligible(core, state, p, (uint64_t)chunks * HUVM_CHUNK_SIZE, now_ns);
+        reason = admit_eligible(core, state, e, p, (uint64_t)chunks * HUVM_CHUNK_SIZE, now_ns);
         if (reason != HUVM_REASON_PEER) {
             full += reason == HUVM_REASON_PEER_FULL;
             continue;

@@ -7,7 +7,8 @@
  *
  * Every event has the same five arguments:
  *   gpu     u32  the GPU the event is about (the owner of the data; for giveback, the lender)
- *   peer    u32  the other end: a GPU index, or HUVM_DEST_HOST (16) for host memory
+ *   peer    u32  the other end: a GPU index, or HUVM_DEST_HOST (16) for host memory (giveback: the owner
+ *                of the data, which goes to host; policy: gpu and peer are both 16)
  *   reason  u32  HUVM_REASON_* (evict, preevict, giveback); 1 = remote map (fetch); preset (policy)
  *   bytes   u64  bytes moved (policy: the new generation)
  *   va      u64  virtual address of the chunk (0 when not known)

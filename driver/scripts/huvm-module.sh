@@ -49,6 +49,8 @@ for pat in "core/*.c" "core/*.h" "uvm/*.c" "uvm/*.h" "uvm/*.Kbuild" "include/uap
         [ "$(readlink "$OUT/huvm/$rel" 2>/dev/null)" = "$f" ] || ln -sfn "$f" "$OUT/huvm/$rel"
     done
 done
+# links into another driver/ (DRIVER= changed) count as gone, like dangling ones
+find "$OUT/huvm" -type l ! -lname "$DRIVER/*" -print0 | while IFS= read -r -d '' l; do rm -f "$l"; ln -s /nonexistent "$l"; done
 find "$OUT" -xtype l -print0 | while IFS= read -r -d '' l; do
     # a huvm source that was removed: drop the link and its object so modpost does not see it
     rm -f "$l" "${l%.c}.o" "$(dirname "$l")/.$(basename "${l%.c}").o.cmd"
@@ -95,15 +97,20 @@ if [ $SPARSE = 1 ]; then
     exit 0
 fi
 
-# The conftest headers depend on the kernel and the global flags only, not on UVM_BUILD_TYPE: seed a
-# fresh tree from a sibling build (kbuild regenerates them if the kernel differs: conftest/uts_release).
+# The conftest headers depend on the kernel, the Kbuild files and conftest.sh, not on UVM_BUILD_TYPE:
+# seed a fresh tree from a sibling build whose inputs are the same (saves ~300 compile tests).
+key=$( (cat "$OUT/Kbuild" "$OUT/conftest.sh" "$OUT/nvidia-uvm/nvidia-uvm.Kbuild" "$OUT/nvidia/nvidia.Kbuild" \
+        "$OUT/huvm/uvm/huvm.Kbuild" "$KERNEL_OUT/.config" "$KERNEL_OUT/include/generated/utsrelease.h";
+        echo "$KERNEL_OUT $KERNEL_SRC") | sha256sum | cut -d' ' -f1)
 if [ ! -f "$OUT/conftest/uts_release" ]; then
-    for d in "$(dirname "$OUT")"/*/conftest; do
-        if [ -f "$d/uts_release" ] && [ "$d" != "$OUT/conftest" ]; then
-            cp -a "$d" "$OUT/conftest"; log "conftest results copied from $d"; break
+    for d in "$(dirname "$OUT")"/*/; do
+        d=${d%/}
+        if [ "$d" != "$OUT" ] && [ -f "$d/conftest/uts_release" ] && [ "$(cat "$d/.huvm-conftest-key" 2>/dev/null)" = "$key" ]; then
+            cp -a "$d/conftest" "$OUT/conftest"; log "conftest results copied from $d"; break
         fi
     done
 fi
+echo "$key" > "$OUT/.huvm-conftest-key"
 
 log "building nvidia-uvm.ko ($TYPE) for $KVER in $OUT; $symnote"
 start=$(date +%s)

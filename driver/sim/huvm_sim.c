@@ -7,9 +7,8 @@
  * run concurrently over NVLink), then frees. Faults stall the tenant; prefetch and pre-eviction only occupy
  * links. Decisions: huvm_decide_*; movements: huvm_account_* (counters + USDT probes).
  *
- * Link sharing is a work-conserving two-class approximation of fair sharing: a transfer that arrives while
- * a link still has a backlog of B ns gets half of the link for min(B, its own duration), the backlog is
- * pushed back by its duration. O(1) per transfer, deterministic. See docs/simulator.md.
+ * Link sharing (res_xfer): FIFO within a traffic class, fair share between demand and background classes;
+ * work conserving, O(1) per transfer, deterministic. See docs/simulator.md.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,46 +94,61 @@ static void refresh_state(huvm_sim_t *sim)
 
 /* ---- links ---- */
 
-static uint64_t res_xfer(sim_res_t *r, uint64_t t, uint64_t bytes)
+/* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t. Within a class, FIFO; between the two
+ * classes, fair share: while the other class has queued work, this transfer progresses at half the rate, and
+ * the other class's queue is pushed back by the work this one did meanwhile. Work conserving; O(1). */
+static uint64_t res_xfer(sim_res_t *r, uint64_t t, uint64_t bytes, int cls)
 {
     uint64_t dur = (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
-    uint64_t backlog = r->busy_until > t ? r->busy_until - t : 0;
-    uint64_t fin = t + r->latency_ns + dur + u64_min(backlog, dur);
+    uint64_t start = u64_max(t, r->busy_until[cls]);
+    uint64_t other = r->busy_until[!cls];
+    uint64_t overlap = other > start ? other - start : 0;
+    uint64_t fin, shared;
 
-    r->busy_until = u64_max(r->busy_until, t) + dur;
+    if (2 * dur <= overlap) {
+        fin = start + 2 * dur;
+        shared = dur;
+    } else {
+        fin = start + dur + overlap / 2;
+        shared = overlap / 2;
+    }
+    r->busy_until[cls] = fin;
+    if (overlap)
+        r->busy_until[!cls] = other + shared;
     r->busy_ns += dur;
     r->bytes += bytes;
-    return fin;
+    return fin + r->latency_ns;
 }
 
-static uint64_t xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes)
+static uint64_t xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls)
 {
     sim->traffic.host_to_gpu[g] += bytes;
-    return res_xfer(&sim->gpus[g].h2d, t, bytes);
+    return res_xfer(&sim->gpus[g].h2d, t, bytes, cls);
 }
 
-static uint64_t xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes)
+static uint64_t xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls)
 {
     sim->traffic.gpu_to_host[g] += bytes;
-    return res_xfer(&sim->gpus[g].d2h, t, bytes);
+    return res_xfer(&sim->gpus[g].d2h, t, bytes, cls);
 }
 
 /* a -> b over the pair's direct path. */
-static uint64_t xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes)
+static uint64_t xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls)
 {
     if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
         /* PCIe peer-to-peer: a's upstream and b's downstream direction. */
-        return u64_max(res_xfer(&sim->gpus[a].d2h, t, bytes), res_xfer(&sim->gpus[b].h2d, t, bytes));
+        return u64_max(res_xfer(&sim->gpus[a].d2h, t, bytes, cls), res_xfer(&sim->gpus[b].h2d, t, bytes, cls));
     }
     if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH)
-        return u64_max(res_xfer(&sim->gpus[a].port_out, t, bytes), res_xfer(&sim->gpus[b].port_in, t, bytes));
-    return res_xfer(&sim->nvl[a][b], t, bytes);
+        return u64_max(res_xfer(&sim->gpus[a].port_out, t, bytes, cls),
+                       res_xfer(&sim->gpus[b].port_in, t, bytes, cls));
+    return res_xfer(&sim->nvl[a][b], t, bytes, cls);
 }
 
-static uint64_t xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes)
+static uint64_t xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls)
 {
     sim->traffic.gpu_to_gpu[a][b] += bytes;
-    return xfer_peer_raw(sim, a, b, t, bytes);
+    return xfer_peer_raw(sim, a, b, t, bytes, cls);
 }
 
 /* ---- creation ---- */
@@ -578,14 +592,14 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
     if (d.dst != HUVM_DEST_HOST) {
         uint32_t p = d.dst;
 
-        fin = xfer_peer(sim, g, p, start, SIM_CHUNK);
+        fin = xfer_peer(sim, g, p, start, SIM_CHUNK, sync ? SIM_FG : SIM_BG);
         list_push_tail(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks++;
         gg->peer_chunks++;
         c->holder = (uint8_t)p;
         vacnt_add(sim, ci, 0);
     } else {
-        fin = xfer_d2h(sim, g, start, SIM_CHUNK);
+        fin = xfer_d2h(sim, g, start, SIM_CHUNK, sync ? SIM_FG : SIM_BG);
         c->loc = HUVM_SIM_LOC_HOST;
         gg->host_chunks++;
         vacnt_add(sim, ci, 1);
@@ -612,7 +626,7 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
     hg->guest_chunks--;
     sim->gpus[o].peer_chunks--;
     sim->gpus[o].host_chunks++;
-    fin = xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK);
+    fin = xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG);
     c->loc = HUVM_SIM_LOC_HOST;
     c->ready_ns = fin;
     c->flags &= (uint8_t)~SIM_CF_REMOTE;
@@ -716,7 +730,7 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             }
             sim->host_chunks--;
             gg->host_chunks--;
-            c->ready_ns = xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK);
+            c->ready_ns = xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
             list_push_tail(sim->chunks, &gg->own, pci);
@@ -734,7 +748,7 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             sim->host_chunks--;
             sim->gpus[g].host_chunks--;
             sim->gpus[g].peer_chunks++;
-            c->ready_ns = xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK);
+            c->ready_ns = xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)p;
             list_push_tail(sim->chunks, &pg->guest[g], pci);
@@ -771,7 +785,7 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
         t = make_room(sim, g, 1, t, 0);
         if (sim->failed)
             return t;
-        fin = xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK);
+        fin = xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG);
         list_remove(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks--;
         gg->peer_chunks--;
@@ -787,7 +801,7 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
     if (sim->failed)
         return t;
     if (c->loc == HUVM_SIM_LOC_HOST) {
-        uint64_t fin = xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK);
+        uint64_t fin = xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG);
 
         sim->host_chunks--;
         gg->host_chunks--;
@@ -884,6 +898,7 @@ static void tenant_start(huvm_sim_t *sim, sim_tenant_t *tt)
     for (i = 0; i < tt->n_static && !sim->failed; i++)
         make_live(sim, tt, tt->chunk_base + tt->static_list[i], &t);
     tt->clock = t;
+    tt->step_start = t;
     if (tt->spec.n_ops == 0) {
         tt->state = SIM_T_DONE;
         tt->res.done = 1;
@@ -960,7 +975,7 @@ static void run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         for (h = 0; h < sim->cfg.gpu_count; h++) {
             if (remote_mask & (1u << h)) {
                 sim->traffic.remote_read[h][g] += remote_bytes[h];
-                end = u64_max(end, xfer_peer_raw(sim, h, g, t, remote_bytes[h]));
+                end = u64_max(end, xfer_peer_raw(sim, h, g, t, remote_bytes[h], SIM_FG));
             }
         }
         tt->res.remote_stall_ns += end - compute_end;
@@ -991,7 +1006,13 @@ static void run_op(huvm_sim_t *sim, sim_tenant_t *tt)
             tt->res.done = 1;
             tt->res.end_ns = end;
             sim->fg_remaining--;
+        } else if (!tt->foreground && end == tt->step_start) {
+            /* A background trace whose step takes no time would loop forever at one instant: it is done. */
+            tt->state = SIM_T_DONE;
+            tt->res.done = 1;
+            tt->res.end_ns = end;
         }
+        tt->step_start = end;
     }
 }
 

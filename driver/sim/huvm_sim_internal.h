@@ -39,11 +39,16 @@ typedef struct {
     uint32_t tenant;
 } sim_chunk_t;
 
+/* Traffic classes sharing a link: demand transfers (faults, synchronous evictions, give-back, remote
+ * accesses) and background ones (prefetch, pre-eviction). */
+#define SIM_FG                  0
+#define SIM_BG                  1
+
 /* One direction of a link (PCIe H2D or D2H of a GPU, an NVLink pair direction, an NVSwitch port). */
 typedef struct {
     uint64_t mbyte_per_s;
     uint64_t latency_ns;
-    uint64_t busy_until;
+    uint64_t busy_until[2];         /* per class: when its queued work ends */
     uint64_t busy_ns;
     uint64_t bytes;
 } sim_res_t;
@@ -80,6 +85,7 @@ typedef struct {
     uint32_t   chunk_base;
     uint32_t   state;
     uint64_t   clock;
+    uint64_t   step_start;              /* clock at the start of the current step */
     uint32_t   op;
     uint32_t   foreground;
     uint64_t   static_chunks;

@@ -22,6 +22,7 @@
 #include "uvm_huvm_trace.h"
 
 #include "uvm_huvm.h"
+#include "uvm_api.h"
 #include "uvm_common.h"
 #include "uvm_global.h"
 #include "uvm_gpu.h"
@@ -79,6 +80,14 @@ typedef struct
     nv_kthread_q_item_t preevict_q_item;
     uvm_gpu_t *worker_gpu;
     bool worker_running;
+
+    // Multi-path prefetch request of this (faulting) GPU: the last fault of its last batch. Set by the
+    // fault bottom half, taken by the prefetch worker; protected by pf_lock (a leaf spinlock).
+    spinlock_t pf_lock;
+    uvm_va_space_t *pf_va_space;
+    NvU64 pf_address;
+    uvm_gpu_id_t pf_gpu_id;
+    nv_kthread_q_item_t pf_q_item;
 } uvm_huvm_slot_t;
 
 static struct
@@ -87,9 +96,15 @@ static struct
     huvm_core_t core;
     uvm_huvm_slot_t slots[HUVM_MAX_GPUS];
     atomic64_t next_va_space_id;
+
+    // Multi-path prefetch worker, one for the module.
+    nv_kthread_q_t prefetch_q;
+    bool prefetch_q_running;
+
     bool initialized;
 } g_uvm_huvm;
 
+// LOCKING: none (module parameter and a flag set once at load).
 static bool huvm_enabled(void)
 {
     return uvm_huvm_enable && g_uvm_huvm.initialized;
@@ -135,6 +150,7 @@ static void gather_state_locked(huvm_gpu_state_t *state)
     }
 }
 
+// LOCKING: the block lock is held.
 static uvm_va_space_t *block_va_space(uvm_va_block_t *va_block)
 {
     return uvm_va_block_get_va_space_maybe_dead(va_block);
@@ -142,7 +158,7 @@ static uvm_va_space_t *block_va_space(uvm_va_block_t *va_block)
 
 /* ---- Control surface ---- */
 
-// LOCKING: takes g_uvm_huvm.lock for write; called by huvm_dispatch (GET_INFO) with it held already.
+// LOCKING: g_uvm_huvm.lock held for write (huvm_dispatch, GET_INFO); reads PMA statistics lock-free.
 static void ops_refresh_free(void *ctx, huvm_core_t *core)
 {
     NvU32 i;
@@ -226,6 +242,7 @@ static const huvm_core_ops_t g_uvm_huvm_ops = {
     .policy_changed = ops_policy_changed,
 };
 
+// LOCKING: none.
 bool uvm_huvm_is_ioctl(unsigned int cmd)
 {
     return cmd >= HUVM_IOCTL_FIRST && cmd <= HUVM_IOCTL_LAST;
@@ -343,6 +360,7 @@ static NvU32 slot_for_uuid_locked(const NvProcessorUuid *uuid)
 
 static void preevict_worker(void *args);
 
+// LOCKING: none held (kthread entry; sets up UVM's thread context).
 static void preevict_worker_entry(void *args)
 {
     UVM_ENTRY_VOID(preevict_worker(args));
@@ -478,12 +496,28 @@ void uvm_huvm_va_space_init(uvm_va_space_t *va_space)
     get_task_comm(h->comm, current);
 }
 
-// Pre-eviction work never references a VA space (it starts from a GPU's PMM and retains blocks the
-// way PMM eviction does), so there is nothing to flush; kept as the single place where queued
-// per-VA-space work would be flushed (docs/driver.md, multi-path prefetch).
-// LOCKING: none held.
+// VA spaces have no reference count: a queued multi-path prefetch request holds a plain pointer. The
+// only producers are the fault bottom halves, which uvm_va_space_destroy() has flushed before calling
+// this, so after this flush no request for the VA space is queued or running; any left in a slot is
+// dropped. (Pre-eviction never references a VA space: it starts from PMM, as PMM eviction does.)
+// LOCKING: none held (uvm_va_space_destroy(), after the bottom-half flush); takes pf_lock.
 void uvm_huvm_va_space_destroy(uvm_va_space_t *va_space)
 {
+    NvU32 i;
+
+    if (!g_uvm_huvm.prefetch_q_running)
+        return;
+
+    nv_kthread_q_flush(&g_uvm_huvm.prefetch_q);
+
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        uvm_huvm_slot_t *slot = &g_uvm_huvm.slots[i];
+
+        spin_lock(&slot->pf_lock);
+        if (slot->pf_va_space == va_space)
+            slot->pf_va_space = NULL;
+        spin_unlock(&slot->pf_lock);
+    }
 }
 
 /* ---- Eviction ---- */
@@ -527,6 +561,25 @@ static NvU32 evict_candidates_locked(uvm_va_space_t *va_space, uvm_gpu_t *gpu)
     return candidates;
 }
 
+// Peers a prefetch for gpu may use: as for eviction, and the faulting GPU must be able to copy from the
+// peer directly (the fetch-back goes over NVLink).
+// LOCKING: g_uvm_huvm.lock held for read; the VA space masks are read as in evict_candidates_locked().
+static NvU32 prefetch_candidates_locked(uvm_va_space_t *va_space, uvm_gpu_t *gpu)
+{
+    NvU32 candidates = evict_candidates_locked(va_space, gpu);
+    NvU32 i;
+
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        uvm_gpu_t *peer = g_uvm_huvm.slots[i].gpu;
+
+        if ((candidates & (1u << i)) &&
+            (!peer || !uvm_processor_mask_test(&va_space->can_copy_from[uvm_id_value(gpu->id)], peer->id)))
+            candidates &= ~(1u << i);
+    }
+
+    return candidates;
+}
+
 // LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
 static bool chunk_harvest_info(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 *owner)
 {
@@ -560,20 +613,24 @@ static void record_tools_eviction(uvm_va_space_t *va_space,
     uvm_tools_record_eviction(va_space, va_block->start, uvm_va_block_size(va_block), src, dst);
 }
 
-// Move the pages to peer with cause EVICTION, never evicting on peer and never dropping the block lock:
-// the peer's 2 MiB chunk is allocated up front without eviction and handed to make_resident through a
-// local retry object, so block_alloc_gpu_chunk() finds it and never allocates (or unlocks) itself.
-// On failure *reason says why and the peer holds no chunk of this block it did not hold before.
-// LOCKING: the block lock is held; takes the peer's PMM locks (below VA_BLOCK in uvm_lock.h).
-static NV_STATUS evict_to_peer(uvm_va_block_t *va_block,
-                               uvm_gpu_t *peer,
-                               NvU32 owner,
-                               uvm_va_block_context_t *block_context,
-                               uvm_page_mask_t *pages_to_evict,
-                               NvU32 *reason)
+// Move the pages to GPU dst (a peer for eviction or multi-path prefetch, or the faulting GPU itself for
+// local prefetch) without ever evicting on dst and without dropping the block lock: dst's 2 MiB chunk is
+// allocated up front without eviction and handed to make_resident through a local retry object, so
+// block_alloc_gpu_chunk() finds it and never allocates (or unlocks) itself. With owner != HUVM_SLOT_NONE
+// the chunk becomes harvested data of GPU owner (is_harvested, harvested_on). On failure *reason says
+// why and dst holds no chunk of this block it did not hold before.
+// LOCKING: the block lock is held; takes dst's PMM locks (below VA_BLOCK in uvm_lock.h).
+static NV_STATUS move_with_chunk(uvm_va_block_t *va_block,
+                                 uvm_gpu_t *peer,
+                                 NvU32 owner,
+                                 uvm_va_block_context_t *block_context,
+                                 uvm_page_mask_t *pages_to_evict,
+                                 uvm_make_resident_cause_t cause,
+                                 NvU32 *reason)
 {
     uvm_va_block_region_t region = uvm_va_block_region_from_block(va_block);
     uvm_va_block_gpu_state_t *peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
+    bool harvest = owner != HUVM_SLOT_NONE;
     bool was_harvested = uvm_processor_mask_test(&va_block->harvested_on, peer->id);
     uvm_gpu_chunk_t *chunk = NULL;
     uvm_chunk_size_t chunk_size = 0;
@@ -592,7 +649,7 @@ static NV_STATUS evict_to_peer(uvm_va_block_t *va_block,
 
     // A chunk the peer already holds for this block is reused only if it is harvested data; the peer's
     // own copy of a shared block is not turned into lent memory.
-    if (peer_state && peer_state->chunks && peer_state->chunks[0] && !was_harvested) {
+    if (harvest && peer_state && peer_state->chunks && peer_state->chunks[0] && !was_harvested) {
         *reason = HUVM_REASON_ALLOC_FAILED;
         return NV_ERR_IN_USE;
     }
@@ -612,22 +669,17 @@ static NV_STATUS evict_to_peer(uvm_va_block_t *va_block,
             goto out;
         }
 
-        chunk_set_harvested(peer, chunk, owner);
+        if (harvest)
+            chunk_set_harvested(peer, chunk, owner);
 
         // As block_retry_add_free_chunk(): block_alloc_gpu_chunk() takes it from here.
         list_add_tail(&chunk->list, &retry.free_chunks);
     }
 
-    uvm_processor_mask_set(&va_block->harvested_on, peer->id);
+    if (harvest)
+        uvm_processor_mask_set(&va_block->harvested_on, peer->id);
 
-    status = uvm_va_block_make_resident(va_block,
-                                        &retry,
-                                        block_context,
-                                        peer->id,
-                                        region,
-                                        pages_to_evict,
-                                        NULL,
-                                        UVM_MAKE_RESIDENT_CAUSE_EVICTION);
+    status = uvm_va_block_make_resident(va_block, &retry, block_context, peer->id, region, pages_to_evict, NULL, cause);
     UVM_ASSERT(status != NV_ERR_MORE_PROCESSING_REQUIRED);
     if (status != NV_OK)
         *reason = HUVM_REASON_COPY_FAILED;
@@ -636,7 +688,7 @@ out:
     // Frees the chunk if populate did not take it; unpins it (onto the peer's harvested list) if it did.
     uvm_va_block_retry_deinit(&retry, va_block);
 
-    if (status != NV_OK && !was_harvested && !uvm_processor_mask_test(&va_block->resident, peer->id)) {
+    if (status != NV_OK && harvest && !was_harvested && !uvm_processor_mask_test(&va_block->resident, peer->id)) {
         // Give back a chunk populated by the failed attempt.
         peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
         if (peer_state && peer_state->chunks && peer_state->chunks[0]) {
@@ -650,6 +702,10 @@ out:
     return status;
 }
 
+// The one destination choice of uvm_va_block_evict_chunks(): ask the core, try the peer, fall back to
+// the CPU on any failure, and account the outcome (with the reason when it went to host).
+// LOCKING: the block lock is held, the VA space lock and mmap_lock are not (eviction path). Takes
+// g_uvm_huvm.lock for read around the decision only; the peer path takes the peer's PMM locks.
 NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
                                        uvm_gpu_t *gpu,
                                        uvm_gpu_chunk_t *root_chunk,
@@ -707,7 +763,13 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
             decision.reason = HUVM_REASON_NO_PEER;
         }
         else {
-            status = evict_to_peer(va_block, peer, owner, block_context, pages_to_evict, &decision.reason);
+            status = move_with_chunk(va_block,
+                                     peer,
+                                     owner,
+                                     block_context,
+                                     pages_to_evict,
+                                     UVM_MAKE_RESIDENT_CAUSE_EVICTION,
+                                     &decision.reason);
             if (status == NV_OK) {
                 huvm_account_evict(&g_uvm_huvm.core, owner, decision.dst, HUVM_REASON_PEER, req.flags,
                                    UVM_CHUNK_SIZE_MAX, va_block->start);
@@ -812,6 +874,7 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
                  &va_space->huvm.harvested_bytes);
 }
 
+// LOCKING: the block lock is held (end of uvm_va_block_make_resident_finish()).
 void uvm_huvm_make_resident_finish(uvm_va_block_t *va_block, uvm_va_block_context_t *block_context)
 {
     uvm_gpu_id_t id;
@@ -831,6 +894,8 @@ void uvm_huvm_make_resident_finish(uvm_va_block_t *va_block, uvm_va_block_contex
 
 /* ---- Prefetch ---- */
 
+// LOCKING: the block lock and the VA space lock (read) are held (fault servicing, prefetch hint);
+// takes g_uvm_huvm.lock for read.
 bool uvm_huvm_prefetch_whole_block(uvm_va_block_t *va_block, uvm_processor_id_t new_residency)
 {
     uvm_va_space_t *va_space;
@@ -860,19 +925,193 @@ bool uvm_huvm_prefetch_whole_block(uvm_va_block_t *va_block, uvm_processor_id_t 
     return whole;
 }
 
-void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, NvU32 num_faults)
+// Fault accounting, and a multi-path prefetch request beyond the batch's last fault when the core's
+// plan for this GPU has anything to prefetch.
+// LOCKING: none held (fault bottom half, between batches; the VA space is valid until the bottom half
+// returns). Takes g_uvm_huvm.lock for read and pf_lock; reads the VA space's peer masks lock-free (a hint,
+// re-checked by the worker under the VA space lock).
+void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 address, NvU32 num_faults)
 {
-    NvU32 slot;
+    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    huvm_prefetch_plan_t plan;
+    uvm_huvm_slot_t *slot;
+    NvU32 index;
 
     if (!huvm_enabled() || num_faults == 0)
         return;
 
     read_lock(&g_uvm_huvm.lock);
-    slot = slot_of_gpu_locked(gpu);
+    index = slot_of_gpu_locked(gpu);
+    if (index != HUVM_SLOT_NONE) {
+        huvm_account_faults(&g_uvm_huvm.core, index, num_faults);
+
+        memset(&plan, 0, sizeof(plan));
+        if (va_space && g_uvm_huvm.prefetch_q_running) {
+            gather_state_locked(state);
+            huvm_decide_prefetch(&g_uvm_huvm.core,
+                                 state,
+                                 index,
+                                 prefetch_candidates_locked(va_space, gpu),
+                                 NV_GETTIME(),
+                                 &plan);
+        }
+
+        if (plan.local_chunks + plan.peer_chunks > 0) {
+            slot = &g_uvm_huvm.slots[index];
+            spin_lock(&slot->pf_lock);
+            slot->pf_va_space = va_space;
+            slot->pf_address = address;
+            slot->pf_gpu_id = gpu->id;
+            spin_unlock(&slot->pf_lock);
+            nv_kthread_q_schedule_q_item(&g_uvm_huvm.prefetch_q, &slot->pf_q_item);
+        }
+    }
+    read_unlock(&g_uvm_huvm.lock);
+}
+
+// Prefetch one whole block that is entirely on the host to dst: the faulting GPU itself (host -> local,
+// over its own PCIe link) or a peer (host -> peer over the peer's PCIe link, fetched back over NVLink on
+// use). Never evicts: the chunk comes from free memory or the block is skipped. Blocks with a placement
+// of their own (preferred location, read duplication) or migration prevented by a range group are left
+// alone.
+// LOCKING: the VA space lock is held for read (and mmap_lock if the VA space has an mm); takes the block
+// lock and dst's PMM locks.
+static void prefetch_block(uvm_va_space_t *va_space,
+                           uvm_va_block_context_t *block_context,
+                           NvU64 address,
+                           uvm_gpu_t *gpu,
+                           NvU32 owner,
+                           uvm_gpu_t *dst,
+                           NvU32 dst_slot)
+{
+    uvm_page_mask_t *pages = &block_context->caller_page_mask;
+    const uvm_va_policy_t *policy;
+    uvm_va_block_t *va_block;
+    NvU32 reason;
+    NV_STATUS status;
+
+    if (uvm_va_block_find(va_space, address, &va_block) != NV_OK || uvm_va_block_is_hmm(va_block))
+        return;
+    if (!uvm_range_group_all_migratable(va_space, va_block->start, va_block->end))
+        return;
+
+    uvm_mutex_lock(&va_block->lock);
+
+    policy = uvm_va_range_get_policy(va_block->va_range);
+    if (uvm_processor_mask_get_count(&va_block->resident) != 1 ||
+        !uvm_processor_mask_test(&va_block->resident, UVM_ID_CPU) ||
+        policy->read_duplication == UVM_READ_DUPLICATION_ENABLED ||
+        UVM_ID_IS_VALID(policy->preferred_location))
+        goto unlock;
+
+    uvm_page_mask_copy(pages, uvm_va_block_resident_mask_get(va_block, UVM_ID_CPU));
+    status = move_with_chunk(va_block,
+                             dst,
+                             dst == gpu ? HUVM_SLOT_NONE : owner,
+                             block_context,
+                             pages,
+                             UVM_MAKE_RESIDENT_CAUSE_PREFETCH,
+                             &reason);
+    if (status != NV_OK)
+        goto unlock;
+
+    huvm_account_prefetch(&g_uvm_huvm.core, owner, dst_slot, UVM_CHUNK_SIZE_MAX, va_block->start);
+    atomic64_inc(&va_space->huvm.prefetch);
+    if (dst != gpu)
+        atomic64_add(UVM_CHUNK_SIZE_MAX, &va_space->huvm.harvested_bytes);
+
+unlock:
+    uvm_mutex_unlock(&va_block->lock);
+}
+
+// The multi-path prefetcher: the core's plan splits the blocks after the faulting GPU's last fault
+// between host -> local and host -> peer, so both PCIe links copy at once; the copies are pushed
+// asynchronously, each on its destination's channels.
+// LOCKING: runs in the prefetch kthread with no locks held; takes mmap_lock (read), the VA space lock
+// (read) and VA block locks in UVM's order, as fault servicing does, and g_uvm_huvm.lock (read) around
+// the decision. The VA space pointer stays valid: see uvm_huvm_va_space_destroy().
+static void prefetch_worker(void *args)
+{
+    uvm_huvm_slot_t *slot = args;
+    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    huvm_prefetch_plan_t plan;
+    uvm_va_block_context_t *block_context;
+    uvm_va_space_t *va_space;
+    struct mm_struct *mm;
+    uvm_gpu_t *gpu, *peer = NULL;
+    uvm_gpu_id_t gpu_id;
+    NvU64 address, base;
+    NvU32 owner, i;
+
+    spin_lock(&slot->pf_lock);
+    va_space = slot->pf_va_space;
+    address = slot->pf_address;
+    gpu_id = slot->pf_gpu_id;
+    slot->pf_va_space = NULL;
+    spin_unlock(&slot->pf_lock);
+
+    if (!va_space || !huvm_enabled())
+        return;
+
+    mm = uvm_va_space_mm_retain_lock(va_space);
+    uvm_va_space_down_read(va_space);
+
+    if (!uvm_processor_mask_test(&va_space->registered_gpus, gpu_id))
+        goto out;
+    gpu = uvm_va_space_get_gpu(va_space, gpu_id);
+
+    memset(&plan, 0, sizeof(plan));
+    read_lock(&g_uvm_huvm.lock);
+    owner = slot_of_gpu_locked(gpu);
+    if (owner != HUVM_SLOT_NONE) {
+        gather_state_locked(state);
+        huvm_decide_prefetch(&g_uvm_huvm.core,
+                             state,
+                             owner,
+                             prefetch_candidates_locked(va_space, gpu),
+                             NV_GETTIME(),
+                             &plan);
+        if (plan.peer_chunks > 0 && plan.peer < HUVM_MAX_GPUS)
+            peer = g_uvm_huvm.slots[plan.peer].gpu;
+    }
     read_unlock(&g_uvm_huvm.lock);
 
-    if (slot != HUVM_SLOT_NONE)
-        huvm_account_faults(&g_uvm_huvm.core, slot, num_faults);
+    if (owner == HUVM_SLOT_NONE || plan.stride == 0)
+        goto out;
+
+    // The peer must still be registered in this VA space (we hold its lock now).
+    if (peer && (!uvm_processor_mask_test(&va_space->registered_gpus, peer->id) ||
+                 va_space->registered_gpus_table[uvm_id_gpu_index(peer->id)] != peer))
+        peer = NULL;
+
+    block_context = uvm_va_block_context_alloc(mm);
+    if (!block_context)
+        goto out;
+
+    base = address & ~((NvU64)UVM_CHUNK_SIZE_MAX - 1);
+    for (i = 0; i < plan.local_chunks + plan.peer_chunks; i++) {
+        NvU64 block_address = base + (NvU64)(i + 1) * plan.stride * UVM_CHUNK_SIZE_MAX;
+
+        if (block_address <= base)
+            break;
+
+        if (i < plan.local_chunks)
+            prefetch_block(va_space, block_context, block_address, gpu, owner, gpu, owner);
+        else if (peer)
+            prefetch_block(va_space, block_context, block_address, gpu, owner, peer, plan.peer);
+    }
+
+    uvm_va_block_context_free(block_context);
+
+out:
+    uvm_va_space_up_read(va_space);
+    uvm_va_space_mm_release_unlock(va_space, mm);
+}
+
+// LOCKING: none held (kthread entry; sets up UVM's thread context).
+static void prefetch_worker_entry(void *args)
+{
+    UVM_ENTRY_VOID(prefetch_worker(args));
 }
 
 /* ---- Pre-eviction ---- */
@@ -884,6 +1123,7 @@ static void preevict_kick_slot_locked(uvm_huvm_slot_t *slot)
         nv_kthread_q_schedule_q_item(&slot->preevict_q, &slot->preevict_q_item);
 }
 
+// LOCKING: any (no VA block lock is needed); takes g_uvm_huvm.lock for read and schedules work.
 void uvm_huvm_kick_preevict(uvm_gpu_t *gpu)
 {
     NvU32 index;
@@ -926,6 +1166,7 @@ static void preevict_worker(void *args)
 
 /* ---- Module ---- */
 
+// LOCKING: none (module load).
 static NvU32 preset_from_param(void)
 {
     if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "stock") == 0)
@@ -938,10 +1179,26 @@ static NvU32 preset_from_param(void)
     return HUVM_PRESET_HUVM;
 }
 
+// LOCKING: none (module load, before any other UVM state exists).
 void uvm_huvm_init(void)
 {
+    NvU32 preset = preset_from_param();
+
+    NvU32 i;
+    int ret;
+
     rwlock_init(&g_uvm_huvm.lock);
-    huvm_core_init(&g_uvm_huvm.core, HUVM_BACKEND_KERNEL, preset_from_param());
+    huvm_core_init(&g_uvm_huvm.core, HUVM_BACKEND_KERNEL, preset);
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        spin_lock_init(&g_uvm_huvm.slots[i].pf_lock);
+        nv_kthread_q_item_init(&g_uvm_huvm.slots[i].pf_q_item, prefetch_worker_entry, &g_uvm_huvm.slots[i]);
+    }
+
+    ret = nv_kthread_q_init(&g_uvm_huvm.prefetch_q, "uvm_huvm_prefetch");
+    if (ret == 0)
+        g_uvm_huvm.prefetch_q_running = true;
+    else
+        UVM_ERR_PRINT("huvm: no multi-path prefetch worker: %d\n", ret);
     atomic64_set(&g_uvm_huvm.next_va_space_id, 0);
     g_uvm_huvm.initialized = true;
 
@@ -950,17 +1207,24 @@ void uvm_huvm_init(void)
             HUVM_VERSION_MINOR,
             HUVM_VERSION_PATCH,
             uvm_huvm_enable ? "enabled" : "disabled",
-            huvm_preset_name(g_uvm_huvm.core.policy.preset));
+            huvm_preset_name(preset));
 }
 
+// LOCKING: none (module unload, after every GPU was removed).
 void uvm_huvm_exit(void)
 {
     NvU32 i;
 
-    // Every GPU was removed (and its worker stopped) before the module unloads.
+    // Every GPU was removed (and its worker stopped) and every VA space destroyed (flushing the prefetch
+    // queue) before the module unloads.
     for (i = 0; i < HUVM_MAX_GPUS; i++) {
         UVM_ASSERT(!g_uvm_huvm.slots[i].gpu);
         UVM_ASSERT(!g_uvm_huvm.slots[i].worker_running);
+    }
+
+    if (g_uvm_huvm.prefetch_q_running) {
+        nv_kthread_q_stop(&g_uvm_huvm.prefetch_q);
+        g_uvm_huvm.prefetch_q_running = false;
     }
 
     g_uvm_huvm.initialized = false;

@@ -85,8 +85,9 @@ void uvm_huvm_kick_preevict(uvm_gpu_t *gpu);
 // LOCKING: the block lock is held.
 bool uvm_huvm_prefetch_whole_block(uvm_va_block_t *va_block, uvm_processor_id_t new_residency);
 
-// A replayable fault batch of gpu was serviced (fault accounting).
-// LOCKING: any.
-void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, NvU32 num_faults);
+// A replayable fault batch of gpu was serviced: fault accounting, and a multi-path prefetch request
+// beyond the batch's last fault (va_space, address), served later by huvm's prefetch worker.
+// LOCKING: called from the fault bottom half with no locks held, while va_space is still valid.
+void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 address, NvU32 num_faults);
 
 #endif // __UVM_HUVM_H__

@@ -45,7 +45,7 @@ SIM_SOURCES = sorted(_rel(p) for p in (DRIVER / "sim").glob("*.c")) if SIM_CDEF_
 INCLUDE_DIRS = [str(DRIVER / "include" / "uapi"), str(DRIVER / "core"), str(DRIVER / "sim")]
 COMPILE_ARGS = ["-O2", "-std=gnu11", "-Wall", "-Werror", "-Wno-unused-function"]
 
-_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
 _DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)(\([^)]*\))?\s*(.*)$")
 _LITERAL = re.compile(r"^(0[xX][0-9a-fA-F]+|[0-9]+)([uU]?[lL]{0,2})$")
 
@@ -98,19 +98,27 @@ def sim_cdef() -> str:
     return to_cdef(text)
 
 
+def literal_checks(cdef: str) -> str:
+    """_Static_asserts that make the C compiler (not only the import) refuse a literal #define whose cdef
+    value differs from what the compiler sees."""
+    checks = []
+    for m in re.finditer(r"^#define (\w+) (?!\.\.\.)(\S+)$", cdef, re.M):
+        checks.append(f'_Static_assert(({m.group(1)}) == ({m.group(2)}), "cdef value of {m.group(1)}");')
+    return "\n".join(checks)
+
+
 def make_ffibuilder() -> FFI:
     builder = FFI()
-    builder.cdef(abi_cdef())
-    builder.cdef(core_cdef())
-    sim = sim_cdef()
-    if sim:
-        builder.cdef(sim)
+    cdefs = [abi_cdef(), core_cdef(), sim_cdef()]
+    for text in cdefs:
+        if text:
+            builder.cdef(text)
     includes = ['#include "uvm_huvm_ioctl.h"', '#include "huvm_core.h"']
     if SIM_CDEF_HEADER.exists():
         includes.append(f'#include "{SIM_CDEF_HEADER.name}"')
     builder.set_source(
         "huvm._huvm_cffi",
-        "\n".join(includes) + "\n",
+        "\n".join(includes) + "\n" + "\n".join(literal_checks(text) for text in cdefs) + "\n",
         sources=CORE_SOURCES + SIM_SOURCES,
         include_dirs=INCLUDE_DIRS,
         extra_compile_args=COMPILE_ARGS,

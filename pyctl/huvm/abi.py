@@ -55,8 +55,12 @@ def constants(prefix: str) -> dict[str, int]:
 def enum_names(prefix: str) -> dict[int, str]:
     """value -> lower-case short name for an enum-like constant family (``HUVM_ROLE_`` -> {1: "harvester"}).
 
-    ``*_COUNT`` entries are left out."""
-    return {v: k[len(prefix) :].lower() for k, v in constants(prefix).items() if not k.endswith("_COUNT")}
+    ``*_COUNT`` entries, and constants at or above the family's ``*_COUNT`` (limits such as
+    ``HUVM_PREFETCH_MAX_CHUNKS``), are left out."""
+    consts = constants(prefix)
+    count = consts.get(prefix + "COUNT")
+    return {v: k[len(prefix) :].lower() for k, v in consts.items()
+            if not k.endswith("_COUNT") and (count is None or 0 <= v < count)}
 
 
 def command_name(cmd: int) -> str:

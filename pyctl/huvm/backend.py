@@ -34,8 +34,9 @@ class Backend(Protocol):
         """Human description (device path, simulated node preset)."""
         ...
 
-    def ioctl(self, cmd: int, params: Any) -> None:
-        """Run cmd on params in place; raise HuvmError for transport failures (not for rmStatus)."""
+    def ioctl(self, cmd: int, params: Any) -> object:
+        """Run cmd on params in place; raise HuvmError for transport failures (not for rmStatus, which the
+        caller checks; the return value, if any, is ignored)."""
         ...
 
     def close(self) -> None: ...

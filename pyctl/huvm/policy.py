@@ -63,8 +63,10 @@ def _specs() -> dict[str, KeySpec]:
         KeySpec("nvlink_only", "bool", "node", "nvlink_only", _help(node, "nvlink_only"), lo=0, hi=1),
         KeySpec("peer_usage_max_pct", "int", "node", "peer_usage_max_pct", _help(node, "peer_usage_max_pct"),
                 lo=1, hi=100),
-        KeySpec("preevict_chunks", "int", "node", "preevict_chunks", _help(node, "preevict_chunks")),
-        KeySpec("preevict_batch", "int", "node", "preevict_batch", _help(node, "preevict_batch"), lo=1),
+        # Upper bounds: HUVM_PREEVICT_MAX_CHUNKS / _MAX_BATCH of driver/core/huvm_internal.h (not ABI
+        # constants; the core's own check, run locally before sending, is authoritative).
+        KeySpec("preevict_chunks", "int", "node", "preevict_chunks", _help(node, "preevict_chunks"), hi=65536),
+        KeySpec("preevict_batch", "int", "node", "preevict_batch", _help(node, "preevict_batch"), lo=1, hi=4096),
         KeySpec("fetch_mode", "enum", "node", "fetch_mode", _help(node, "fetch_mode"), "HUVM_FETCH_"),
         KeySpec("prefetch_mode", "enum", "node", "prefetch_mode", _help(node, "prefetch_mode"), "HUVM_PREFETCH_"),
         KeySpec("prefetch_chunks", "int", "node", "prefetch_chunks", _help(node, "prefetch_chunks"),
@@ -79,7 +81,12 @@ def _specs() -> dict[str, KeySpec]:
         KeySpec("lend_reserve", "bytes", "gpu", "lend_reserve_bytes", _help(gpu, "lend_reserve_bytes"),
                 hi=(1 << 64) - 1),
     ]
-    return {s.name: s for s in specs}
+    out = {}
+    for s in specs:
+        if s.kind == "enum" and (not s.help or s.help.startswith("HUVM_")):
+            s = replace(s, help="one of " + ", ".join(s.choices()))
+        out[s.name] = s
+    return out
 
 
 KEYS: dict[str, KeySpec] = _specs()

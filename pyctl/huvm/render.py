@@ -16,8 +16,8 @@ from .units import human_bytes
 
 def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapshot | None = None) -> Table:
     t = Table(title="GPUs", title_justify="left")
-    for col in ("gpu", "uuid", "name", "memory", "free", "pcie MB/s"):
-        t.add_column(col, justify="right" if col in ("gpu", "memory", "free", "pcie MB/s") else "left")
+    for col in ("gpu", "uuid", "name", "memory", "free"):
+        t.add_column(col, justify="right" if col in ("gpu", "memory", "free") else "left")
     if policy:
         for col in ("role", "lend limit", "lend reserve"):
             t.add_column(col)
@@ -25,8 +25,7 @@ def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapsho
         t.add_column("lent", justify="right")
         t.add_column("harvested", justify="right")
     for g in info.gpus:
-        row = [str(g.index), g.uuid, g.name, human_bytes(g.memory_bytes), human_bytes(g.free_bytes),
-               str(g.pcie_mbyte_per_s)]
+        row = [str(g.index), g.uuid, g.name, human_bytes(g.memory_bytes), human_bytes(g.free_bytes)]
         if policy:
             e = policy.gpu_by_uuid(g.uuid)
             row += ([e.role_name, format_value(KEYS["lend_limit"], e.lend_limit_bytes),
@@ -97,25 +96,44 @@ def diff_table(changes: Sequence[tuple[str, str, str]], old: str = "current", ne
 
 
 def stats_table(snap: StatsSnapshot | StatsDelta, *, rates: bool = False, all_fields: bool = False) -> Table:
-    """Per-GPU counters (or rates per second), one column per metric with a non-zero value."""
+    """One row per metric (non-zero ones unless all_fields), one column per GPU, and the total; with rates,
+    counters per second (gauges as they are)."""
     gpus = snap.gpus
     rate_rows = snap.rates() if rates and isinstance(snap, StatsDelta) else None
-    metrics = [m for m in GPU_METRICS if all_fields or any(g.scalar(m.field) for g in gpus)]
-    if not metrics:
-        metrics = [m for m in GPU_METRICS if m.field in ("evict_to_peer", "evict_to_host", "faults")]
-    title = "Counters per second" if rate_rows is not None else "Counters"
-    t = Table(title=title, title_justify="left")
-    t.add_column("gpu", justify="right")
-    for m in metrics:
-        t.add_column(m.column + ("/s" if rate_rows is not None and m.kind == "counter" else ""), justify="right")
-    for i, g in enumerate(gpus):
-        row = [str(g.gpu)]
-        for m in metrics:
-            v: float = g.scalar(m.field)
-            if rate_rows is not None and m.kind == "counter":
-                v = rate_rows[i].get(m.field, 0.0)
-            row.append(human_bytes(v) if m.unit == "bytes" else (f"{v:.1f}" if isinstance(v, float) else str(v)))
-        t.add_row(*row)
+    t = Table(title="Counters per second" if rate_rows is not None else "Counters", title_justify="left")
+    t.add_column("metric")
+    t.add_column("unit")
+    for g in gpus:
+        t.add_column(f"GPU{g.gpu}", justify="right")
+    t.add_column("total", justify="right")
+
+    def cell(m_unit: str, v: float) -> str:
+        if m_unit == "bytes":
+            return human_bytes(v)
+        return f"{v:.1f}" if isinstance(v, float) and not v.is_integer() else str(int(v))
+
+    shown = 0
+    for m in GPU_METRICS:
+        per_second = rate_rows is not None and m.kind == "counter"
+        unit = m.unit + ("/s" if per_second else "")
+        if m.length is not None:
+            for j, label in enumerate(m.label_values):
+                vals = [float(v[j]) if isinstance(v := g.values[m.field], tuple) else 0.0 for g in gpus]
+                if per_second:
+                    vals = [x / snap.seconds if isinstance(snap, StatsDelta) and snap.seconds else 0.0 for x in vals]
+                if all_fields or any(vals):
+                    t.add_row(f"{m.field}.{label}", unit, *[cell(m.unit, x) for x in vals], cell(m.unit, sum(vals)))
+                    shown += 1
+            continue
+        if per_second and rate_rows is not None:
+            vals = [rate_rows[i].get(m.field, 0.0) for i in range(len(gpus))]
+        else:
+            vals = [float(g.scalar(m.field)) for g in gpus]
+        if all_fields or any(vals):
+            t.add_row(m.field, unit, *[cell(m.unit, x) for x in vals], cell(m.unit, sum(vals)))
+            shown += 1
+    if not shown:
+        t.caption = "all counters are zero (--all lists them)"
     return t
 
 

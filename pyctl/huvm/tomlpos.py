@@ -20,14 +20,20 @@ def _split_dotted(text: str) -> tuple[str, ...]:
 
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Full dotted path of each key (and table header) -> 1-based line where it is written."""
+    """Full dotted path of each key (and table header) -> 1-based line where it is written. Entries of an
+    array of tables are numbered: the second [[tenant]]'s gpu key is ("tenant", "1", "gpu")."""
     out: dict[tuple[str, ...], int] = {}
     table: tuple[str, ...] = ()
+    counts: dict[tuple[str, ...], int] = {}
     for no, line in enumerate(text.splitlines(), 1):
         h = _HEADER_RE.match(line)
         if h:
             table = _split_dotted(h.group("name"))
             out.setdefault(table, no)
+            if line.lstrip().startswith("[["):
+                counts[table] = counts.get(table, -1) + 1
+                table = (*table, str(counts[table]))
+                out.setdefault(table, no)
             continue
         k = _KEY_RE.match(line)
         if k:
@@ -63,4 +69,15 @@ class TomlDoc:
         return None
 
     def error(self, message: str, *path: str) -> ConfigError:
-        return self.error_cls(message, file=self.path, line=self.line(*path), key=".".join(path) or None)
+        return self.error_cls(message, file=self.path, line=self.line(*path), key=key_name(path) or None)
+
+
+def key_name(path: tuple[str, ...] | list[str]) -> str:
+    """("tenant", "1", "gpu") -> "tenant[1].gpu"."""
+    out = ""
+    for part in path:
+        if part.isdigit() and out:
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out

@@ -1,5 +1,7 @@
 /*
  * huvm: C test runner and fixtures. SPDX-License-Identifier: MIT
+ *
+ * Usage: test_core [-v] [substring]   (-v: list passing tests too; substring: run matching tests only)
  */
 #include <stdlib.h>
 
@@ -153,8 +155,15 @@ void fx_role(huvm_core_t *core, uint32_t gpu, uint32_t role, uint64_t limit, uin
 int main(int argc, char **argv)
 {
     uint32_t i, passed = 0, failed = 0;
-    const char *only = argc > 1 ? argv[1] : NULL;
+    const char *only = NULL;
+    int verbose = 0;
 
+    for (i = 1; i < (uint32_t)argc; i++) {
+        if (strcmp(argv[i], "-v") == 0)
+            verbose = 1;
+        else
+            only = argv[i];
+    }
     for (i = 0; i < test_count; i++) {
         if (only && !strstr(tests[i].name, only))
             continue;
@@ -166,7 +175,8 @@ int main(int argc, char **argv)
             failed++;
         }
         else {
-            printf("ok   %s\n", tests[i].name);
+            if (verbose)
+                printf("ok   %s\n", tests[i].name);
             passed++;
         }
     }

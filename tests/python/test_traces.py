@@ -7,12 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import huvm.traces as T
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-import huvm.traces as T
 from huvm.traces import chunks, graph, lenders, roofline, schema
 from huvm.traces.builder import Builder
 
@@ -42,9 +41,11 @@ def test_allocator_pools_and_rounding() -> None:
     assert z == 2 * MiB and a.segments[-1] == (2 * MiB, 20 * MiB, 1)
     w = a.malloc(4 * MiB, 1)  # fits in the rest of the 20 MiB segment
     assert w == 5 * MiB and len(a.segments) == 2
-    big = a.malloc(11 * MiB + 1, 2)  # >= 10 MiB: rounded up to 2 MiB
-    assert a.segments[-1] == (22 * MiB, 12 * MiB, 2) and big == 22 * MiB
+    big = a.malloc(13 * MiB + 1, 2)  # >= 10 MiB and more than the 13 MiB left: own segment, 2 MiB rounding
+    assert a.segments[-1] == (22 * MiB, 14 * MiB, 2) and big == 22 * MiB
+    assert a.malloc(11 * MiB, 2) == 9 * MiB  # best fit: the 13 MiB remainder of the 20 MiB segment
     a.free(z)
+    a.free(9 * MiB)
     a.free(w)  # coalesces with z's block and the tail: the whole 20 MiB is free again
     assert a.malloc(19 * MiB, 3) == 2 * MiB and len(a.segments) == 3
 

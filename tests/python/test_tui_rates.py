@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from huvm_top import abi, fmt
 from huvm_top.hist import Log2Hists, format_log2_hist, log2_slot
 from huvm_top.metrics import gpu_metric, gpu_metrics, pair_metrics, reason_key

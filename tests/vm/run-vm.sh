@@ -10,15 +10,18 @@
 #   --python  the python that runs pytest in the guest (default $PY, the project venv)
 #   --pytest-args  extra arguments for both pytest runs (e.g. "-k policy")
 #   --guest-cmd    debugging: run this shell command in the guest instead of the tests
+#   --preflight    only check the prerequisites (exit 0, or 77 / 1 as below) and stop
 # env: VM_TIMEOUT (seconds for the whole VM, default 240), VM_MEM (MiB, default 1024),
 #      CI (when "true", a missing prerequisite is an error instead of a skip), HUVM_KVER (override).
-# exit: 0 pass (or skip outside CI), 1 setup error, 2 guest tests failed, 3 kernel report, 4 timeout/crash.
+# exit: 0 pass, 1 setup error (or a missing prerequisite under CI=true), 2 guest tests failed, 3 kernel
+#       report (oops, warning, lockdep, taint), 4 timeout or crash, 77 skipped (a prerequisite is missing
+#       and CI is not "true": the reason is printed as "SKIP: vm-test: ...").
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${BUILD:-$root/build}
-ko=""; out=""; work=""; python=${PY:-$root/.venv/bin/python}; pytest_args=""; guest_cmd=""
+ko=""; out=""; work=""; python=${PY:-$root/.venv/bin/python}; pytest_args=""; guest_cmd=""; preflight=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --ko) ko=$2; shift 2 ;;
@@ -27,6 +30,7 @@ while [ $# -gt 0 ]; do
         --python) python=$2; shift 2 ;;
         --pytest-args) pytest_args=$2; shift 2 ;;
         --guest-cmd) guest_cmd=$2; shift 2 ;;
+        --preflight) preflight=1; shift ;;
         *) echo "run-vm: unknown argument $1" >&2; exit 1 ;;
     esac
 done
@@ -44,7 +48,7 @@ missing() {
         exit 1
     fi
     echo "SKIP: vm-test: $1"
-    exit 0
+    exit 77
 }
 
 [ "$(id -u)" = 0 ] || missing "needs root (qemu's 9p share of / and apt-get download of the kernel image)"
@@ -53,20 +57,22 @@ for tool in qemu-system-x86_64 depmod modprobe cpio gzip dpkg-deb apt-get setpri
 done
 busybox=$(command -v busybox || true)
 [ -n "$busybox" ] && ! ldd "$busybox" >/dev/null 2>&1 || missing "a static busybox is needed (apt-get install busybox-static)"
-[ -n "$ko" ] && [ -f "$ko" ] || { echo "run-vm: no module at '--ko $ko' (make ktest-module)" >&2; exit 1; }
 [ -x "$python" ] || missing "no python at $python (make venv)"
-ko=$(readlink -f "$ko")
 
 # The guest kernel is the one the installed headers are for: linux-headers-amd64 depends on exactly one
 # linux-headers-<abi>-amd64 (= <package version>); boot linux-image-<abi>-amd64 of that same version.
 if [ -z "${HUVM_KVER:-}" ]; then
-    dep=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 2>/dev/null || true)
-    HUVM_KVER=$(sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p' <<<"$dep")
-    kpkgver=$(sed -n 's/^linux-headers-[^ ]* (= \([^)]*\)).*/\1/p' <<<"$dep")
+    HUVM_KVER=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 2>/dev/null |
+                sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p' || true)
 fi
-[ -n "$HUVM_KVER" ] || missing "linux-headers-amd64 is not installed (make deps)"
 kver=$HUVM_KVER
-kpkgver=${kpkgver:-}
+[ -n "$kver" ] || missing "linux-headers-amd64 is not installed (make deps)"
+kpkgver=$(dpkg-query -W -f='${Version}' "linux-headers-$kver" 2>/dev/null || true)
+[ -e "/lib/modules/$kver/build/Makefile" ] || missing "no kernel build tree at /lib/modules/$kver/build"
+[ "$preflight" = 0 ] || exit 0
+
+[ -n "$ko" ] && [ -f "$ko" ] || { echo "run-vm: no module at '--ko $ko' (make ktest-module)" >&2; exit 1; }
+ko=$(readlink -f "$ko")
 modinfo_vermagic=$(modinfo -F vermagic "$ko" | awk '{print $1}')
 [ "$modinfo_vermagic" = "$kver" ] || { echo "run-vm: $ko is built for $modinfo_vermagic, not $kver" >&2; exit 1; }
 

@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header
 from textual.worker import get_current_worker
 
 from huvm_top.messages import EventsArrived, SourceFailed, SourceOpened, StatsUpdated
@@ -147,6 +147,9 @@ class HuvmTop(App[int]):
         except SourceError as exc:
             self._polling = False
             self.post_message(SourceFailed(str(exc), fatal=False))
+            return
+        if self._prev is not None and snap.timestamp_ns == self._prev.timestamp_ns:
+            self._polling = False  # the same instant again (a stopped simulation): nothing new to draw
             return
         rates = compute_rates(self._prev, snap)
         self._prev = snap

@@ -112,8 +112,8 @@ def make_sources(args: argparse.Namespace) -> tuple[StatsSource, EventSource | N
         raise CliError(str(exc)) from None
     events: EventSource | None = None
     if args.bcc:
-        from huvm_top.sources.bcc import BccSource
+        from huvm_top.sources.bcc import BccSource, Mode
 
-        mode = "usdt" if (backend == "sim" or args.pid) else "auto"
+        mode: Mode = "usdt" if (backend == "sim" or args.pid) else "auto"
         events = BccSource(mode, pid=args.pid)
     return source, events

@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import export, policy, stats, status, trace
+    from . import experiment, export, policy, stats, status, trace
 
     # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
     # from overriding a value given globally.
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.register(sub, parents)
     policy.register(sub, parents)
     stats.register(sub, parents)
+    experiment.register(sub, parents)
     trace.register(sub, parents)
     export.register(sub, parents)
     return parser

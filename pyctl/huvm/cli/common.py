@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -11,7 +12,14 @@ from rich.console import Console
 
 from .. import client
 
-out = Console(highlight=False, soft_wrap=False)
+def _width() -> int | None:
+    """Terminal width on a TTY; 160 columns when piped (rich's default of 80 wraps the wide tables)."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return None
+    return 160
+
+
+out = Console(highlight=False, soft_wrap=False, width=_width())
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

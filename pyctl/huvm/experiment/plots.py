@@ -82,9 +82,10 @@ def memory(res: ExperimentResult, out: Path) -> Path:
         for g in gpus:
             pts = [s for s in run.samples if s.gpu == g]
             t = [s.t_ns / 1e9 for s in pts]
-            ax.plot(t, [(s.own_bytes + s.guest_bytes) / 2**30 for s in pts], label=f"GPU{g} used")
+            color = f"C{g % 10}"
+            ax.plot(t, [(s.own_bytes + s.guest_bytes) / 2**30 for s in pts], color=color, label=f"GPU{g} used")
             if any(s.guest_bytes for s in pts):
-                ax.plot(t, [s.guest_bytes / 2**30 for s in pts], linestyle=":", label=f"GPU{g} lent")
+                ax.plot(t, [s.guest_bytes / 2**30 for s in pts], color=color, linestyle=":", label=f"GPU{g} lent")
         ax.set_title(p, fontsize=9)
         ax.set_ylabel("GiB")
         ax.legend(fontsize=6, ncol=4)

@@ -35,11 +35,7 @@ def _groups(res: ExperimentResult) -> list[tuple[Any, list[PolicyRow]]]:
     rows = policy_rows(res)
     out: list[tuple[Any, list[PolicyRow]]] = []
     for value in res.sweep_values:
-        group = [r for r in rows if r.sweep_value == value]
-        if value is not None:
-            # the ideal run does not depend on a policy sweep value: list it once per group
-            group += [r for r in rows if r.policy == "ideal" and r not in group]
-        out.append((value, group))
+        out.append((value, [r for r in rows if r.sweep_value == value]))
     return out
 
 

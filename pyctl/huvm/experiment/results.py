@@ -97,7 +97,9 @@ class ExperimentResult:
 
     @property
     def policies(self) -> list[str]:
-        return list(dict.fromkeys(r.key.policy for r in self.runs))
+        """Policies in file order, the ideal run last (the side-by-side order: stock, ..., ideal)."""
+        names = list(dict.fromkeys(r.key.policy for r in self.runs if r.key.policy != "ideal"))
+        return names + (["ideal"] if any(r.key.policy == "ideal" for r in self.runs) else [])
 
     @property
     def sweep_values(self) -> list[Any]:

@@ -19,6 +19,9 @@
     steps = 1                                      # repetitions of the trace; 0 = background
     static = "0"                                   # bytes cudaMalloc'd and held (idle footprint)
     start_ms = 0
+    managed = true                                 # UVM managed (evictable); false: cudaMalloc
+    role = "harvester"                             # optional, its GPU's policy (not under stock/ideal):
+    lend_reserve = "1GiB"                          #   role, lend_limit, lend_reserve
 
     [policy.tuned]                                 # a policy file's keys, in a table
     preset = "huvm"
@@ -54,6 +57,12 @@ class TenantSpec:
     static_bytes: int = 0
     start_ns: int = 0
     line: int | None = None
+    managed: bool = True
+    gpu_settings: tuple[tuple[str, Any], ...] = ()  # (role|lend_limit|lend_reserve, value) for its GPU
+    index: int = 0  # position among the [[tenant]] tables
+
+    def key_line(self, doc: TomlDoc, key: str) -> int | None:
+        return doc.line("tenant", str(self.index), key)
 
 
 @dataclass(frozen=True)
@@ -67,9 +76,13 @@ class PolicySpec:
 
 @dataclass(frozen=True)
 class SweepSpec:
+    """values: the labels of the sweep points; settings[i]: the settings of point i (``{key: value}``, or
+    an inline table of several policy keys, e.g. ``{prefetch_mode = "off", prefetch_chunks = 0}``)."""
+
     key: str
     values: tuple[Any, ...]
     policies: tuple[str, ...]
+    settings: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,29 +180,29 @@ def parse(doc: TomlDoc) -> ExperimentSpec:
     tenants: list[TenantSpec] = []
     seen_names: set[str] = set()
     for i, t in enumerate(raw_tenants):
-        path = ("tenant",)
+        path = ("tenant", str(i))
         if not isinstance(t, dict):
             raise doc.error("expected [[tenant]] tables", "tenant")
-        _check_keys(doc, t, ("name", "gpu", "trace", "steps", "static", "start_ms"), path)
+        _check_keys(doc, t, ("name", "gpu", "trace", "steps", "static", "start_ms", "managed", *GPU_KEYS), path)
         tname = _get(doc, t, "name", str, path, f"tenant{i}")
-        line = _tenant_line(doc, i)
         if tname in seen_names:
-            raise ConfigError(f"duplicate tenant name {tname!r}", file=doc.path, line=line, key="tenant.name")
+            raise _tenant_error(doc, i, "name", f"duplicate tenant name {tname!r}")
         seen_names.add(tname)
         gpu = _get(doc, t, "gpu", int, path, required=True)
         if gpu < 0:
-            raise ConfigError(f"gpu must be >= 0, got {gpu}", file=doc.path, line=line, key="tenant.gpu")
+            raise _tenant_error(doc, i, "gpu", f"must be >= 0, got {gpu}")
         steps = _get(doc, t, "steps", int, path, 1)
         if steps < 0:
-            raise ConfigError(f"steps must be >= 0, got {steps}", file=doc.path, line=line, key="tenant.steps")
+            raise _tenant_error(doc, i, "steps", f"must be >= 0, got {steps}")
         static = _size(doc, t.get("static", 0), path + ("static",))
         start_ms = _get(doc, t, "start_ms", (int, float), path, 0)
         trace = _get(doc, t, "trace", str, path, "")
         if not trace and static == 0:
-            raise ConfigError("a tenant needs a trace or a static footprint", file=doc.path, line=line,
-                              key="tenant.trace")
+            raise _tenant_error(doc, i, "trace", "a tenant needs a trace or a static footprint")
+        managed = _get(doc, t, "managed", bool, path, True)
+        gpu_settings = tuple((k, t[k]) for k in GPU_KEYS if k in t)
         tenants.append(TenantSpec(tname, gpu, _trace_ref(doc, trace) if trace else "", steps, static,
-                                  int(start_ms * 1_000_000), line))
+                                  int(start_ms * 1_000_000), doc.line(*path), managed, gpu_settings, i))
     if not any(t.steps > 0 and t.trace for t in tenants):
         raise doc.error("at least one tenant must run a trace in the foreground (steps >= 1)", "tenant")
 
@@ -243,21 +256,31 @@ def parse(doc: TomlDoc) -> ExperimentSpec:
         elif key not in NODE_KEYS and not (len(parts) == 3 and parts[0] == "gpu" and parts[2] in GPU_KEYS):
             raise doc.error(f"unknown sweep key (policy keys: {', '.join(KEYS)}; or tenant.NAME.static|steps)",
                             "sweep", "key")
+        labels: list[Any] = []
+        point_settings: list[dict[str, Any]] = []
+        for v in values:
+            if isinstance(v, dict):
+                if parts[0] == "tenant" or not v:
+                    raise doc.error("inline tables of settings are for policy keys only", "sweep", "values")
+                for k in v:
+                    if k.split(".")[-1] not in KEYS:
+                        raise doc.error(f"unknown policy key {k!r} in a sweep point", "sweep", "values")
+                labels.append(v.get(key, ",".join(f"{k}={x}" for k, x in v.items())))
+                point_settings.append(dict(v))
+            else:
+                labels.append(v)
+                point_settings.append({key: v})
+        if len(set(map(str, labels))) != len(labels):
+            raise doc.error("sweep points must have distinct values", "sweep", "values")
         swept = _get(doc, s, "policies", list, ("sweep",), [p.name for p in policies])
         for n in swept:
             if n not in [p.name for p in policies]:
                 raise doc.error(f"{n!r} is not one of experiment.policies", "sweep", "policies")
-        sweep = SweepSpec(key, tuple(values), tuple(swept))
+        sweep = SweepSpec(key, tuple(labels), tuple(swept), tuple(point_settings))
     return ExperimentSpec(doc.path, name, description, node_preset, node_options, tuple(tenants),
                           tuple(policies), ideal, repetitions, sweep, doc)
 
 
-def _tenant_line(doc: TomlDoc, index: int) -> int | None:
-    """Line of the index-th [[tenant]] header."""
-    count = -1
-    for no, line in enumerate(doc.text.splitlines(), 1):
-        if line.strip().startswith("[[tenant]]"):
-            count += 1
-            if count == index:
-                return no
-    return None
+def _tenant_error(doc: TomlDoc, index: int, key: str, message: str) -> ConfigError:
+    """An error about key of the index-th [[tenant]] (its line; the key named tenant.KEY)."""
+    return ConfigError(message, file=doc.path, line=doc.line("tenant", str(index), key), key=f"tenant[{index}].{key}")

@@ -39,7 +39,13 @@ def _traffic(run: RunResult, paths: tuple[str, ...]) -> int:
 
 
 def _runs(res: ExperimentResult, policy: str, value: Any) -> list[RunResult]:
-    return [r for r in res.runs if r.key.policy == policy and (r.key.sweep_value == value or policy == "ideal")]
+    """Runs of policy at a sweep value; a policy (or ideal) that the sweep does not vary ran once, under the
+    first sweep value (or None), and stands for every value."""
+    exact = [r for r in res.runs if r.key.policy == policy and r.key.sweep_value == value]
+    if exact:
+        return exact
+    first = res.sweep_values[0]
+    return [r for r in res.runs if r.key.policy == policy and r.key.sweep_value in (first, None)]
 
 
 def policy_rows(res: ExperimentResult) -> list[PolicyRow]:

@@ -245,7 +245,8 @@ def _matrix(rows: str) -> tuple[tuple[str, ...], ...]:
 
 def parse_topo(text: str) -> tuple[tuple[str, ...], ...]:
     """The GPU-to-GPU block of ``nvidia-smi topo -m`` output (other columns and legend ignored)."""
-    rows = [ln.split() for ln in text.strip().splitlines() if re.match(r"^\s*GPU\d+\s", ln)]
+    rows = [r for r in (ln.split() for ln in text.strip().splitlines())
+            if len(r) > 1 and re.fullmatch(r"GPU\d+", r[0]) and not r[1].startswith("GPU")]
     n = len(rows)
     if n == 0:
         raise SimConfigError("no 'GPU<n>' rows in the topology text", field="topology")

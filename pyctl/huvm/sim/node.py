@@ -35,6 +35,8 @@ _SAMPLE_DTYPE = np.dtype([("t_ns", "<u8")] + [(f, "<u8", (16,)) for f in _SAMPLE
 
 def _cdata_to_py(value: Any) -> Any:
     """cffi struct / array / integer -> plain Python (dicts, lists, ints)."""
+    if not isinstance(value, ffi.CData):
+        return value
     t = ffi.typeof(value)
     if t.kind == "struct":
         return {name: _cdata_to_py(getattr(value, name)) for name, _ in t.fields}
@@ -147,10 +149,13 @@ class SimNode:
         return int(got)
 
     def get_policy(self) -> Any:
+        """GET_POLICY: a copy of the current huvm_policy_t (a cffi ``huvm_policy_t *``)."""
         params = abi.new_params(lib.HUVM_IOCTL_GET_POLICY)
         self.ioctl(lib.HUVM_IOCTL_GET_POLICY, params)
         errors.check(lib.HUVM_IOCTL_GET_POLICY, params)
-        return params.policy
+        out = ffi.new("huvm_policy_t *")
+        ffi.memmove(out, ffi.addressof(params.policy), ffi.sizeof("huvm_policy_t"))
+        return out
 
     def set_policy(self, roles: Mapping[int, str] | None = None,
                    overrides: Mapping[str, int] | None = None,
@@ -160,7 +165,7 @@ class SimNode:
         raises :class:`huvm.errors.InvalidValue` naming the field."""
         cur = self.get_policy()
         params = abi.new_params(lib.HUVM_IOCTL_SET_POLICY)
-        ffi.memmove(ffi.addressof(params.policy), ffi.addressof(cur), ffi.sizeof("huvm_policy_t"))
+        ffi.memmove(ffi.addressof(params.policy), cur, ffi.sizeof("huvm_policy_t"))
         params.policy.generation = 0
         for key, value in (overrides or {}).items():
             if key in ("gpus", "gpu_count", "generation") or not hasattr(params.policy, key):
@@ -187,17 +192,17 @@ class SimNode:
     def _policy_slot(self, policy: Any, gpu: int) -> int:
         if not 0 <= gpu < self.config.gpu_count:
             raise SimConfigError(f"GPU {gpu} is not in 0..{self.config.gpu_count - 1}", field=f"roles[{gpu}]")
-        uuid = bytes(ffi.buffer(self._uuid(gpu)))
+        uuid = self._uuid(gpu)
         for i in range(int(policy.gpu_count)):
             if bytes(ffi.buffer(policy.gpus[i].uuid)) == uuid:
                 return i
         raise SimConfigError(f"GPU {gpu} has no policy entry", field=f"roles[{gpu}]")  # pragma: no cover
 
-    def _uuid(self, gpu: int) -> Any:
+    def _uuid(self, gpu: int) -> bytes:
         info = abi.new_params(lib.HUVM_IOCTL_GET_INFO)
         self.ioctl(lib.HUVM_IOCTL_GET_INFO, info)
         errors.check(lib.HUVM_IOCTL_GET_INFO, info)
-        return info.gpus[gpu].uuid
+        return bytes(ffi.buffer(info.gpus[gpu].uuid))
 
     # ---- running ----
 
@@ -336,8 +341,10 @@ class SimNode:
 
 def _trace_arrays(tr: Any, idx: int) -> dict[str, npt.NDArray[Any]]:
     """The six SimTrace arrays as contiguous arrays of the C types; shapes checked, fields named."""
-    want = {"op_time_ns": np.uint64, "op_first_touch": np.uint32, "touch_chunk": np.uint32,
-            "touch_mode": np.uint8, "chunk_alloc_op": np.int32, "chunk_free_op": np.int32}
+    want: dict[str, np.dtype[Any]] = {
+        "op_time_ns": np.dtype(np.uint64), "op_first_touch": np.dtype(np.uint32),
+        "touch_chunk": np.dtype(np.uint32), "touch_mode": np.dtype(np.uint8),
+        "chunk_alloc_op": np.dtype(np.int32), "chunk_free_op": np.dtype(np.int32)}
     out: dict[str, npt.NDArray[Any]] = {}
     for fld, dt in want.items():
         if not hasattr(tr, fld):
@@ -345,15 +352,15 @@ def _trace_arrays(tr: Any, idx: int) -> dict[str, npt.NDArray[Any]]:
         a = np.asarray(getattr(tr, fld))
         if a.ndim != 1:
             raise SimTraceError(f"{fld} must be one-dimensional", field=f"tenants[{idx}].{fld}")
-        if a.size and np.issubdtype(a.dtype, np.signedinteger) and dt in (np.uint64, np.uint32, np.uint8) \
-                and int(a.min()) < 0:
+        if a.size and np.issubdtype(a.dtype, np.signedinteger) and dt.kind == "u" and int(a.min()) < 0:
             bad = int(np.argmax(a < 0))
             raise SimTraceError(f"{fld}[{bad}] = {int(a[bad])} is negative", field=f"tenants[{idx}].{fld}",
                                 record=bad)
         if a.size and not np.issubdtype(a.dtype, np.integer):
             raise SimTraceError(f"{fld} must hold integers, not {a.dtype}", field=f"tenants[{idx}].{fld}")
-        if a.size and np.issubdtype(dt, np.unsignedinteger) and int(a.max()) > np.iinfo(dt).max:
-            bad = int(np.argmax(a > np.iinfo(dt).max))
+        top = int(np.iinfo(dt).max)
+        if a.size and dt.kind == "u" and int(a.max()) > top:
+            bad = int(np.argmax(a > top))
             raise SimTraceError(f"{fld}[{bad}] = {int(a[bad])} is out of range", field=f"tenants[{idx}].{fld}",
                                 record=bad)
         out[fld] = np.ascontiguousarray(a, dtype=dt)

@@ -92,12 +92,14 @@ def main(argv: list[str] | None = None) -> int:
                 print_info(i)
             return 0
         specs = LARGE if ns.cmd == "large" else BUNDLED
-        total = 0.0
-        for name, secs, i in generate_set(specs, ns.outdir, progress=not ns.no_progress, only=ns.only):
+        total = cpu = 0.0
+        for name, secs, csecs, i in generate_set(specs, ns.outdir, progress=not ns.no_progress, only=ns.only):
             total += secs
-            print(f"{name:22s} {secs:7.1f} s  {i.size_bytes / 1e3:9.1f} KB  peak {_gb(i.peak_live_bytes):>10s}"
-                  f"  chunks {i.n_chunks:7d}  touches {i.n_touches:8d}  ops {i.n_ops:6d}", flush=True)
-        print(f"total {total:.1f} s")
+            cpu += csecs
+            print(f"{name:22s} {secs:7.1f} s wall {csecs:7.1f} s cpu  {i.size_bytes / 1e3:9.1f} KB"
+                  f"  peak {_gb(i.peak_live_bytes):>10s}  chunks {i.n_chunks:7d}  touches {i.n_touches:8d}"
+                  f"  ops {i.n_ops:6d}", flush=True)
+        print(f"total {total:.1f} s wall, {cpu:.1f} s cpu")
         return 0
     except TraceFormatError as e:
         print(f"error: {e}", file=sys.stderr)

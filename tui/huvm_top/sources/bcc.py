@@ -107,10 +107,10 @@ def default_library() -> str:
     """The shared object with the USDT probes of the in-process core and simulator (huvm._huvm_cffi)."""
     import huvm._huvm_cffi as ext
 
-    path = ext.__file__
-    if path is None:
+    path = getattr(ext, "__file__", None)
+    if not path:
         raise SourceError("huvm._huvm_cffi has no file")
-    return path
+    return str(path)
 
 
 @contextlib.contextmanager
@@ -151,7 +151,7 @@ class BccSource:
 
     def start(self) -> None:
         try:
-            from bcc import BPF, USDT
+            from bcc import BPF, USDT  # type: ignore[import-untyped]
         except ImportError:
             raise SourceError("bcc is not installed (Debian: apt-get install python3-bpfcc)") from None
         if os.geteuid() != 0:
@@ -166,25 +166,25 @@ class BccSource:
         except Exception as exc:  # bcc raises plain Exception on attach and compile failures
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             raise SourceError(f"bcc: {first}") from exc
-        self._bpf["events"].open_perf_buffer(self._on_event, page_cnt=64)
+        self._bpf[b"events"].open_perf_buffer(self._on_event, page_cnt=64)
 
     def _attach(self, BPF: Any, USDT: Any, kind: str, text: str) -> None:  # noqa: N803 - bcc's class names
         if kind == "tracepoint":
             if not tracepoints_present():
                 raise SourceError("no huvm tracepoints: the patched nvidia-uvm is not loaded")
-            self._bpf = BPF(text=text)
+            self._bpf = BPF(text=text.encode())
             self.description = "bcc: tracepoints huvm:*"
             return
         path = self.path or (None if self.pid else default_library())
         usdt = USDT(pid=self.pid, path=path) if self.pid else USDT(path=path)
         for name in self.names:
             usdt.enable_probe(probe=name, fn_name=f"on_{name}")
-        self._bpf = BPF(text=text, usdt_contexts=[usdt])
+        self._bpf = BPF(text=text.encode(), usdt_contexts=[usdt])
         where = f"pid {self.pid}" if self.pid else Path(path or "?").name
         self.description = f"bcc: USDT huvm:* in {where}"
 
     def _on_event(self, cpu: int, data: Any, size: int) -> None:
-        e = self._bpf["events"].event(data)
+        e = self._bpf[b"events"].event(data)
         name = self.names[e.ev] if e.ev < len(self.names) else str(e.ev)
         self._batch.append(TraceEvent(int(e.ts), name, int(e.gpu), int(e.peer), int(e.reason), int(e.bytes),
                                       int(e.va)))
@@ -202,7 +202,7 @@ class BccSource:
         with self._lock:
             if self._bpf is None:
                 return {}
-            table = self._bpf["counts"]
+            table = self._bpf[b"counts"]
             return {name: int(table[table.Key(i)].value) for i, name in enumerate(self.names)}
 
     def histograms(self) -> dict[str, list[int]]:
@@ -210,7 +210,7 @@ class BccSource:
         with self._lock:
             if self._bpf is None:
                 return {}
-            items = list(self._bpf["hist"].items())
+            items = list(self._bpf[b"hist"].items())
         for k, v in items:
             if k.ev < len(self.names):
                 slots = out.setdefault(self.names[k.ev], [0] * 65)

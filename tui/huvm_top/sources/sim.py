@@ -1,12 +1,13 @@
 """SimSource: a simulated node that moves, for ``huvm-top --sim`` on a machine without a GPU.
 
-A background thread drives the node while the app reads it like any live node (GET_STATS, GET_INFO,
-policy commands), all under the LiveSource's one lock:
+A background thread drives the node while the app reads it like any live node (GET_STATS, GET_INFO and the
+policy commands go through the same dispatch as the kernel's), all under the LiveSource's one lock:
 
-- with the simulator (:mod:`huvm.sim`), a scenario is run in slices of simulated time, paced to the wall
-  clock (``speed`` simulated seconds per second);
-- without it, a synthetic load is fed through the real policy core's test events (evictions, fault
-  fetch-backs, prefetches, pre-eviction and give-backs on a 4-GPU node: huvm.testing.CoreNode), so every
+- with huvm's simulator (:mod:`huvm.sim`), a scenario (:mod:`huvm_top.sources.scenario`) runs in slices of
+  simulated time paced to the wall clock (``speed`` simulated seconds per second); when it ends it starts
+  again on a fresh node with the policy then in force (counters restart from zero);
+- without the simulator, a synthetic load is fed through the real policy core's test events (evictions,
+  fault fetch-backs, prefetches, pre-eviction, give-backs on a 4-GPU huvm.testing.CoreNode), so every
   figure is still the core's own decision and accounting.
 """
 
@@ -14,23 +15,25 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from huvm import abi as habi
 from huvm import errors as herr
 from huvm.client import Node
 
-from huvm_top.model import NodeInfo, SourceError
+from huvm_top.model import NodeInfo, Snapshot, SourceError
 from huvm_top.sources.live import LiveSource
 
-TICK_S = 0.05  # wall time between two slices of load
+TICK_S = 0.05  # wall time between two slices
 
 
 class SyntheticLoad:
     """A deterministic load on a bare core node: GPUs 0 and 1 under memory pressure, 2 and 3 lending."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, core: Any) -> None:
         self.node = node
+        self.core = core
         self.step = 0
         self.clock_ns = 0
 
@@ -38,7 +41,7 @@ class SyntheticLoad:
         lib = habi.lib
         p = habi.new_params(lib.HUVM_IOCTL_TEST_EVENT)
         p.event, p.gpu, p.count, p.flags = event, gpu, count, flags
-        p.va = (gpu + 1) << 40 | (self.step % 4096) * 2097152
+        p.va = (gpu + 1) << 40 | (self.step % 4096) * lib.HUVM_CHUNK_SIZE
         try:
             self.node.call(lib.HUVM_IOCTL_TEST_EVENT, p)
         except herr.HuvmError:
@@ -48,8 +51,9 @@ class SyntheticLoad:
         lib = habi.lib
         self.step += 1
         self.clock_ns += dt_ns
+        self.core.caller.now_ns = self.clock_ns  # the bare core has no clock: the caller's time is ours
         s = self.step
-        wave = (s // 40) % 4  # load changes every ~2 s
+        wave = (s // 40) % 4  # the load changes every ~2 s
         for gpu in (0, 1):
             self._event(lib.HUVM_TEST_EVENT_EVICT, gpu, 1 + (s + gpu) % (2 + wave))
             if s % 3 == gpu:
@@ -68,13 +72,20 @@ class SyntheticLoad:
 class SimSource(LiveSource):
     """A LiveSource over a simulated node, driven by a background thread until :meth:`close`."""
 
-    def __init__(self, sim_config: str | None = None, speed: float = 1.0, node: Node | None = None) -> None:
-        super().__init__(backend="sim", sim_config=sim_config, node=node)
+    def __init__(self, sim_config: str | None = None, speed: float = 1.0, synthetic: bool = False) -> None:
+        super().__init__(backend="sim", sim_config=sim_config)
         self.speed = speed
+        self.synthetic = synthetic
+        self.restarts = 0
+        self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._load: Any = None
-        self.error: str | None = None
+        self._scenario: Any = None
+        self._sim: Any = None
+        self._load: SyntheticLoad | None = None
+        self._target_ns = 0
+
+    # building the node
 
     def open(self) -> NodeInfo:
         if self.node is None:
@@ -86,21 +97,53 @@ class SimSource(LiveSource):
         return info
 
     def _make_node(self) -> Node:
-        from huvm.testing import CoreNode
+        if not self.synthetic:
+            try:
+                import huvm.sim  # noqa: F401
+            except (ImportError, herr.HuvmError):
+                self.synthetic = True
+        if self.synthetic:
+            if self.sim_config:
+                raise SourceError("--sim-config needs huvm's simulator (huvm.sim), which is not available")
+            from huvm.testing import CoreNode
 
-        if self.sim_config:
-            raise SourceError("--sim-config needs the simulator (huvm.sim), which this huvm does not have")
-        core = CoreNode(4)
-        self._core = core
-        self.label = "sim: synthetic load on the policy core"
-        return Node(core)
+            core = CoreNode(4)
+            node = Node(core)
+            self._load = SyntheticLoad(node, core)
+            self.label = "sim: synthetic load on the policy core"
+            return node
+        from huvm_top.sources import scenario
 
-    def _clock(self) -> int:
-        return int(getattr(self._load, "clock_ns", 0))
+        try:
+            self._scenario = scenario.load(self.sim_config)
+            node = self._fresh_node(None)
+        except herr.HuvmError as exc:
+            raise SourceError(str(exc).splitlines()[0]) from exc
+        self.label = f"sim: {self._scenario.name}"
+        return node
+
+    def _fresh_node(self, policy: Any) -> Node:
+        """A new simulated node with the scenario's tenants, and ``policy`` (a huvm Policy) or the
+        scenario's settings."""
+        from huvm import policy as hp
+        from huvm.sim.node import SimNode
+        from huvm.simbackend import SimBackend
+
+        sc = self._scenario
+        sim = SimNode(sc.config, preset=sc.policy_preset)
+        for t in sc.tenants:
+            sim.add_tenant(replace(t, role=None))  # roles go through the policy below
+        node = Node(SimBackend(sim))
+        if policy is not None:
+            node.set_policy(replace(policy, generation=0))
+        elif sc.settings:
+            node.apply(hp.parse_assignments(sc.settings, node.info()))
+        self._sim = sim
+        return node
+
+    # the driving thread
 
     def _run(self) -> None:
-        assert self.node is not None
-        self._load = SyntheticLoad(self.node)
         last = time.monotonic()
         while not self._stop.wait(TICK_S):
             now = time.monotonic()
@@ -108,26 +151,37 @@ class SimSource(LiveSource):
             last = now
             try:
                 with self._lock:
-                    self._advance_clock(dt_ns)
-                    self._load.advance(dt_ns)
-            except Exception as exc:  # noqa: BLE001 - reported in the status line, the thread stops
-                self.error = f"simulation stopped: {exc}"
+                    if self.node is None:
+                        return
+                    if self._load is not None:
+                        self._load.advance(dt_ns)
+                    else:
+                        self._advance_sim(dt_ns)
+            except Exception as exc:  # noqa: BLE001 - reported by the next snapshot; the thread stops
+                self.error = f"simulation stopped: {str(exc).splitlines()[0] if str(exc) else exc!r}"
                 return
 
-    def _advance_clock(self, dt_ns: int) -> None:
-        core = getattr(self, "_core", None)
-        if core is not None:  # the bare core has no clock of its own: stamp the caller's time
-            core.caller.now_ns = self._clock() + dt_ns
+    def _advance_sim(self, dt_ns: int) -> None:
+        assert self.node is not None
+        if self._sim.finished:  # start over, keeping the policy the user set
+            policy = self.node.get_policy()
+            old = self.node
+            self.node = self._fresh_node(policy)
+            old.close()
+            self.restarts += 1
+            self._target_ns = 0
+            return
+        # The model moves in whole events (an op can be long): pace against our own target clock.
+        self._target_ns += dt_ns
+        if self._sim.now_ns < self._target_ns:
+            self._sim.run(self._target_ns)
 
-    def snapshot(self) -> Any:
+    def snapshot(self) -> Snapshot:
         if self.error:
             raise SourceError(self.error)
         snap = super().snapshot()
-        if snap.timestamp_ns == 0:  # the bare core does not stamp snapshots: use the load's clock
-            from dataclasses import replace
-
-            with self._lock:
-                snap = replace(snap, timestamp_ns=self._clock())
+        if self._load is not None and snap.timestamp_ns == 0:  # the bare core does not stamp snapshots
+            snap = replace(snap, timestamp_ns=self._load.clock_ns)
         return snap
 
     def close(self) -> None:

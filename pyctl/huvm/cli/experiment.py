@@ -1,0 +1,130 @@
+"""huvmctl experiment run FILE | sim run CONFIG | sim presets."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import err, out, print_json
+
+
+class _NoProgress:
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *a: Any, **kw: Any) -> int:
+        return 0
+
+    def update(self, *a: Any, **kw: Any) -> None:
+        return None
+
+
+def _progress(enabled: bool) -> Any:
+    if not enabled:
+        return _NoProgress()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, transient=True)
+
+
+def _run(args: argparse.Namespace, outdir: Path | None) -> int:
+    from .. import experiment
+
+    spec = experiment.load(args.file)
+    planned = experiment.plan(spec)
+    show = not args.json and not args.no_progress and err.is_terminal
+    t0 = time.monotonic()
+    with _progress(show) as bar:
+        task = bar.add_task(spec.name, total=len(planned))
+
+        def tick(run: experiment.PlannedRun, i: int, n: int) -> None:
+            bar.update(task, completed=i, description=f"{spec.name}: {run.key.run_id}")
+
+        if outdir is None:
+            res = experiment.run(spec, tick)
+            files: list[Path] = []
+        else:
+            res, files = experiment.run_to(spec, outdir, tick)
+        bar.update(task, completed=len(planned))
+    elapsed = time.monotonic() - t0
+    if args.json:
+        from ..experiment.output import summary_dict
+
+        d = summary_dict(res)
+        d["files"] = [str(f) for f in files]
+        print_json(d)
+        return 0
+    for table in experiment.rich_tables(res):
+        out.print(table)
+    out.print(f"{len(planned)} simulated runs in {elapsed:.1f} s (wall clock)")
+    if outdir is not None:
+        out.print(f"report: {outdir / 'report.md'}")
+        out.print(f"plots:  {outdir / 'plots'}/ ({', '.join(f.name for f in files if f.suffix == '.png')})")
+        out.print(f"data:   {outdir / 'data'}/ (Parquet and CSV: results, tenants, counters, traffic, samples)")
+    return 0
+
+
+def cmd_experiment_run(args: argparse.Namespace) -> int:
+    outdir = Path(args.out) if args.out else Path("out") / Path(args.file).stem
+    return _run(args, outdir)
+
+
+def cmd_sim_run(args: argparse.Namespace) -> int:
+    return _run(args, None)
+
+
+def cmd_sim_presets(args: argparse.Namespace) -> int:
+    from ..sim.config import PRESET_ALIASES, PRESETS
+
+    rows = [{"name": n, "gpus": len(c.gpus), "gpu": c.gpus[0].name.split(" #")[0],
+             "memory_gib": c.gpus[0].memory_bytes / 2**30, "nvswitch": c.nvswitch,
+             "aliases": [a for a, t in PRESET_ALIASES.items() if t == n], "source": c.source}
+            for n, c in PRESETS.items()]
+    if args.json:
+        print_json(rows)
+        return 0
+    from rich.table import Table
+
+    t = Table(title="Simulated node presets", title_justify="left")
+    for col in ("name", "gpus", "gpu", "memory", "aliases"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], str(r["gpus"]), r["gpu"], f"{r['memory_gib']:.0f} GiB", ", ".join(r["aliases"]))
+    out.print(t)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("experiment", help="run a declarative experiment (TOML) into an output folder",
+                       description="Run an experiment file on the simulated node: every policy (and the "
+                                   "unlimited-memory ideal), sweep value and repetition; write data "
+                                   "(Parquet, CSV), plots (PNG) and report.md.",
+                       epilog="examples:\n  huvmctl experiment run pyctl/huvm/examples/consolidation.toml\n"
+                              "  huvmctl experiment run pyctl/huvm/examples/spare-memory-sweep.toml --out out/fig9",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    es = p.add_subparsers(dest="experiment_cmd", metavar="{run}", required=True)
+    q = es.add_parser("run", parents=parents, help="run FILE")
+    q.add_argument("file", metavar="FILE")
+    q.add_argument("--out", metavar="DIR", help="output folder (default: out/<file stem>)")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.set_defaults(func=cmd_experiment_run)
+
+    p = sub.add_parser("sim", help="the simulated node: run a scenario, list node presets",
+                       description="Run a scenario (an experiment file) on the simulated node and print "
+                                   "per-policy runtimes, counters and ratios to ideal, writing nothing.",
+                       epilog="examples:\n  huvmctl sim run pyctl/huvm/examples/consolidation.toml\n"
+                              "  huvmctl sim presets",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    ss = p.add_subparsers(dest="sim_cmd", metavar="{run,presets}", required=True)
+    q = ss.add_parser("run", parents=parents, help="run CONFIG and print the comparison")
+    q.add_argument("file", metavar="CONFIG")
+    q.add_argument("--no-progress", action="store_true")
+    q.set_defaults(func=cmd_sim_run)
+    q = ss.add_parser("presets", parents=parents, help="list the simulated node presets")
+    q.set_defaults(func=cmd_sim_presets)

@@ -1,0 +1,221 @@
+"""Run an experiment on the simulated node: one run per (sweep value, policy, repetition), plus ideal.
+
+Each run builds a fresh :class:`huvm.sim.node.SimNode` with the policy's base preset, then applies the
+policy's settings through the same control path as ``huvmctl policy apply`` (validated by the core, sent
+as one SET_POLICY through the node's ioctl), adds the tenants, runs to completion and reads the results:
+tenant outcomes, GET_STATS counters, traffic per path and memory samples. The simulator is deterministic,
+so the same file gives the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..client import Node
+from ..errors import ConfigError, HuvmError
+from ..metrics import GPU_METRICS, PAIR_METRICS
+from ..policy import Origin, Setting, parse_setting
+from ..policyfile import parse as parse_policy_table
+from ..simbackend import SimBackend
+from .results import CounterRow, ExperimentResult, RunKey, RunResult, SampleRow, TenantRow, TrafficRow
+from .spec import ExperimentSpec, PolicySpec, TenantSpec
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    key: RunKey
+    policy: PolicySpec | None  # None: the ideal run
+
+
+def plan(spec: ExperimentSpec) -> list[PlannedRun]:
+    runs: list[PlannedRun] = []
+    values: list[Any] = list(spec.sweep.values) if spec.sweep else [None]
+    for rep in range(spec.repetitions):
+        if spec.ideal:
+            ideal_values = values if spec.sweep and spec.sweep.key.startswith("tenant.") else [None]
+            for v in ideal_values:
+                runs.append(PlannedRun(RunKey("ideal", v, rep), None))
+        for v in values:
+            for p in spec.policies:
+                swept = spec.sweep is not None and p.name in spec.sweep.policies
+                if spec.sweep is not None and not swept and v != values[0]:
+                    continue  # an unswept policy runs once, listed under the first value
+                runs.append(PlannedRun(RunKey(p.name, v if swept or spec.sweep is None else values[0], rep), p))
+    return runs
+
+
+class Runner:
+    def __init__(self, spec: ExperimentSpec) -> None:
+        if spec.real_node:
+            raise ConfigError("experiments on a real node are not run by huvmctl (the workloads are real "
+                              "programs); use node.preset = a simulated node preset",
+                              file=spec.path, line=spec.doc.line("node", "preset"), key="node.preset")
+        from ..sim.config import NodeConfig
+        from ..sim.errors import SimConfigError
+
+        self.spec = spec
+        try:
+            self.config = NodeConfig.from_dict({"preset": spec.node_preset, **spec.node_options})
+        except SimConfigError as exc:
+            key = str(exc.field or "preset").split(".")[0].split("[")[0]
+            msg = str(exc.args[0]).removeprefix(f"{exc.field}: ")
+            raise spec.doc.error(msg, "node", key) from None
+        for t in spec.tenants:
+            if t.gpu >= self.config.gpu_count:
+                raise ConfigError(f"GPU {t.gpu} is not in 0..{self.config.gpu_count - 1} of {self.config.name}",
+                                  file=spec.path, line=t.key_line(spec.doc, "gpu"), key=f"tenant[{t.index}].gpu")
+        self._traces: dict[str, Any] = {}
+
+    # -- inputs --
+    def _trace(self, t: TenantSpec) -> Any:
+        if not t.trace:
+            return None
+        if t.trace not in self._traces:
+            from .. import traces
+            from ..cli.trace import resolve_trace
+
+            try:
+                tr = traces.load(resolve_trace(t.trace))
+                self._traces[t.trace] = tr.to_sim_events(self.config.gpu_preset)
+            except (traces.TraceFormatError, ConfigError, OSError) as exc:
+                msg = exc.reason if isinstance(exc, ConfigError) else str(exc)
+                raise ConfigError(f"tenant {t.name!r}: {msg}", file=self.spec.path,
+                                  line=t.key_line(self.spec.doc, "trace"), key=f"tenant[{t.index}].trace") from None
+        return self._traces[t.trace]
+
+    def _tenants(self, value: Any) -> list[TenantSpec]:
+        from dataclasses import replace
+
+        out = list(self.spec.tenants)
+        sweep = self.spec.sweep
+        if sweep and sweep.key.startswith("tenant.") and value is not None:
+            _, name, field = sweep.key.split(".")
+            from ..units import parse_size
+
+            for i, t in enumerate(out):
+                if t.name == name:
+                    if field == "static":
+                        out[i] = replace(t, static_bytes=parse_size(value) if isinstance(value, str) else value)
+                    else:
+                        out[i] = replace(t, steps=int(value))
+        return out
+
+    def _settings(self, node: Node, run: PlannedRun) -> tuple[str, list[Setting]]:
+        """(base preset, settings) of a run's policy, checked against the simulated node: the tenants' GPU
+        roles and lending limits (not under stock), then the policy's own table, then the sweep point."""
+        assert run.policy is not None
+        p = run.policy
+        info = node.info()
+        pf = parse_policy_table(self.spec.doc, info, p.table) if p.table else None
+        preset = (pf.preset if pf and pf.preset else None) or p.preset or "huvm"
+        settings: list[Setting] = []
+
+        def merge(new: list[Setting]) -> None:
+            nonlocal settings
+            keys = {x.key for x in new}
+            settings = [s for s in settings if s.key not in keys] + new
+
+        if preset != "stock":
+            for t in self.spec.tenants:
+                for k, v in t.gpu_settings:
+                    origin = Origin(self.spec.path, t.key_line(self.spec.doc, k))
+                    merge(parse_setting(f"gpu.{t.gpu}.{k}", v, info, origin))
+        if pf is not None:
+            merge(list(pf.settings))
+        sweep = self.spec.sweep
+        if sweep and p.name in sweep.policies and not sweep.key.startswith("tenant.") and run.key.sweep_value is not None:
+            point = sweep.settings[list(sweep.values).index(run.key.sweep_value)]
+            for key, value in point.items():
+                merge(parse_setting(key, value, info, Origin(self.spec.path, self.spec.doc.line("sweep", "values"))))
+        return preset, settings
+
+    # -- one run --
+    def run_one(self, run: PlannedRun) -> RunResult:
+        from ..sim.node import SimNode
+        from ..sim.tenants import TenantSpec as SimTenant
+
+        ideal = run.policy is None
+        base = "stock" if ideal else (run.policy.preset if run.policy and run.policy.preset else "huvm")
+        sim = SimNode(self.config, preset=base, unlimited=ideal)
+        node = Node(SimBackend(sim))
+        try:
+            settings_desc: dict[str, str] = {}
+            if not ideal:
+                preset, settings = self._settings(node, run)
+                node.apply(settings, preset=preset)
+                settings_desc = node.get_policy().settings(node.info())
+            tenants = self._tenants(run.key.sweep_value)
+            for t in tenants:
+                sim.add_tenant(SimTenant(gpu=t.gpu, trace=self._trace(t), name=t.name, steps=max(t.steps, 1),
+                                         background=t.steps == 0, static_bytes=t.static_bytes,
+                                         start_ns=t.start_ns, managed=t.managed))
+            sim.run()
+            return self._collect(run, sim, node, tenants, settings_desc)
+        finally:
+            node.close()
+
+    def _collect(self, run: PlannedRun, sim: Any, node: Node, tenants: list[TenantSpec],
+                 settings: dict[str, str]) -> RunResult:
+        res = RunResult(run.key, int(sim.now_ns), policy_settings=settings)
+        for i, t in enumerate(tenants):
+            r = sim.tenant_result(i)
+            values = {k: int(v) for k, v in r.items() if k not in ("runtime_ns",)}
+            res.tenants.append(TenantRow(run.key, t.name, t.gpu, t.steps > 0, int(r["runtime_ns"]), values))
+        snap = node.stats()
+        for g in snap.gpus:
+            for m in GPU_METRICS:
+                v = g.values[m.field]
+                if isinstance(v, tuple):
+                    for name, x in zip(m.label_values, v, strict=False):
+                        res.counters.append(CounterRow(run.key, "gpu", g.gpu, -1, f"{m.field}.{name}", x))
+                else:
+                    res.counters.append(CounterRow(run.key, "gpu", g.gpu, -1, m.field, v))
+        for p in snap.pairs:
+            for m in PAIR_METRICS:
+                res.counters.append(CounterRow(run.key, "pair", p.owner, p.holder, m.field, p.values[m.field]))
+        tr = sim.traffic()
+        n = self.config.gpu_count
+        for g in range(n):
+            res.traffic.append(TrafficRow(run.key, "host_to_gpu", "host", str(g), int(tr["host_to_gpu"][g])))
+            res.traffic.append(TrafficRow(run.key, "gpu_to_host", str(g), "host", int(tr["gpu_to_host"][g])))
+            for h in range(n):
+                if g != h:
+                    res.traffic.append(TrafficRow(run.key, "gpu_to_gpu", str(g), str(h), int(tr["gpu_to_gpu"][g][h])))
+                    res.traffic.append(TrafficRow(run.key, "remote_read", str(g), str(h),
+                                                  int(tr["remote_read"][g][h])))
+        smp = sim.samples()
+        for i, t_ns in enumerate(smp["t_ns"].tolist()):
+            for g in range(n):
+                res.samples.append(SampleRow(run.key, int(t_ns), g, int(smp["own_bytes"][i][g]),
+                                             int(smp["guest_bytes"][i][g]), int(smp["free_bytes"][i][g]),
+                                             int(smp["peer_bytes"][i][g]), int(smp["host_bytes"][i][g])))
+        return res
+
+    def runs(self) -> list[PlannedRun]:
+        return plan(self.spec)
+
+    def iter_results(self) -> Iterator[tuple[PlannedRun, RunResult]]:
+        for run in self.runs():
+            try:
+                yield run, self.run_one(run)
+            except HuvmError as exc:
+                raise type(exc)(f"run {run.key.run_id}: {exc}") if type(exc) is HuvmError else exc
+
+
+def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] | None = None) -> ExperimentResult:
+    """Run every planned run; progress(run, index, total) is called before each."""
+    runner = Runner(spec)
+    planned = runner.runs()
+    res = ExperimentResult(spec.name, spec.description, runner.config.name, spec.sweep.key if spec.sweep else None)
+    for i, p in enumerate(planned):
+        if progress:
+            progress(p, i, len(planned))
+        res.runs.append(runner.run_one(p))
+    if spec.repetitions > 1:
+        res.notes.append(f"{spec.repetitions} repetitions: the simulator is deterministic, so repetitions agree "
+                         "exactly (they check it)")
+    return res

@@ -1,0 +1,101 @@
+"""Simulator speed (``make bench-sim``; run it pinned to one core: ``taskset -c 0``).
+
+1. Chunk-touch events per second of the C model, on an oversubscribed harvester (faults, evictions to a
+   peer and host, prefetch) and on a resident workload (the fast path).
+2. Wall time to simulate one training step of a Llama-7B-sized trace on every GPU of an 8-GPU HGX H100 node
+   (each GPU oversubscribed: 8 harvesters), and with one harvester and seven lenders. The recorded trace
+   ``build/traces/llama-7b-amp.trace`` (``make traces``) is used when present, else the synthetic
+   :func:`huvm.sim.workloads.llama7b_step`; ``--trace PATH`` picks another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import workloads
+from .config import GIB, MIB, NodeConfig
+from .scenario import SimResult, run_scenario
+from .tenants import TenantSpec
+
+TARGET_TOUCHES_PER_S = 5_000_000
+TARGET_STEP_S = 1.0
+
+
+def _load_llama(path: str | None, gpu_preset: str) -> tuple[Any, str]:
+    root = Path(os.environ.get("ROOT", Path(__file__).resolve().parents[3]))
+    p = Path(path) if path else root / "build" / "traces" / "llama-7b-amp.trace"
+    if p.exists():
+        from ..traces import load
+
+        return load(p).to_sim_events(gpu_preset), f"recorded trace {p}"
+    if path:
+        raise SystemExit(f"bench: no trace at {p}")
+    return workloads.llama7b_step(), "synthetic llama7b_step (run `make traces` for the recorded one)"
+
+
+def _line(label: str, res: SimResult) -> str:
+    return (f"  {label:<44} {res.touches:>10,} touches  {res.wall_s * 1e3:8.1f} ms wall  "
+            f"{res.touches_per_s / 1e6:6.2f} M touches/s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m huvm.sim.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", help="Llama-7B-sized trace directory (default: build/traces/llama-7b-amp.trace)")
+    ap.add_argument("--no-check", action="store_true", help="do not fail when a target is missed")
+    args = ap.parse_args(argv)
+    ok = True
+
+    print("huvm simulator bench (one core)")
+    # 1. touch throughput
+    node2 = NodeConfig.preset("aws-p3.8xlarge").subset(2).with_gpu_memory(4 * GIB, 0)
+    hot = workloads.hot_cold(6 * GIB, 200_000, chunks_per_op=16)
+    over = run_scenario(node2, [TenantSpec(0, hot, role="harvester"),
+                                TenantSpec(1, static_bytes=1 * GIB, role="lender")], "huvm",
+                        sample_interval_ns=1_000_000)
+    resident = run_scenario(node2, [TenantSpec(0, workloads.streaming(2 * GIB, 800, chunks_per_op=64))], "stock",
+                            sample_interval_ns=1_000_000)
+    print(_line("oversubscribed harvester (hot/cold, huvm)", over))
+    print(f"    {over.tenant(0).faults:,} faults, {over.counter_total('evict_to_peer'):,} evictions to peer, "
+          f"{over.counter_total('evict_to_host'):,} to host")
+    print(_line("resident streaming (fast path)", resident))
+    rate = min(over.touches_per_s, resident.touches_per_s)
+    flag = "ok" if rate >= TARGET_TOUCHES_PER_S else "BELOW TARGET"
+    print(f"  chunk-touch events/s: {rate / 1e6:.2f} M (target >= {TARGET_TOUCHES_PER_S / 1e6:.0f} M): {flag}")
+    ok &= rate >= TARGET_TOUCHES_PER_S
+
+    # 2. Llama-7B step on 8 GPUs
+    h100 = NodeConfig.preset("hgx-h100")
+    llama, what = _load_llama(args.trace, "h100")
+    print(f"Llama-7B-sized step on hgx-h100 (8x H100 80 GB): {what}")
+    print(f"  trace: {llama.n_ops:,} ops, {llama.n_touches:,} touches, {llama.n_chunks * 2 / 1024:.1f} GiB "
+          f"footprint per GPU, {int(llama.op_time_ns.sum()) / 1e9:.3f} s compute per step")
+    t0 = time.perf_counter()
+    all8 = run_scenario(h100, [TenantSpec(g, llama, name=f"llama{g}") for g in range(8)], "huvm",
+                        sample_interval_ns=10_000_000)
+    wall8 = time.perf_counter() - t0
+    print(_line("8 harvesters, one step each (huvm)", all8))
+    print(f"    wall incl. setup {wall8:.3f} s; simulated step {max(t.runtime_ns for t in all8.tenants) / 1e9:.2f} s; "
+          f"{all8.counter_total('evict_to_peer'):,} to peer, {all8.counter_total('evict_to_host'):,} to host")
+    t0 = time.perf_counter()
+    one = run_scenario(h100, [TenantSpec(0, llama, name="llama", role="harvester")] +
+                       [TenantSpec(g, static_bytes=8 * GIB + g * 512 * MIB, role="lender") for g in range(1, 8)],
+                       "huvm", sample_interval_ns=10_000_000)
+    wall1 = time.perf_counter() - t0
+    print(_line("1 harvester + 7 idle lenders (huvm)", one))
+    print(f"    wall incl. setup {wall1:.3f} s; simulated step {one.tenant(0).runtime_ns / 1e9:.2f} s")
+    flag = "ok" if all8.wall_s < TARGET_STEP_S else "OVER TARGET"
+    print(f"  one Llama-7B step on 8 GPUs: {all8.wall_s:.3f} s of simulation (target < {TARGET_STEP_S:.0f} s): {flag}")
+    ok &= all8.wall_s < TARGET_STEP_S
+    if not ok and not args.no_check:
+        print("bench-sim: a target was missed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Synthetic workloads in the simulator's trace form (:class:`huvm.traces.SimTrace`), for tests, calibration
+and benchmarks when no recorded trace is at hand. All deterministic (fixed seeds, integer sizes).
+
+* :func:`streaming`   -- a loop over a working set, ``chunks_per_op`` consecutive chunks per op.
+* :func:`random_access` -- uniform random chunks of a working set.
+* :func:`hot_cold`    -- a hot fraction of the working set takes most touches.
+* :func:`pagerank`    -- graph-analytics iterations: streamed edge array, skewed gathers over vertex arrays.
+* :func:`training_step` -- a transformer training step (forward, backward, AdamW) with per-layer parameter,
+  gradient, optimizer-state and activation chunks; :func:`llama7b_step` sizes it like Llama-7B.
+* :func:`rising`      -- a lender whose footprint rises mid-run (give-back).
+
+Compute time per op is ``ns_per_chunk`` per touched chunk (memory-bound kernels) unless stated otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from .config import CHUNK_BYTES
+
+try:
+    from ..traces.trace import SimTrace
+except ImportError:  # pragma: no cover - the traces package is part of huvm
+    SimTrace = None  # type: ignore[assignment,misc]
+
+#: memory-bound compute per touched 2 MiB chunk: 2 MiB at half of ~800 GB/s (RTX A5000 / V100 class HBM).
+DEFAULT_NS_PER_CHUNK = 5_000
+
+
+def _chunks(nbytes: int) -> int:
+    return max(1, (int(nbytes) + CHUNK_BYTES - 1) // CHUNK_BYTES)
+
+
+def make_trace(name: str, per_op: list[npt.NDArray[np.int64]] | npt.NDArray[np.int64], op_time_ns: npt.ArrayLike,
+               n_chunks: int, modes: npt.NDArray[np.uint8] | None = None,
+               alloc_op: npt.NDArray[np.int32] | None = None,
+               free_op: npt.NDArray[np.int32] | None = None) -> SimTrace:
+    """Build a SimTrace from per-op chunk lists (or a 2-D array: one row per op)."""
+    if isinstance(per_op, np.ndarray) and per_op.ndim == 2:
+        counts = np.full(per_op.shape[0], per_op.shape[1], dtype=np.int64)
+        touch = per_op.reshape(-1)
+    else:
+        counts = np.array([len(x) for x in per_op], dtype=np.int64)
+        touch = np.concatenate(per_op) if len(per_op) else np.zeros(0, dtype=np.int64)
+    first = np.zeros(len(counts) + 1, dtype=np.uint32)
+    first[1:] = np.cumsum(counts)
+    times = np.asarray(op_time_ns, dtype=np.uint64)
+    if times.ndim == 0:
+        times = np.full(len(counts), int(times), dtype=np.uint64)
+    return SimTrace(
+        name=name,
+        gpu_preset="synthetic",
+        op_time_ns=times,
+        op_first_touch=first,
+        touch_chunk=touch.astype(np.uint32),
+        touch_mode=np.zeros(len(touch), dtype=np.uint8) if modes is None else modes.astype(np.uint8),
+        chunk_alloc_op=np.full(n_chunks, -1, dtype=np.int32) if alloc_op is None else alloc_op.astype(np.int32),
+        chunk_free_op=np.full(n_chunks, -1, dtype=np.int32) if free_op is None else free_op.astype(np.int32),
+        peak_live_bytes=n_chunks * CHUNK_BYTES,
+    )
+
+
+def streaming(working_set_bytes: int, passes: int = 1, chunks_per_op: int = 8,
+              ns_per_chunk: int = DEFAULT_NS_PER_CHUNK, name: str = "streaming") -> SimTrace:
+    """``passes`` sequential sweeps over the working set, ``chunks_per_op`` chunks per op."""
+    ws = _chunks(working_set_bytes)
+    n_ops = max(1, (ws * passes + chunks_per_op - 1) // chunks_per_op)
+    idx = (np.arange(n_ops * chunks_per_op, dtype=np.int64) % ws).reshape(n_ops, chunks_per_op)
+    return make_trace(name, idx, chunks_per_op * ns_per_chunk, ws)
+
+
+def random_access(working_set_bytes: int, n_ops: int, chunks_per_op: int = 8,
+                  ns_per_chunk: int = DEFAULT_NS_PER_CHUNK, seed: int = 1, name: str = "random") -> SimTrace:
+    """Uniformly random chunks of the working set (first touches included)."""
+    ws = _chunks(working_set_bytes)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, ws, size=(n_ops, chunks_per_op), dtype=np.int64)
+    return make_trace(name, idx, chunks_per_op * ns_per_chunk, ws)
+
+
+def hot_cold(working_set_bytes: int, n_ops: int, hot_fraction: float = 0.2, hot_share: float = 0.8,
+             chunks_per_op: int = 8, ns_per_chunk: int = DEFAULT_NS_PER_CHUNK, seed: int = 2,
+             name: str = "hot-cold") -> SimTrace:
+    """``hot_share`` of the touches go to the first ``hot_fraction`` of the working set."""
+    ws = _chunks(working_set_bytes)
+    hot = max(1, int(ws * hot_fraction))
+    rng = np.random.default_rng(seed)
+    is_hot = rng.random((n_ops, chunks_per_op)) < hot_share
+    idx = np.where(is_hot, rng.integers(0, hot, size=is_hot.shape), rng.integers(hot, max(hot + 1, ws),
+                                                                                   size=is_hot.shape))
+    return make_trace(name, np.minimum(idx, ws - 1).astype(np.int64), chunks_per_op * ns_per_chunk, ws)
+
+
+def pagerank(vertices: int, edges: int, iterations: int = 10, edge_chunks_per_op: int = 16,
+             gathers_per_op: int = 16, ns_per_chunk: int = DEFAULT_NS_PER_CHUNK, seed: int = 3,
+             zipf_a: float = 1.2, name: str = "pagerank") -> SimTrace:
+    """PageRank over a CSR graph: offsets (8 B/vertex), edges (4 B/edge, streamed), rank old/new and degree
+    (4 B/vertex each). Each op streams ``edge_chunks_per_op`` chunks of the edge array with its offsets chunk,
+    gathers ``gathers_per_op`` chunks of the old ranks (power-law skew: hubs are hot) and writes its slice of
+    the new ranks."""
+    off = _chunks((vertices + 1) * 8)
+    edg = _chunks(edges * 4)
+    vec = _chunks(vertices * 4)
+    base_off, base_edge = 0, off
+    base_old, base_new, base_deg = off + edg, off + edg + vec, off + edg + 2 * vec
+    n_chunks = base_deg + vec
+    ops_per_iter = (edg + edge_chunks_per_op - 1) // edge_chunks_per_op
+    rng = np.random.default_rng(seed)
+    rows: list[npt.NDArray[np.int64]] = []
+    modes: list[npt.NDArray[np.uint8]] = []
+    for it in range(iterations):
+        old, new = (base_old, base_new) if it % 2 == 0 else (base_new, base_old)
+        for k in range(ops_per_iter):
+            e0 = k * edge_chunks_per_op
+            e = np.arange(e0, min(edg, e0 + edge_chunks_per_op), dtype=np.int64) + base_edge
+            o = np.array([base_off + min(off - 1, k * off // ops_per_iter)], dtype=np.int64)
+            g = (np.minimum(rng.zipf(zipf_a, gathers_per_op) - 1, vec - 1) + old).astype(np.int64)
+            g = np.unique(np.concatenate([g, [base_deg + min(vec - 1, k * vec // ops_per_iter)]]))
+            w = np.array([new + min(vec - 1, k * vec // ops_per_iter)], dtype=np.int64)
+            rows.append(np.concatenate([o, e, g, w]))
+            modes.append(np.concatenate([np.zeros(len(o) + len(e) + len(g), dtype=np.uint8),
+                                         np.full(1, 2, dtype=np.uint8)]))
+    times = np.array([len(r) * ns_per_chunk for r in rows], dtype=np.uint64)
+    return make_trace(name, rows, times, n_chunks, modes=np.concatenate(modes))
+
+
+def training_step(n_layers: int, params: int, act_bytes: int, ops_per_layer: int = 8, tokens: int = 8192,
+                  flops_per_s: float = 400e12, hbm_bytes_per_s: float = 2.0e12, name: str = "training") -> SimTrace:
+    """One transformer training step with fp32 AdamW (16 B per parameter: param, grad, exp_avg, exp_avg_sq)
+    and ``act_bytes`` of activations, split evenly over ``n_layers`` layers of ``ops_per_layer`` ops.
+
+    Forward op: reads its slice of the layer's parameters and the previous op's output, writes its output
+    (activation chunks are reserved when first written and kept, as the caching allocator does). Backward op
+    (reverse order): reads parameters and saved activations, read-modify-writes gradients. Optimizer: one op
+    per layer over param, grad and both states. Compute: 2 (forward) / 4 (backward) x params x tokens FLOPs at
+    ``flops_per_s``; the optimizer is memory bound at ``hbm_bytes_per_s``."""
+    p_layer = _chunks(params * 4 // n_layers)
+    a_layer = _chunks(act_bytes // n_layers)
+    per_layer = 4 * p_layer + a_layer
+    n_chunks = n_layers * per_layer
+    rows: list[npt.NDArray[np.int64]] = []
+    modes: list[npt.NDArray[np.uint8]] = []
+    times: list[int] = []
+    alloc = np.full(n_chunks, -1, dtype=np.int32)
+
+    def sl(start: int, total: int, k: int) -> npt.NDArray[np.int64]:
+        a = start + k * total // ops_per_layer
+        b = start + max(k * total // ops_per_layer + 1, (k + 1) * total // ops_per_layer)
+        return np.arange(a, min(b, start + total), dtype=np.int64)
+
+    fwd_ns = int(2 * params / n_layers / ops_per_layer * tokens / flops_per_s * 1e9)
+    prev_out: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+    for layer in range(n_layers):
+        b = layer * per_layer
+        for k in range(ops_per_layer):
+            p = sl(b, p_layer, k)
+            out = sl(b + 4 * p_layer, a_layer, k)
+            new = out[alloc[out] == -1]
+            alloc[new] = len(rows)
+            r = np.concatenate([p, prev_out, out])
+            rows.append(r)
+            modes.append(np.concatenate([np.zeros(len(p) + len(prev_out), dtype=np.uint8),
+                                         np.ones(len(out), dtype=np.uint8)]))
+            times.append(fwd_ns)
+            prev_out = out
+    for layer in reversed(range(n_layers)):
+        b = layer * per_layer
+        for k in reversed(range(ops_per_layer)):
+            p = sl(b, p_layer, k)
+            g = sl(b + p_layer, p_layer, k)
+            a = sl(b + 4 * p_layer, a_layer, k)
+            rows.append(np.concatenate([p, a, g]))
+            modes.append(np.concatenate([np.zeros(len(p) + len(a), dtype=np.uint8),
+                                         np.full(len(g), 2, dtype=np.uint8)]))
+            times.append(2 * fwd_ns)
+    opt_ns = int(p_layer * 4 * 2 * CHUNK_BYTES / hbm_bytes_per_s * 1e9)
+    for layer in range(n_layers):
+        b = layer * per_layer
+        r = np.arange(b, b + 4 * p_layer, dtype=np.int64)
+        rows.append(r)
+        modes.append(np.full(len(r), 2, dtype=np.uint8))
+        times.append(opt_ns)
+    # Activation chunks are reserved at their first write (alloc op); the training state is live from the start.
+    return make_trace(name, rows, np.array(times, dtype=np.uint64), n_chunks, modes=np.concatenate(modes),
+                      alloc_op=alloc)
+
+
+def llama7b_step(gpu_flops_per_s: float = 989.5e12 * 0.5, hbm_bytes_per_s: float = 3.35e12,
+                 ops_per_layer: int = 24) -> SimTrace:
+    """A Llama-7B-sized step: 6.738 B parameters (107.8 GB fp32 AdamW state, shared/research/dnn-traces.md),
+    ~50 GB of activations (157.2 GB peak with amp minus the static state), 32 layers, 8192 tokens; default
+    compute: H100 bf16 at 50 % of peak."""
+    return training_step(32, 6_738_000_000, 50 * 10**9, ops_per_layer=ops_per_layer, tokens=8192,
+                         flops_per_s=gpu_flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s, name="llama-7b-synthetic")
+
+
+def rising(base_bytes: int, peak_bytes: int, n_ops: int, rise_at_op: int, op_time_ns: int = 1_000_000,
+           chunks_per_op: int = 4, name: str = "rising") -> SimTrace:
+    """A footprint of ``base_bytes`` from the start that grows to ``peak_bytes`` at op ``rise_at_op``; each op
+    touches ``chunks_per_op`` of the live chunks in turn."""
+    base = _chunks(base_bytes) if base_bytes else 0
+    peak = max(base, _chunks(peak_bytes))
+    alloc = np.full(peak, -1, dtype=np.int32)
+    alloc[base:] = rise_at_op
+    rows = []
+    pos = 0
+    for k in range(n_ops):
+        live = base if k < rise_at_op else peak
+        if live == 0:
+            rows.append(np.zeros(0, dtype=np.int64))
+            continue
+        rows.append(np.arange(pos, pos + chunks_per_op, dtype=np.int64) % live)
+        pos += chunks_per_op
+    return make_trace(name, rows, op_time_ns, peak, alloc_op=alloc)

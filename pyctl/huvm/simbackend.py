@@ -1,0 +1,63 @@
+"""The simulated node as a backend: ioctls go in-process to huvm.sim.SimNode (the core's own dispatch).
+
+``sim_config`` selects the node: None (the default preset, :data:`DEFAULT_PRESET`), a preset name
+(``aws-p3.8xlarge``, ``dgx-a100``, ``hgx-h100``, ...), or a TOML file whose ``[node]`` table (or top level)
+is a :meth:`huvm.sim.config.NodeConfig.from_dict` mapping (``preset`` plus overrides such as
+``gpu_memory_bytes``), optionally with ``policy_preset`` (stock, huvm-atc22, huvm). Each process gets a
+fresh node: policy changes made by one ``huvmctl`` call do not outlive it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, HuvmError
+from .tomlpos import TomlDoc
+
+DEFAULT_PRESET = "aws-p3.8xlarge"
+
+
+class SimBackend:
+    name = "sim"
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+    @property
+    def description(self) -> str:
+        return str(self.node.description)
+
+    def ioctl(self, cmd: int, params: Any) -> object:
+        return self.node.ioctl(cmd, params)
+
+    def close(self) -> None:
+        self.node.close()
+
+    @classmethod
+    def from_config(cls, sim_config: str | None = None) -> SimBackend:
+        from .sim.config import NodeConfig
+        from .sim.errors import SimConfigError
+        from .sim.node import SimNode
+
+        policy_preset = "huvm"
+        try:
+            if sim_config is None or not (sim_config.endswith(".toml") or Path(sim_config).is_file()):
+                cfg = NodeConfig.preset(sim_config or DEFAULT_PRESET)
+            else:
+                doc = TomlDoc(sim_config)
+                table = doc.data.get("node", doc.data)
+                if not isinstance(table, dict):
+                    raise doc.error("expected a [node] table", "node")
+                table = dict(table)
+                policy_preset = str(table.pop("policy_preset", policy_preset))
+                try:
+                    cfg = NodeConfig.from_dict(table)
+                except SimConfigError as exc:
+                    path = ("node",) if "node" in doc.data else ()
+                    raise doc.error(str(exc), *path, *(str(exc.field).split(".")[:1] if exc.field else ())) from None
+            return cls(SimNode(cfg, preset=policy_preset))
+        except SimConfigError as exc:
+            raise ConfigError(f"simulated node: {exc}") from None
+        except HuvmError:
+            raise

@@ -1,0 +1,288 @@
+"""huvmctl: every verb against the simulated node, output formats, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from huvm.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "pyctl" / "huvm" / "examples"
+SIM = ["--backend", "sim"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> object:
+    rc, out, err = run(capsys, *argv, "--json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HUVM_BACKEND", "HUVM_SIM_FALLBACK", "HUVM_DEVICE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_status(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run(capsys, *SIM, "status")
+    assert rc == 0 and err == ""
+    assert "simulated aws-p3.8xlarge" in out and "preset huvm" in out and "GPU-" in out
+    d = run_json(capsys, *SIM, "status")
+    assert isinstance(d, dict)
+    assert d["info"]["backend"] == "sim" and len(d["info"]["gpus"]) == 4
+    assert d["policy"]["preset"] == "huvm" and "stats" in d
+
+
+def test_global_options_after_the_verb(capsys: pytest.CaptureFixture[str]) -> None:
+    d = run_json(capsys, "status", "--sim", "--sim-config", "dgx-a100")
+    assert isinstance(d, dict) and len(d["info"]["gpus"]) == 8
+
+
+def test_sim_config_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "node.toml"
+    f.write_text('[node]\npreset = "aws-p3.8xlarge"\ngpu_count = 2\npolicy_preset = "stock"\n')
+    d = run_json(capsys, *SIM, "--sim-config", str(f), "status")
+    assert isinstance(d, dict) and len(d["info"]["gpus"]) == 2 and d["policy"]["preset"] == "stock"
+    f.write_text('[node]\npreset = "aws-p3.8xlarge"\ngpu_count = 99\n')
+    rc, out, err = run(capsys, *SIM, "--sim-config", str(f), "status")
+    assert rc == 2 and err.startswith("huvmctl: error: ") and err.count("\n") == 1
+
+
+def test_topology(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, *SIM, "topology")
+    assert rc == 0 and "NV2 50000" in out and "NVML unavailable" in out
+    d = run_json(capsys, *SIM, "topology")
+    assert isinstance(d, dict) and d["nvml"] is False and len(d["gpus"]) == 4 and len(d["links"]) == 6
+
+
+def test_va_spaces(capsys: pytest.CaptureFixture[str]) -> None:
+    d = run_json(capsys, *SIM, "va-spaces")
+    assert isinstance(d, list)
+
+
+def test_policy_show_set_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, *SIM, "policy", "show")
+    assert rc == 0 and "prefetch_chunks" in out and "gpu.0.role" in out
+    rc, out, _ = run(capsys, *SIM, "policy", "show", "--toml")
+    assert rc == 0 and 'preset = "huvm"' in out and '[gpu.GPU-' in out
+    d = run_json(capsys, *SIM, "policy", "set", "prefetch_chunks=8", "gpu.1.role=lender")
+    assert isinstance(d, dict) and d["applied"] is True and d["preset"] == "custom"
+    assert {c["key"] for c in d["changes"]} == {"preset", "prefetch_chunks", "gpu.1.role"}
+    d = run_json(capsys, *SIM, "policy", "set", "--dry-run", "prefetch_chunks=8")
+    assert isinstance(d, dict) and d["applied"] is False
+    d = run_json(capsys, *SIM, "policy", "preset", "stock")
+    assert isinstance(d, dict) and d["preset"] == "stock"
+    assert any(c["key"] == "gpu.0.role" and c["new"] == "none" for c in d["changes"])
+    d = run_json(capsys, *SIM, "policy", "keys")
+    assert isinstance(d, list) and {k["key"] for k in d} >= {"prefetch_chunks", "gpu.N.role"}
+
+
+def test_policy_save_diff_apply(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    saved = tmp_path / "current.toml"
+    rc, _, _ = run(capsys, *SIM, "policy", "save", str(saved))
+    assert rc == 0 and saved.is_file()
+    d = run_json(capsys, *SIM, "policy", "diff", str(saved))
+    assert d == []
+    tuned = tmp_path / "tuned.toml"
+    tuned.write_text('preset = "huvm-atc22"\nprefetch_chunks = 8\n[gpu.0]\nrole = "harvester"\n')
+    d = run_json(capsys, *SIM, "policy", "diff", str(tuned))
+    assert isinstance(d, list)
+    keys = {c["key"] for c in d}
+    assert {"prefetch_chunks", "peer_select", "gpu.0.role"} <= keys
+    d = run_json(capsys, *SIM, "policy", "apply", str(tuned))
+    assert isinstance(d, dict) and d["applied"] and d["preset"] == "custom"
+    rc, out, _ = run(capsys, *SIM, "policy", "apply", "--dry-run", str(tuned))
+    assert rc == 0 and "dry run" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["policy", "set", "bogus=1"], "bogus: unknown key"),
+        (["policy", "set", "prefetch_chunks=lots"], "expected an integer"),
+        (["policy", "set", "prefetch_stride=17"], "out of range"),
+        (["policy", "set", "gpu.0.lend_reserve=20GiB"], "contradictory"),
+        (["policy", "set", "prefetch_chunks=1", "prefetch_chunks=2"], "contradictory"),
+        (["policy", "set", "prefetch_chunks"], "expected KEY=VALUE"),
+        (["policy", "preset", "turbo"], "unknown preset"),
+        (["policy", "apply", "/nonexistent/p.toml"], "No such file"),
+        (["stats", "--watch", "0"], "must be > 0"),
+        (["no-such-verb"], "invalid choice"),
+        (["policy"], "required"),
+    ],
+)
+def test_usage_errors_exit_2_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], match: str) -> None:
+    with pytest.raises(SystemExit) if argv[0] in ("no-such-verb",) or argv == ["policy"] or "--watch" in argv \
+            else _nullcontext():
+        rc, out, err = run(capsys, *SIM, *argv)
+        assert rc == 2
+    out, err = capsys.readouterr() if argv[0] == "no-such-verb" or argv == ["policy"] or "--watch" in argv \
+        else (out, err)
+    assert err.startswith("huvmctl: error: ") and err.count("\n") == 1, err
+    assert match in err
+    assert out == ""
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_policy_file_error_names_file_line_key(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text('prefetch_chunks = 8\n\n[gpu.1]\nrole = "boss"\n')
+    rc, out, err = run(capsys, *SIM, "policy", "apply", str(f))
+    assert rc == 2 and out == ""
+    assert err == f"huvmctl: error: {f}:4: gpu.1.role: expected one of none, harvester, lender, both, got 'boss'\n"
+
+
+def test_runtime_error_exit_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc, out, err = run(capsys, "--device", str(tmp_path / "nvidia-uvm"), "status")
+    assert rc == 1 and out == ""
+    assert err.startswith("huvmctl: error: ") and "does not exist" in err and "--backend sim" in err
+    rc, out, err = run(capsys, "--backend", "kernel", "--device", "/dev/null", "status")
+    assert rc == 1 and "stock module" in err
+
+
+def test_sim_fallback_note(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc, out, err = run(capsys, "--device", str(tmp_path / "x"), "--sim-fallback", "status")
+    assert rc == 0 and "huvmctl: note: using the simulated node" in err and "simulated" in out
+
+
+def test_stats(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, *SIM, "stats", "--all", "--pairs")
+    assert rc == 0 and "evict_to_peer" in out and "lent_bytes" in out
+    d = run_json(capsys, *SIM, "stats", "--reset")
+    assert isinstance(d, dict) and len(d["gpus"]) == 4 and "host_reason" in d["gpus"][0]
+    rc, out, _ = run(capsys, *SIM, "stats", "--watch", "0.01", "--count", "2", "--json")
+    lines = out.strip().splitlines()
+    assert rc == 0 and len(lines) == 2
+    first = json.loads(lines[0])
+    assert {"interval_s", "gpus", "totals"} <= set(first)
+    rc, out, _ = run(capsys, *SIM, "stats", "--watch", "0.01", "--count", "1")
+    assert rc == 0 and "per second" in out
+
+
+def test_sim_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    d = run_json(capsys, "sim", "presets")
+    assert isinstance(d, list) and "aws-p3.8xlarge" in {r["name"] for r in d}
+
+
+SMALL = """
+[experiment]
+name = "cli-small"
+policies = ["stock", "huvm-atc22", "huvm"]
+[node]
+preset = "aws-p3.8xlarge"
+gpu_count = 2
+gpu_memory_bytes = 3221225472
+gpu_reserved_bytes = 268435456
+[[tenant]]
+name = "gpt2"
+gpu = 0
+trace = "bundled:gpt2-small"
+[[tenant]]
+name = "llama"
+gpu = 1
+trace = "bundled:llama-tiny"
+steps = 0
+"""
+
+
+def test_sim_run_and_experiment_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "small.toml"
+    f.write_text(SMALL)
+    rc, out, _ = run(capsys, "sim", "run", str(f), "--no-progress")
+    assert rc == 0 and "stock" in out and "huvm-atc22" in out and "ideal" in out and "x ideal" in out
+    assert not (tmp_path / "out").exists()
+    d = run_json(capsys, "experiment", "run", str(f), "--out", str(tmp_path / "out"))
+    assert isinstance(d, dict)
+    assert [r["policy"] for r in d["results"]] == ["stock", "huvm-atc22", "huvm", "ideal"]
+    assert str(tmp_path / "out" / "report.md") in d["files"]
+    rc, out, _ = run(capsys, "experiment", "run", str(f), "--out", str(tmp_path / "out2"), "--no-progress")
+    assert rc == 0 and f"report: {tmp_path / 'out2' / 'report.md'}" in out and "plots:" in out
+
+
+def test_experiment_file_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(SMALL.replace('trace = "bundled:gpt2-small"', 'trace = "bundled:gpt5"'))
+    rc, out, err = run(capsys, "experiment", "run", str(f), "--out", str(tmp_path / "o"))
+    assert rc == 2 and err.startswith(f"huvmctl: error: {f}:13: tenant[0].trace: ") and "gpt5" in err
+
+
+def test_trace_info(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    d = run_json(capsys, "trace", "info", "bundled:llama-tiny")
+    assert isinstance(d, dict) and d["n_ops"] > 0 and d["peak_live_bytes"] > 0
+    rc, out, _ = run(capsys, "trace", "info", "bundled:llama-tiny")
+    assert rc == 0 and "peak live" in out
+    rc, out, err = run(capsys, "trace", "info", "bundled:nope")
+    assert rc == 2 and "no bundled trace" in err
+    bad = tmp_path / "bad.trace"
+    bad.mkdir()
+    rc, out, err = run(capsys, "trace", "info", str(bad))
+    assert rc == 2 and err.startswith("huvmctl: error: ") and err.count("\n") == 1
+
+
+def test_trace_gen(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out_dir = tmp_path / "idle.trace"
+    rc, out, err = run(capsys, "trace", "gen", "lender-idle", str(out_dir), "--seconds", "1", "--no-progress")
+    assert rc == 0, err
+    d = run_json(capsys, "trace", "info", str(out_dir))
+    assert isinstance(d, dict) and d["kind"]
+
+
+def test_export(tmp_path: Path) -> None:
+    # a real server on a free port, scraped once, then stopped by --duration
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result: dict[str, int] = {}
+    t = threading.Thread(target=lambda: result.setdefault("rc", main(
+        [*SIM, "export", "--port", str(port), "--addr", "127.0.0.1", "--duration", "3"])))
+    t.start()
+    body = ""
+    for _ in range(50):
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read().decode()
+            break
+        except OSError:
+            threading.Event().wait(0.05)
+    t.join()
+    assert result["rc"] == 0
+    assert 'huvm_evict_to_peer_chunks_total{device="Tesla V100-SXM2-16GB #0",gpu="0"' in body
+    assert "huvm_up 1.0" in body
+
+
+def test_console_script_and_help() -> None:
+    env = {**os.environ, "COLUMNS": "200"}
+    exe = Path(sys.executable).with_name("huvmctl")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "huvm.cli"]
+    r = subprocess.run([*cmd, "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "examples:" in r.stdout and "exit status" in r.stdout
+    for verb in (["policy", "--help"], ["stats", "--help"], ["experiment", "--help"], ["export", "--help"]):
+        r = subprocess.run([*cmd, *verb], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 0 and "examples:" in r.stdout, verb
+    r = subprocess.run([*cmd, "--sim", "policy", "set", "nope=1"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 2 and r.stderr == "huvmctl: error: nope: unknown key (known: peer_select, nvlink_only, " \
+        "peer_usage_max_pct, preevict_chunks, preevict_batch, fetch_mode, prefetch_mode, prefetch_chunks, " \
+        "prefetch_stride, hysteresis_ms, gpu.N.role, gpu.N.lend_limit, gpu.N.lend_reserve)\n"

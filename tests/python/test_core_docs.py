@@ -1,0 +1,67 @@
+"""The core's documents and declarations stay in sync with the sources: docs/counters.md tables with the
+ABI header's counter comments, the kernel tracepoint header with the event list, docs/abi.md with the
+commands and statuses the dispatch returns."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import require_or_skip
+from huvm._huvm_cffi import ffi, lib
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_counters_doc_is_generated_from_the_header() -> None:
+    gen = ROOT / "driver" / "core" / "gen_counters_doc.py"
+    r = subprocess.run([sys.executable, str(gen), "--check"], check=False, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_every_statistic_is_documented() -> None:
+    header = (ROOT / "driver" / "include" / "uapi" / "uvm_huvm_ioctl.h").read_text()
+    doc = (ROOT / "docs" / "counters.md").read_text()
+    fields = re.findall(r"^\s*uint64_t\s+(\w+)(?:\[\d+\])?;\s*/\*\s*(?:counter|gauge)\s", header, re.MULTILINE)
+    assert len(fields) >= 30
+    for f in fields:
+        assert f"`{f}" in doc, f
+
+
+def test_trace_header_defines_the_event_list() -> None:
+    events_h = (ROOT / "driver" / "core" / "huvm_events.h").read_text()
+    names = re.findall(r"^\s*X\((\w+)\)", events_h, re.MULTILINE)
+    assert names == ["evict", "preevict", "fetch", "giveback", "prefetch", "policy"]
+    trace_h = (ROOT / "driver" / "uvm" / "uvm_huvm_trace.h").read_text()
+    assert re.search(r"#define TRACE_SYSTEM huvm\b", trace_h)
+    defined = re.findall(r"DEFINE_EVENT\(huvm_event_class,\s*huvm_(\w+),", trace_h)
+    assert defined == names
+    protos = re.findall(r"TP_PROTO\(([^)]*)\)", trace_h)
+    assert len(protos) == 1 + len(names)
+    args = [a.split()[-1] for a in protos[0].split(",")]
+    assert ",".join(args) == "gpu,peer,reason,bytes,va"
+    assert all(p == protos[0] for p in protos)
+    m = re.search(r'#define HUVM_EVENT_ARGS "([^"]+)"', events_h)
+    assert m and m.group(1) == "gpu,peer,reason,bytes,va"
+
+
+def test_usdt_probes_are_in_the_extension() -> None:
+    """The user-space build fires USDT probes huvm:<event> (sys/sdt.h): their names are in the .so's notes."""
+    import huvm._huvm_cffi as ext
+
+    so = Path(ext.__file__).read_bytes()
+    require_or_skip(b"stapsdt" in so, "extension built without sys/sdt.h (install systemtap-sdt-dev)")
+    for name in ("evict", "preevict", "fetch", "giveback", "prefetch", "policy"):
+        assert b"huvm\x00" + name.encode() + b"\x00" in so, name
+
+
+def test_abi_doc_lists_every_command() -> None:
+    doc = (ROOT / "docs" / "abi.md").read_text()
+    for name in ("GET_INFO", "GET_POLICY", "SET_POLICY", "GET_STATS", "RESET_STATS", "LIST_VA_SPACES",
+                 "TEST_SET_NODE", "TEST_EVENT"):
+        number = getattr(lib, f"HUVM_IOCTL_{name}")
+        assert f"### `HUVM_IOCTL_{name}` ({number})" in doc, name
+        size = ffi.sizeof(f"HUVM_{name}_PARAMS")
+        assert f"`HUVM_{name}_PARAMS`, {size} bytes" in doc, name

@@ -1,0 +1,312 @@
+"""Source-level checks of the kernel glue (driver/uvm) and the patch series (patches/535.261.03).
+
+What the module's behaviour rests on but no machine here can run:
+- the tracepoints in driver/uvm/uvm_huvm_trace.h are exactly the events of driver/core/huvm_events.h, with
+  the same arguments, and the core fires every one of them (the simulator's USDT probes come from the same
+  HUVM_TRACE calls, so kernel and simulator cannot drift);
+- the glue makes no decisions: no policy field, threshold or peer choice outside driver/core;
+- every new kernel function documents its locking (`// LOCKING:`);
+- the series applies with zero fuzz to the pinned upstream and the change to upstream files stays small.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import require_or_skip
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = ROOT / "driver"
+UVM = DRIVER / "uvm"
+CORE = DRIVER / "core"
+PATCHES = ROOT / "patches" / "535.261.03"
+UPSTREAM = ROOT / "build" / "upstream" / "orig"
+
+# The whole huvm change to upstream files (patches 0002+), in changed lines. The published prototype
+# changed 2,615 lines; issue 4 asks for well under a third of that.
+DIFF_BUDGET = 800
+
+EVENT_ARGS = ["gpu", "peer", "reason", "bytes", "va"]
+EVENT_TYPES = ["u32", "u32", "u32", "u64", "u64"]
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _strip_c_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def _core_events() -> list[str]:
+    text = _read(CORE / "huvm_events.h")
+    block = re.search(r"#define HUVM_EVENTS\(X\)(.*?)\n\n", text, flags=re.S)
+    assert block, "HUVM_EVENTS(X) list not found"
+    return re.findall(r"X\((\w+)\)", block.group(1))
+
+
+def _series() -> list[str]:
+    names = []
+    for line in _read(PATCHES / "series").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            names.append(line)
+    return names
+
+
+def _huvm_patches() -> list[Path]:
+    """Patches 0002 and later: the huvm hooks (0001 is the Kbuild wiring)."""
+    return [PATCHES / n for n in _series() if not n.startswith("0001-")]
+
+
+def _added_lines(patch: Path) -> list[str]:
+    out = []
+    for line in _read(patch).splitlines():
+        if line.startswith("+") and not line.startswith("+++"):
+            out.append(line[1:])
+    return out
+
+
+# ---- tracepoints ---------------------------------------------------------------------------------
+
+
+def test_event_list_and_args() -> None:
+    events = _core_events()
+    assert events == ["evict", "preevict", "fetch", "giveback", "prefetch", "policy"]
+    args = re.search(r'#define HUVM_EVENT_ARGS "([^"]+)"', _read(CORE / "huvm_events.h"))
+    assert args and args.group(1).split(",") == EVENT_ARGS
+
+
+def test_tracepoints_match_core_events() -> None:
+    text = _strip_c_comments(_read(UVM / "uvm_huvm_trace.h"))
+    assert re.search(r"#define TRACE_SYSTEM huvm\b", text)
+    defined = re.findall(r"DEFINE_EVENT\(\s*(\w+)\s*,\s*huvm_(\w+)\s*,\s*TP_PROTO\(([^)]*)\)", text)
+    assert [name for _, name, _ in defined] == _core_events(), "tracepoints differ from huvm_events.h"
+    for _, name, proto in defined:
+        params = [p.split() for p in proto.split(",")]
+        assert [p[-1] for p in params] == EVENT_ARGS, f"huvm_{name}: argument names"
+        assert [p[0] for p in params] == EVENT_TYPES, f"huvm_{name}: argument types"
+    # One event class carries the record layout and the print format of all of them.
+    assert "TP_STRUCT__entry" in text and all(f"__field({t}, {a})" in text for t, a in zip(EVENT_TYPES, EVENT_ARGS))
+
+
+def test_core_fires_every_event_through_huvm_trace() -> None:
+    fired: set[str] = set()
+    for src in sorted(CORE.glob("*.c")):
+        for name, nargs in re.findall(r"HUVM_TRACE\((\w+),([^;]*)\);", _strip_c_comments(_read(src))):
+            fired.add(name)
+            assert nargs.count(",") == len(EVENT_ARGS) - 1, f"{src.name}: HUVM_TRACE({name}) arguments"
+    assert fired == set(_core_events()), f"fired {sorted(fired)}"
+    port = _read(CORE / "huvm_port.h")
+    # Kernel: trace_huvm_<name>(); user space (simulator): USDT probe huvm:<name>. Same call site.
+    assert "trace_huvm_##name(" in port
+    assert "DTRACE_PROBE5(huvm, name," in port
+
+
+def test_tracepoints_created_once_in_the_glue() -> None:
+    creators = [p.name for p in sorted(DRIVER.rglob("*.c")) if "CREATE_TRACE_POINTS" in _read(p)]
+    assert creators == ["uvm_huvm.c"]
+    text = _read(UVM / "uvm_huvm.c")
+    assert text.index("#define CREATE_TRACE_POINTS") < text.index('#include "uvm_huvm_trace.h"')
+    assert text.index('#include "uvm_huvm_trace.h"') < text.index('#include "huvm_core.h"')
+
+
+# ---- no policy in the glue -----------------------------------------------------------------------
+
+POLICY_FIELDS = [
+    "peer_select", "nvlink_only", "peer_usage_max_pct", "preevict_chunks", "preevict_batch", "fetch_mode",
+    "prefetch_mode", "prefetch_chunks", "prefetch_stride", "hysteresis_ms", "lend_limit_bytes",
+    "lend_reserve_bytes", "role", "rr_next", "policy_slot",
+]
+
+
+def _glue_texts() -> dict[str, str]:
+    texts = {p.name: _strip_c_comments(_read(p)) for p in sorted(UVM.glob("*.[ch]")) if p.name != "uvm_huvm_trace.h"}
+    for patch in _huvm_patches():
+        texts[patch.name] = _strip_c_comments("\n".join(_added_lines(patch)))
+    return texts
+
+
+def test_glue_reads_no_policy_fields() -> None:
+    for name, text in _glue_texts().items():
+        for field in POLICY_FIELDS:
+            assert not re.search(rf"(\.|->)\s*{field}\b", text), f"{name} reads policy field {field}"
+        assert not re.search(r"(\.|->)\s*policy\s*(\.|->)", text), f"{name} reads the policy"
+        assert "huvm_policy_gpu(" not in text and "huvm_gpu_role(" not in text, name
+
+
+def test_glue_has_no_thresholds_or_peer_choice() -> None:
+    for name, text in _glue_texts().items():
+        # Percentages, ratios and time windows are policy: they live in driver/core.
+        assert not re.search(r"\b\d+\s*/\s*100\b|\*\s*100\s*/|\bpct\b|_MS\b", text), f"{name}: threshold"
+        # Choosing among peers (most free, fewest lent, round robin) is the core's job.
+        assert not re.search(r"\b(best|most_free|fewest|least)\w*\s*=", text), f"{name}: peer selection"
+    glue = _read(UVM / "uvm_huvm.c")
+    for decision in ["huvm_decide_evict(", "huvm_decide_preevict(", "huvm_decide_fetch("]:
+        assert decision in glue, f"the glue must ask the core: {decision}"
+    # Every outcome is reported back through the core's accounting (which fires the tracepoints).
+    for account in ["huvm_account_evict(", "huvm_account_fetch(", "huvm_account_giveback(", "huvm_account_faults("]:
+        assert account in glue, account
+    assert "trace_huvm_" not in glue, "tracepoints fire only from the core's accounting"
+
+
+def test_peer_allocation_never_evicts() -> None:
+    glue = _strip_c_comments(_read(UVM / "uvm_huvm.c"))
+    assert "UVM_PMM_ALLOC_FLAGS_EVICT" not in glue
+    assert "uvm_mutex_unlock(&va_block->lock)" not in glue, "the eviction path never drops the block lock"
+    assert "UVM_MAKE_RESIDENT_CAUSE_EVICTION" in glue
+
+
+# ---- locking comments ----------------------------------------------------------------------------
+
+FUNC_DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b(\w+)\(")
+
+
+def _functions_without_locking(lines: list[str]) -> list[str]:
+    missing = []
+    for i, line in enumerate(lines):
+        if line.startswith((" ", "\t", "#", "//", "/*", "*", "}", "{")) or line.rstrip().endswith(";"):
+            continue
+        m = FUNC_DEF.match(line)
+        if not m or line.startswith(("_Static_assert", "module_param", "MODULE_", "static const ")):
+            continue
+        j = i
+        while j < len(lines) and not lines[j].startswith("{") and not lines[j].rstrip().endswith(";"):
+            j += 1
+        if j >= len(lines) or not lines[j].startswith("{"):
+            continue  # a declaration
+        k, comment = i - 1, []
+        while k >= 0 and lines[k].lstrip().startswith("//"):
+            comment.append(lines[k])
+            k -= 1
+        if not any("LOCKING:" in c for c in comment):
+            missing.append(m.group(1))
+    return missing
+
+
+def test_every_glue_function_documents_locking() -> None:
+    for src in sorted(UVM.glob("uvm_huvm*.c")):
+        missing = _functions_without_locking(_read(src).splitlines())
+        assert not missing, f"{src.name}: no // LOCKING: comment above {missing}"
+
+
+def test_every_function_added_by_the_patches_documents_locking() -> None:
+    for patch in _huvm_patches():
+        hunks = re.split(r"^@@[^\n]*\n", _read(patch), flags=re.M)[1:]
+        for hunk in hunks:
+            lines = [l[1:] for l in hunk.splitlines() if l.startswith("+")]
+            missing = _functions_without_locking(lines)
+            assert not missing, f"{patch.name}: no // LOCKING: comment above {missing}"
+
+
+def test_exported_hooks_documented_in_header() -> None:
+    header = _read(UVM / "uvm_huvm.h")
+    for name in re.findall(r"^\w[\w\s\*]*?\b(uvm_huvm_\w+)\(", header, flags=re.M):
+        block = header[: header.index(name + "(")].rsplit("\n\n", 1)[-1]
+        assert "LOCKING:" in block, f"uvm_huvm.h: {name} has no LOCKING: comment"
+
+
+# ---- the series ----------------------------------------------------------------------------------
+
+
+def test_series_lists_every_patch_in_order() -> None:
+    names = _series()
+    assert names == sorted(names)
+    assert sorted(p.name for p in PATCHES.glob("*.patch")) == names
+    for i, name in enumerate(names, start=1):
+        assert name.startswith(f"{i:04d}-"), name
+        text = _read(PATCHES / name)
+        assert text.startswith("From ") and "\nSubject: [PATCH" in text, f"{name}: not git format-patch form"
+
+
+def test_huvm_diff_to_upstream_is_small() -> None:
+    changed = 0
+    for patch in _huvm_patches():
+        for line in _read(patch).splitlines():
+            if line.startswith(("+++", "---")):
+                continue
+            if line.startswith(("+", "-")):
+                changed += 1
+    assert 0 < changed < DIFF_BUDGET, f"{changed} changed lines in upstream files (budget {DIFF_BUDGET})"
+
+
+def test_patches_touch_only_upstream_nvidia_uvm_files() -> None:
+    for patch in _huvm_patches():
+        for path in re.findall(r"^\+\+\+ b/(\S+)", _read(patch), flags=re.M):
+            assert path.startswith("nvidia-uvm/"), f"{patch.name}: {path}"
+            assert "huvm" not in Path(path).name, f"{patch.name}: new huvm files live in driver/, not in patches"
+
+
+@pytest.fixture(scope="module")
+def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinned upstream nvidia-uvm with the whole series applied with `patch -F0` (no fuzz allowed)."""
+    require_or_skip((UPSTREAM / "nvidia-uvm" / "uvm.c").is_file(), "pinned upstream not unpacked (make source)")
+    require_or_skip(shutil.which("patch") is not None, "patch(1) not installed")
+    tree = tmp_path_factory.mktemp("upstream")
+    shutil.copytree(UPSTREAM / "nvidia-uvm", tree / "nvidia-uvm")
+    for name in _series():
+        res = subprocess.run(
+            ["patch", "-p1", "-F0", "-N", "--no-backup-if-mismatch", "-i", str(PATCHES / name)],
+            cwd=tree, capture_output=True, text=True, check=False,
+        )
+        assert res.returncode == 0, f"{name} does not apply:\n{res.stdout}{res.stderr}"
+        assert "fuzz" not in res.stdout.lower(), f"{name} applies only with fuzz:\n{res.stdout}"
+    return tree / "nvidia-uvm"
+
+
+def test_series_applies_with_zero_fuzz(patched_tree: Path) -> None:
+    assert "uvm_huvm_ioctl(" in _read(patched_tree / "uvm.c")
+
+
+def test_va_space_destroy_flushes_huvm_after_bottom_halves(patched_tree: Path) -> None:
+    """The prototype's use-after-free: queued prefetch work must be drained before the VA space goes."""
+    text = _read(patched_tree / "uvm_va_space.c")
+    body = text[text.index("void uvm_va_space_destroy(uvm_va_space_t *va_space)"):]
+    body = body[: body.index("\n}\n")]
+    flush_bh = body.index("nv_kthread_q_flush(&gpu->parent->isr.bottom_half_q);")
+    hook = body.index("uvm_huvm_va_space_destroy(va_space);")
+    assert flush_bh < hook < body.index("uvm_tools_flush_events();")
+
+
+def test_eviction_keeps_cause_and_block_lock(patched_tree: Path) -> None:
+    text = _read(patched_tree / "uvm_va_block.c")
+    body = text[text.index("NV_STATUS uvm_va_block_evict_chunks("):]
+    body = body[: body.index("\n}\n")]
+    # The single destination choice is huvm's; there is no other make_resident on this path.
+    assert "uvm_huvm_evict_make_resident(" in body
+    assert "uvm_va_block_make_resident(" not in body
+    assert "uvm_mutex_unlock(&va_block->lock)" not in body
+
+
+@pytest.mark.parametrize("hook", [
+    ("uvm.c", "uvm_huvm_ioctl("),
+    ("uvm_gpu.c", "uvm_huvm_add_gpu("),
+    ("uvm_gpu.c", "uvm_huvm_remove_gpu("),
+    ("uvm_gpu.c", "uvm_huvm_add_peer("),
+    ("uvm_va_block.c", "uvm_huvm_evict_make_resident("),
+    ("uvm_va_block.c", "uvm_huvm_make_resident_finish("),
+    ("uvm_va_block.c", "uvm_huvm_kick_preevict("),
+    ("uvm_pmm_gpu.c", "va_block_harvested"),
+    ("uvm_perf_prefetch.c", "uvm_huvm_prefetch_whole_block("),
+    ("uvm_tools.c", "UvmEventTypeEviction"),
+    ("uvm_gpu_replayable_faults.c", "uvm_huvm_fault_batch_done("),
+    ("uvm_va_space.c", "uvm_huvm_va_space_destroy("),
+])
+def test_every_hook_is_wired_by_a_patch(hook: tuple[str, str]) -> None:
+    fname, needle = hook
+    for patch in _huvm_patches():
+        text = _read(patch)
+        for part in re.split(r"^diff --git ", text, flags=re.M)[1:]:
+            if part.startswith(f"a/nvidia-uvm/{fname} ") and any(needle in l for l in _added_lines_of(part)):
+                return
+    pytest.fail(f"no patch adds {needle} to {fname}")
+
+
+def _added_lines_of(part: str) -> list[str]:
+    return [l[1:] for l in part.splitlines() if l.startswith("+") and not l.startswith("+++")]

@@ -1,0 +1,203 @@
+"""huvm-top's sources over the huvm library: LiveSource on the real policy core (huvm.testing.CoreNode),
+SimSource (a node under load), and the FakeSource's own contract."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from huvm import abi as habi
+from huvm.client import Node
+from huvm.testing import CoreNode
+from huvm_top.app import HuvmTop
+from huvm_top.model import PolicyRefused, SourceError
+from huvm_top.rates import compute_rates
+from huvm_top.screens.policy_editor import PolicyEditor
+from huvm_top.sources.base import EventSource, StatsSource
+from huvm_top.sources.fake import FakeEvents, FakeSource
+from huvm_top.sources.live import LiveSource
+from huvm_top.sources.sim import SimSource
+from textual.widgets import DataTable, Input, Static
+
+
+@pytest.fixture
+def live() -> Iterator[LiveSource]:
+    src = LiveSource(node=Node(CoreNode(4)))
+    src.open()
+    yield src
+    src.close()
+
+
+def test_sources_implement_the_protocols() -> None:
+    assert isinstance(FakeSource(), StatsSource)
+    assert isinstance(LiveSource(node=Node(CoreNode(2))), StatsSource)
+    assert isinstance(FakeEvents(), EventSource)
+
+
+def test_live_snapshot_carries_the_core_counters(live: LiveSource) -> None:
+    assert live.node is not None
+    p = habi.new_params(habi.lib.HUVM_IOCTL_TEST_EVENT)
+    p.event, p.gpu, p.count = habi.lib.HUVM_TEST_EVENT_EVICT, 0, 7
+    live.node.call(habi.lib.HUVM_IOCTL_TEST_EVENT, p)
+    snap = live.snapshot()
+    assert len(snap.gpus) == 4 and len(snap.free_bytes) == 4
+    assert snap.gpus[0]["evict_to_peer"] + snap.gpus[0]["evict_to_host"] == 7
+    assert snap.gpus[0]["evict_to_peer"] == int(p.to_peer)
+    held = sum(snap.pairs[0][h]["held_bytes"] for h in range(4))
+    assert held == snap.gpus[0]["harvested_bytes"] == int(p.to_peer) * habi.lib.HUVM_CHUNK_SIZE
+    assert "host_reason[0]" in snap.gpus[0]  # arrays flattened by index
+
+
+def test_live_policy_round_trip_and_presets(live: LiveSource) -> None:
+    before = live.get_policy()
+    assert len(before.gpus) == 4 and "prefetch_chunks" in before.node
+    stock = live.preset("stock")
+    assert stock.node["preset"] == habi.lib.HUVM_PRESET_STOCK and stock.generation == before.generation
+    assert live.get_policy().generation == before.generation  # a preset is not applied by asking
+    new = live.set_policy(stock)
+    assert new.generation == before.generation + 1
+    assert new.node["preset"] == habi.lib.HUVM_PRESET_STOCK
+    with pytest.raises(SourceError, match="unknown preset"):
+        live.preset("fastest")
+
+
+def test_live_checks_name_the_field_before_sending(live: LiveSource) -> None:
+    p = live.get_policy()
+    p.node["prefetch_chunks"] = 0  # prefetching on, with zero chunks: contradictory
+    errors = live.check_policy(p)
+    assert [e.field for e in errors] == ["prefetch_chunks"]
+    p = live.get_policy()
+    p.gpus[2].lend_reserve_bytes = 1 << 40
+    assert [e.field for e in live.check_policy(p)] == ["gpus[2].lend_reserve_bytes"]
+    assert live.check_policy(live.get_policy()) == []
+
+
+def test_live_core_refusal_names_the_field_and_applies_nothing(live: LiveSource) -> None:
+    p = live.get_policy()
+    gen = p.generation
+    p.gpus[1].lend_reserve_bytes = 1 << 40
+    with pytest.raises(PolicyRefused) as exc:
+        live.set_policy(p)  # sent without the checks: the core itself refuses
+    assert exc.value.field == "gpus[1].lend_reserve_bytes" and exc.value.by == "core"
+    assert live.get_policy().generation == gen
+
+
+def test_live_stale_generation_is_refused(live: LiveSource) -> None:
+    p = live.get_policy()
+    live.set_policy(live.get_policy())  # someone else changed the policy meanwhile
+    with pytest.raises(PolicyRefused) as exc:
+        live.set_policy(p)
+    assert exc.value.field == "generation"
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_editor_over_the_core_refuses_with_the_field_named() -> None:
+    src = LiveSource(node=Node(CoreNode(4)))
+    app = HuvmTop(src, interval=5)
+    async with app.run_test(size=(160, 60)) as pilot:
+        while app.policy is None:
+            await pilot.pause(0.02)
+        await pilot.press("p")
+        while not isinstance(app.screen, PolicyEditor):
+            await pilot.pause(0.02)
+        editor = app.screen
+        await pilot.pause()
+        inp = editor.query_one("#g3-lend_reserve_bytes", Input)
+        inp.value = "64GiB"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        status = str(editor.query_one("#policy-error", Static).render())
+        assert status.startswith("not sent: gpus[3].lend_reserve_bytes: contradictory")
+        assert inp.value == "64GiB" and inp.has_class("-invalid")
+
+
+def _moving(src: SimSource, key: str = "evict_to_peer") -> float:
+    a = src.snapshot()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        b = src.snapshot()
+        r = compute_rates(a, b)
+        if not r.first and r.node_total(key) > 0:
+            return r.node_total(key)
+    raise AssertionError(f"{key} did not move")
+
+
+def test_sim_source_runs_the_shipped_example() -> None:
+    src = SimSource()
+    info = src.open()
+    try:
+        assert info.description.startswith("sim: consolidation on aws-p3.8xlarge")
+        assert len(info.gpus) == 4 and info.gpus[0].memory_bytes == (16 << 30) - (512 << 20)  # usable by UVM
+        assert _moving(src) > 0
+        assert sum(g["harvested_bytes"] for g in src.snapshot().gpus) > 0
+    finally:
+        src.close()
+    assert src.node is None
+
+
+def test_sim_source_restarts_a_finished_scenario_with_the_users_policy() -> None:
+    src = SimSource(speed=2000)  # the 40 s example ends within a tick
+    src.open()
+    try:
+        p = src.get_policy()
+        p.node["prefetch_chunks"] = 8
+        src.set_policy(p)
+        deadline = time.monotonic() + 20
+        while src.restarts < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert src.restarts >= 1 and src.error is None
+        assert src.get_policy().node["prefetch_chunks"] == 8
+    finally:
+        src.close()
+
+
+def test_sim_source_default_load_on_a_node_preset() -> None:
+    src = SimSource("dgx-a100")
+    info = src.open()
+    try:
+        assert len(info.gpus) == 8 and "streaming load on dgx-a100-40g" in info.description
+        roles = [g.role for g in src.get_policy().gpus]
+        assert roles[0] == habi.lib.HUVM_ROLE_HARVESTER and set(roles[1:]) == {habi.lib.HUVM_ROLE_LENDER}
+        assert _moving(src) > 0
+    finally:
+        src.close()
+
+
+def test_sim_source_bad_config_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="unknown node preset 'nope'"):
+        SimSource("nope").open()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[experiment]\nname = "x"\n[node]\npreset = "aws-p3.8xlarge"\n[[tenant]]\ngpu = 9\n')
+    with pytest.raises(SourceError) as exc:
+        SimSource(str(bad)).open()
+    assert "\n" not in str(exc.value)
+
+
+def test_synthetic_sim_without_the_simulator() -> None:
+    src = SimSource(synthetic=True)
+    info = src.open()
+    try:
+        assert info.description.startswith("sim: synthetic load on the policy core")
+        assert _moving(src) > 0
+    finally:
+        src.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_app_over_the_sim_shows_nonzero_rates() -> None:
+    app = HuvmTop(SimSource(), interval=0.2)
+    async with app.run_test(size=(200, 50)) as pilot:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while loop.time() < end and not (app.rates and app.rates.gpus[0]["evict_to_peer"] > 0):
+            await pilot.pause(0.05)
+        table = app.query_one("#gpus", DataTable)
+        assert table.get_cell("gpu0", "name") == "Tesla V100-SXM2-16GB #0"
+        assert app.rates is not None and app.rates.gpus[0]["evict_to_peer"] > 0
+        assert table.get_cell("gpu0", "evict_to_peer") not in ("0", "-")
