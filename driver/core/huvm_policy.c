@@ -35,9 +35,33 @@ const char *huvm_reason_name(uint32_t reason)
     }
 }
 
+/* The node-wide settings of huvm_policy_t, from preset to hysteresis_ms, in the same order. */
+typedef struct {
+    uint32_t preset;
+    uint32_t peer_select;
+    uint32_t nvlink_only;
+    uint32_t peer_usage_max_pct;
+    uint32_t preevict_chunks;
+    uint32_t preevict_batch;
+    uint32_t fetch_mode;
+    uint32_t prefetch_mode;
+    uint32_t prefetch_chunks;
+    uint32_t prefetch_stride;
+    uint32_t hysteresis_ms;
+} huvm_node_settings_t;
+
+_Static_assert(offsetof(huvm_policy_t, hysteresis_ms) - offsetof(huvm_policy_t, preset) ==
+               offsetof(huvm_node_settings_t, hysteresis_ms), "node settings mirror huvm_policy_t");
+_Static_assert(offsetof(huvm_policy_t, gpu_count) - offsetof(huvm_policy_t, preset) ==
+               sizeof(huvm_node_settings_t), "node settings mirror huvm_policy_t");
+
+#define NODE_SETTINGS(p)    ((uint8_t *)(p) + offsetof(huvm_policy_t, preset))
+#define NODE_SETTINGS_C(p)  ((const uint8_t *)(p) + offsetof(huvm_policy_t, preset))
+
 /* Node-wide settings of a preset (docs/policy.md, "Presets"). */
-static void preset_node(uint32_t preset, huvm_policy_t *p)
+static void preset_settings(uint32_t preset, huvm_node_settings_t *p)
 {
+    huvm_memset(p, 0, sizeof(*p));
     p->preset = preset;
     p->nvlink_only = 1;
     p->fetch_mode = HUVM_FETCH_MIGRATE;
@@ -77,6 +101,14 @@ static void preset_node(uint32_t preset, huvm_policy_t *p)
         p->hysteresis_ms = 0;
         break;
     }
+}
+
+static void preset_node(uint32_t preset, huvm_policy_t *p)
+{
+    huvm_node_settings_t n;
+
+    preset_settings(preset, &n);
+    huvm_memcpy(NODE_SETTINGS(p), &n, sizeof(n));
 }
 
 /* huvm preset's lend reserve: 5% of the GPU's memory, at least 1 GiB, at most a quarter of it. */
@@ -413,17 +445,14 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
 /* Does p equal preset (node-wide fields and every entry's per-GPU defaults)? */
 static int policy_is_preset(const huvm_core_t *core, const huvm_policy_t *p, uint32_t preset)
 {
-    huvm_policy_t node;
+    huvm_node_settings_t n;
     huvm_gpu_policy_t e;
     uint32_t i;
 
     if (preset >= HUVM_PRESET_CUSTOM)
         return 0;
-    huvm_memset(&node, 0, offsetof(huvm_policy_t, gpus));
-    preset_node(preset, &node);
-    node.generation = p->generation;
-    node.gpu_count = p->gpu_count;
-    if (huvm_memcmp(&node, p, offsetof(huvm_policy_t, gpus)) != 0)
+    preset_settings(preset, &n);
+    if (huvm_memcmp(&n, NODE_SETTINGS_C(p), sizeof(n)) != 0)
         return 0;
     for (i = 0; i < p->gpu_count; i++) {
         preset_gpu(preset, p->gpus[i].uuid, known_memory(core, p->gpus[i].uuid), &e);

@@ -110,7 +110,10 @@ def test_core_fires_every_event_through_huvm_trace() -> None:
 
 
 def test_tracepoints_created_once_in_the_glue() -> None:
-    creators = [p.name for p in sorted(DRIVER.rglob("*.c")) if "CREATE_TRACE_POINTS" in _read(p)]
+    # In nvidia-uvm.ko (driver/core + driver/uvm) exactly one file creates them; the qemu test module
+    # (driver/ktest) is a module of its own and creates its own.
+    files = sorted(CORE.glob("*.c")) + sorted(UVM.glob("*.c"))
+    creators = [p.name for p in files if "CREATE_TRACE_POINTS" in _read(p)]
     assert creators == ["uvm_huvm.c"]
     text = _read(UVM / "uvm_huvm.c")
     assert text.index("#define CREATE_TRACE_POINTS") < text.index('#include "uvm_huvm_trace.h"')
@@ -156,11 +159,27 @@ def test_glue_has_no_thresholds_or_peer_choice() -> None:
     assert "trace_huvm_" not in glue, "tracepoints fire only from the core's accounting"
 
 
+def _c_function_body(text: str, name: str) -> str:
+    start = re.search(rf"^\w[^\n;]*\b{name}\([^;{{]*\)\s*\{{", text, flags=re.M | re.S)
+    assert start, f"{name} not defined"
+    depth, i = 0, start.end() - 1
+    while True:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start.start(): i + 1]
+        i += 1
+
+
 def test_peer_allocation_never_evicts() -> None:
     glue = _strip_c_comments(_read(UVM / "uvm_huvm.c"))
-    assert "UVM_PMM_ALLOC_FLAGS_EVICT" not in glue
-    assert "uvm_mutex_unlock(&va_block->lock)" not in glue, "the eviction path never drops the block lock"
-    assert "UVM_MAKE_RESIDENT_CAUSE_EVICTION" in glue
+    assert "UVM_PMM_ALLOC_FLAGS_EVICT" not in glue, "huvm never allocates with eviction"
+    assert "UVM_VA_BLOCK_LOCK_RETRY" not in glue and "UVM_VA_BLOCK_RETRY_LOCKED" not in glue
+    # The eviction path (and the helper it shares with prefetch) never drops or takes a block lock.
+    for fn in ["uvm_huvm_evict_make_resident", "move_with_chunk", "release_peer_chunk"]:
+        body = _c_function_body(glue, fn)
+        assert "uvm_mutex_unlock(" not in body and "uvm_mutex_lock(" not in body, fn
+        assert "uvm_assert_mutex_locked(&va_block->lock)" in body or fn == "release_peer_chunk", fn
+    assert "UVM_MAKE_RESIDENT_CAUSE_EVICTION" in _c_function_body(glue, "uvm_huvm_evict_make_resident")
 
 
 # ---- locking comments ----------------------------------------------------------------------------
@@ -207,9 +226,11 @@ def test_every_function_added_by_the_patches_documents_locking() -> None:
 
 def test_exported_hooks_documented_in_header() -> None:
     header = _read(UVM / "uvm_huvm.h")
-    for name in re.findall(r"^\w[\w\s\*]*?\b(uvm_huvm_\w+)\(", header, flags=re.M):
-        block = header[: header.index(name + "(")].rsplit("\n\n", 1)[-1]
-        assert "LOCKING:" in block, f"uvm_huvm.h: {name} has no LOCKING: comment"
+    decls = list(re.finditer(r"^\w[\w\s\*]*?\b(uvm_huvm_\w+)\(", header, flags=re.M))
+    assert len(decls) >= 10
+    for m in decls:
+        block = header[: m.start()].rsplit("\n\n", 1)[-1]
+        assert "LOCKING:" in block, f"uvm_huvm.h: {m.group(1)} has no LOCKING: comment"
 
 
 # ---- the series ----------------------------------------------------------------------------------

@@ -129,3 +129,19 @@ def test_closed_node_refuses() -> None:
     node.close()
     with pytest.raises(errors.HuvmError):
         node.run()
+
+
+def test_tenant_from_dict() -> None:
+    t = TenantSpec.from_dict({"gpu": 0, "workload": {"kind": "streaming", "working_set_bytes": 8 * MIB},
+                              "role": "harvester", "steps": 2})
+    assert t.trace is not None and t.trace.n_chunks == 4 and t.steps == 2
+    b = TenantSpec.from_dict({"gpu": 1, "trace": "lender-idle", "managed": False, "background": True})
+    assert b.trace is not None and b.trace.n_ops > 0
+    for bad, field in (({"gpu": 0, "workload": {"kind": "nope"}}, "tenants[0].workload.kind"),
+                       ({"gpu": 0, "trace": "/no/such.trace"}, "tenants[0].trace"),
+                       ({"gpu": 0, "colour": 1}, "tenants[0].colour"),
+                       ({"gpu": -1}, "tenants[0].gpu"),
+                       ({"gpu": 0, "role": "boss"}, "tenants[0].role")):
+        with pytest.raises(SimConfigError) as exc:
+            TenantSpec.from_dict(bad, where="tenants[0]")
+        assert exc.value.field == field

@@ -151,14 +151,14 @@ async def test_editor_refuses_out_of_range_value_naming_the_field_and_keeps_the_
         assert inp.value == "999" and hyst.value == "75"  # nothing of the edit is lost
         assert fake.sent == [] and app.screen is editor
         # what does not parse is refused the same way
+        await type_into(pilot, editor, "f-prefetch_chunks", "8")
         limit = await type_into(pilot, editor, "g2-lend_limit_bytes", "lots")
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert status_text(editor).startswith("not sent: gpus[2].lend_limit_bytes: 'lots'")
         assert limit.value == "lots" and fake.sent == []
+        # fix it: the same form applies, with every edit made
         await type_into(pilot, editor, "g2-lend_limit_bytes", "8GiB")
-        # fix it: the same form applies
-        await type_into(pilot, editor, "f-prefetch_chunks", "8")
         await pilot.press("ctrl+s")
         await until(pilot, lambda: len(fake.sent) == 1)
         assert fake.sent[0].node["prefetch_chunks"] == 8 and fake.sent[0].node["hysteresis_ms"] == 75

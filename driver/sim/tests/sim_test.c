@@ -324,8 +324,97 @@ static void test_unlimited(void)
     trace_free(&t);
 }
 
+/* Other paths: NVSwitch ports, PCIe peer-to-peer, remote mapping, slices of run time. */
+static void test_paths(uint32_t nvswitch, uint32_t fetch_mode)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    huvm_sim_tenant_result_t r;
+    HUVM_GET_POLICY_PARAMS get;
+    HUVM_SET_POLICY_PARAMS set;
+    HUVM_GET_STATS_PARAMS stats;
+    huvm_sim_t *sim;
+    trace_t t;
+    uint32_t a, b, slices = 0;
+
+    huvm_sim_config_defaults(&cfg);
+    cfg.gpu_count = 3;
+    cfg.flags = nvswitch ? HUVM_SIM_FLAG_NVSWITCH : 0;
+    for (a = 0; a < 3; a++) {
+        cfg.gpu_memory_bytes[a] = 64 * MIB;
+        cfg.pcie_mbyte_per_s[a] = 24000;
+        cfg.nvswitch_port_mbyte_per_s[a] = 300000;
+        for (b = 0; b < 3; b++) {
+            if (a == b)
+                continue;
+            cfg.link_type[a][b] = nvswitch ? HUVM_LINK_NVLINK_3 : HUVM_LINK_PCIE;
+            cfg.link_count[a][b] = nvswitch ? 12 : 0;
+            cfg.link_mbyte_per_s[a][b] = nvswitch ? 300000 : 24000;
+        }
+    }
+    sim = huvm_sim_create(&cfg, HUVM_PRESET_HUVM, &err);
+    CHECK(sim != NULL);
+    if (!sim)
+        return;
+    trace_stream(&t, 64, 128, 4, 10000);
+    spec_from(&s, &t, 0, 2);
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
+    memset(&s, 0, sizeof(s));
+    s.gpu = 1;
+    s.static_bytes = 4 * MIB;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 1);
+    s.gpu = 2;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 2);
+    memset(&get, 0, sizeof(get));
+    get.hdr.abi_version = HUVM_ABI_VERSION;
+    get.hdr.size = sizeof(get);
+    CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_GET_POLICY, &get, sizeof(get)) == HUVM_NV_OK);
+    memset(&set, 0, sizeof(set));
+    set.hdr.abi_version = HUVM_ABI_VERSION;
+    set.hdr.size = sizeof(set);
+    set.policy = get.policy;
+    set.policy.generation = 0;
+    set.policy.nvlink_only = 0;
+    set.policy.fetch_mode = fetch_mode;
+    set.policy.gpus[0].role = HUVM_ROLE_HARVESTER;
+    CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_SET_POLICY, &set, sizeof(set)) == HUVM_NV_OK);
+    while (huvm_sim_run(sim, huvm_sim_now(sim) + 2000000, &err) == HUVM_NV_OK && !huvm_sim_finished(sim))
+        slices++;
+    CHECK(huvm_sim_finished(sim) && slices > 1);
+    CHECK(huvm_sim_check(sim, &err) == 0);
+    CHECK(huvm_sim_tenant_result(sim, 0, &r) == HUVM_NV_OK && r.done);
+    memset(&stats, 0, sizeof(stats));
+    stats.hdr.abi_version = HUVM_ABI_VERSION;
+    stats.hdr.size = sizeof(stats);
+    CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_GET_STATS, &stats, sizeof(stats)) == HUVM_NV_OK);
+    CHECK(stats.gpus[0].evict_to_peer > 0);
+    if (fetch_mode == HUVM_FETCH_REMOTE_MAP && nvswitch)
+        CHECK(stats.gpus[0].remote_map > 0 && r.remote_touches > 0);
+    else
+        CHECK(stats.gpus[0].fetch_from_peer > 0);
+    {
+        huvm_sim_traffic_t tr;
+        huvm_sim_sample_t smp[4];
+        uint64_t steps[4];
+        uint32_t holder;
+
+        huvm_sim_traffic(sim, &tr);
+        CHECK(huvm_sim_samples(sim, smp, 4) <= 4);
+        CHECK(huvm_sim_tenant_steps(sim, 0, steps, 4) == 2 && steps[0] < steps[1]);
+        CHECK(huvm_sim_chunk_where(sim, 0, 0, &holder) != HUVM_SIM_LOC_NONE);
+        CHECK(huvm_sim_chunk_where(sim, 0, 9999, &holder) == HUVM_SIM_LOC_NONE && holder == HUVM_DEST_HOST);
+        CHECK(huvm_sim_tenant_result(sim, 7, &r) != HUVM_NV_OK);
+    }
+    huvm_sim_destroy(sim);
+    trace_free(&t);
+}
+
 int main(void)
 {
+    test_paths(1, HUVM_FETCH_REMOTE_MAP);
+    test_paths(1, HUVM_FETCH_MIGRATE);
+    test_paths(0, HUVM_FETCH_MIGRATE);
     test_bad_input();
     test_unlimited();
     test_policies();

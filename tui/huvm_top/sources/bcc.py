@@ -141,6 +141,7 @@ class BccSource:
         self._bpf: Any = None
         self._batch: list[TraceEvent] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def _kind(self) -> Literal["tracepoint", "usdt"]:
         if self.mode == "tracepoint":
@@ -158,6 +159,8 @@ class BccSource:
             raise SourceError("tracing needs root (bcc attaches BPF programs)")
         kind = self._kind()
         text = program(kind, self.names)
+        if self._closed:
+            return
         try:
             with _quiet_stderr():
                 self._attach(BPF, USDT, kind, text)
@@ -167,6 +170,8 @@ class BccSource:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             raise SourceError(f"bcc: {first}") from exc
         self._bpf[b"events"].open_perf_buffer(self._on_event, page_cnt=64)
+        if self._closed:  # closed while attaching (the app quit during the compile): undo it now
+            self.close()
 
     def _attach(self, BPF: Any, USDT: Any, kind: str, text: str) -> None:  # noqa: N803 - bcc's class names
         if kind == "tracepoint":
@@ -218,6 +223,7 @@ class BccSource:
         return out
 
     def close(self) -> None:
+        self._closed = True
         with self._lock, _quiet_stderr():
             bpf, self._bpf = self._bpf, None
             if bpf is None:

@@ -33,5 +33,7 @@ class RateSparklines(Vertical):
     def update_rates(self, rates: Rates) -> None:
         self.history.add(rates)
         for key in SERIES:
-            self.lines[key].data = self.history.series(key)
+            series = self.history.series(key)
+            # Textual scales a sparkline from its minimum: a flat or all-zero series would draw full bars.
+            self.lines[key].data = series if len(series) > 1 and max(series) > min(series) else []
             self.now[key].update(fmt.rate(rates.node_total(key)))
