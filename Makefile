@@ -46,6 +46,7 @@ $(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_bu
 -include driver/sim/sim.mk
 -include driver/ktest/ktest.mk
 -include pyctl/pyctl.mk
+-include pyctl/traces.mk
 -include tui/tui.mk
 -include tests/vm/vm.mk
 

@@ -18,12 +18,14 @@ static int valid_gpu(const huvm_core_t *core, uint32_t gpu)
     return core && gpu < HUVM_MAX_GPUS && gpu < core->gpu_count;
 }
 
+/* Gauges grow before the pair and shrink after it, so that even while updates race a pair never holds
+ * more than its gauges count and the saturating subtraction never clamps a gauge. */
 static void held_add(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
 {
-    huvm_atomic64_add(&core->pairs[owner][holder].held_bytes, bytes);
     huvm_atomic64_add(CTR(core, owner, harvested_bytes), bytes);
     huvm_atomic64_add(CTR(core, holder, lent_bytes), bytes);
     huvm_atomic64_max(CTR(core, holder, lent_peak_bytes), huvm_atomic64_read(CTR(core, holder, lent_bytes)));
+    huvm_atomic64_add(&core->pairs[owner][holder].held_bytes, bytes);
 }
 
 static void held_sub(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
@@ -64,7 +66,7 @@ void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_
         huvm_atomic64_add(&core->pairs[owner][dst].evict_chunks, chunks);
         held_add(core, owner, dst, bytes);
         /* round robin: the next search starts after the peer just used (a benign race if concurrent) */
-        core->rr_next[owner] = (dst + 1) % HUVM_MAX_GPUS;
+        HUVM_WRITE_ONCE(core->rr_next[owner], (dst + 1) % HUVM_MAX_GPUS);
     }
     if (pre)
         HUVM_TRACE(preevict, owner, dst, reason, bytes, va);

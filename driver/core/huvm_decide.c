@@ -98,7 +98,8 @@ static uint64_t peer_score(const huvm_core_t *core, const huvm_gpu_state_t *stat
         return (clamp_free(core, state, holder) >> 20) * core->links[owner][holder].mbyte_per_s;
     case HUVM_PEER_SELECT_ROUND_ROBIN:
         /* the first peer at or after rr_next[owner], wrapping */
-        return HUVM_MAX_GPUS - ((holder + HUVM_MAX_GPUS - core->rr_next[owner] % HUVM_MAX_GPUS) % HUVM_MAX_GPUS);
+        return HUVM_MAX_GPUS -
+               ((holder + HUVM_MAX_GPUS - HUVM_READ_ONCE(core->rr_next[owner]) % HUVM_MAX_GPUS) % HUVM_MAX_GPUS);
     case HUVM_PEER_SELECT_MOST_FREE:
     default:
         return clamp_free(core, state, holder);

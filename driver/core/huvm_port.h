@@ -3,7 +3,7 @@
  *
  * The few primitives the core needs, mapped to the Linux kernel (when __KERNEL__ is defined: nvidia-uvm.ko,
  * the qemu test module) or to libc (the simulator, the C tests, the Python extension):
- *   fixed-width types, huvm_memcpy/huvm_memset/huvm_memcmp, HUVM_ASSERT, HUVM_READ_ONCE,
+ *   fixed-width types, huvm_memcpy/huvm_memset/huvm_memcmp, HUVM_ASSERT, HUVM_READ_ONCE/HUVM_WRITE_ONCE,
  *   relaxed atomic counter primitives on uint64_t fields (huvm_atomic64_*), and
  *   HUVM_TRACE(name, gpu, peer, reason, bytes, va): a kernel tracepoint trace_huvm_<name>() or a USDT probe
  *   huvm:<name> (sys/sdt.h), the same names and arguments (driver/core/huvm_events.h).
@@ -30,6 +30,7 @@
 /* A failed assertion warns once and the core carries on with a safe answer (host, no-op). */
 #define HUVM_ASSERT(cond)       ((void)WARN_ON_ONCE(!(cond)))
 #define HUVM_READ_ONCE(x)       READ_ONCE(x)
+#define HUVM_WRITE_ONCE(x, v)   WRITE_ONCE(x, v)
 
 /* Counter fields are plain uint64_t in the ABI structs; operate on them as atomic64_t. */
 _Static_assert(sizeof(atomic64_t) == sizeof(uint64_t), "atomic64_t must overlay uint64_t");
@@ -86,6 +87,7 @@ void huvm_port_assert_failed(const char *expr, const char *file, int line);
     ((void)((cond) ? 0 : (huvm_port_assert_failed(#cond, __FILE__, __LINE__), 0)))
 
 #define HUVM_READ_ONCE(x)       (*(const volatile __typeof__(x) *)&(x))
+#define HUVM_WRITE_ONCE(x, v)   (*(volatile __typeof__(x) *)&(x) = (v))
 
 static inline uint64_t huvm_atomic64_read(const uint64_t *p)
 {

@@ -170,7 +170,7 @@ done:
 static const struct file_operations g_huvm_ktest_fops = {
     .owner          = THIS_MODULE,
     .unlocked_ioctl = huvm_ktest_ioctl,
-    .compat_ioctl   = huvm_ktest_ioctl,     // every params struct is fixed-width and 8-byte aligned
+    .compat_ioctl   = compat_ptr_ioctl,     // every params struct is fixed-width and 8-byte aligned
     .llseek         = noop_llseek,
 };
 

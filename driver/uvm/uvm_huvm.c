@@ -29,6 +29,8 @@
 #include "uvm_pmm_gpu.h"
 #include "uvm_va_block.h"
 #include "uvm_va_space.h"
+#include "uvm_va_range.h"
+#include "uvm_range_group.h"
 #include "uvm_tools.h"
 #include "uvm_mmu.h"
 #include "uvm_kvmalloc.h"

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from .. import client
 
+
 def _width() -> int | None:
     """Terminal width on a TTY; 160 columns when piped (rich's default of 80 wraps the wide tables)."""
     if sys.stdout.isatty() or os.environ.get("COLUMNS"):

@@ -82,7 +82,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
 def cmd_sim_presets(args: argparse.Namespace) -> int:
     from ..sim.config import PRESET_ALIASES, PRESETS
 
-    rows = [{"name": n, "gpus": len(c.gpus), "gpu": c.gpus[0].name.split(" #")[0],
+    rows: list[dict[str, Any]] = [{"name": n, "gpus": len(c.gpus), "gpu": c.gpus[0].name.split(" #")[0],
              "memory_gib": c.gpus[0].memory_bytes / 2**30, "nvswitch": c.nvswitch,
              "aliases": [a for a, t in PRESET_ALIASES.items() if t == n], "source": c.source}
             for n, c in PRESETS.items()]

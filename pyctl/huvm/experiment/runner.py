@@ -9,12 +9,12 @@ so the same file gives the same numbers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..client import Node
-from ..errors import ConfigError, HuvmError
+from ..errors import ConfigError, HuvmError, UsageError
 from ..metrics import GPU_METRICS, PAIR_METRICS
 from ..policy import Origin, Setting, parse_setting
 from ..policyfile import parse as parse_policy_table
@@ -127,7 +127,8 @@ class Runner:
         if pf is not None:
             merge(list(pf.settings))
         sweep = self.spec.sweep
-        if sweep and p.name in sweep.policies and not sweep.key.startswith("tenant.") and run.key.sweep_value is not None:
+        policy_sweep = sweep is not None and not sweep.key.startswith("tenant.")
+        if sweep and policy_sweep and p.name in sweep.policies and run.key.sweep_value is not None:
             point = sweep.settings[list(sweep.values).index(run.key.sweep_value)]
             for key, value in point.items():
                 merge(parse_setting(key, value, info, Origin(self.spec.path, self.spec.doc.line("sweep", "values"))))
@@ -179,31 +180,24 @@ class Runner:
                 res.counters.append(CounterRow(run.key, "pair", p.owner, p.holder, m.field, p.values[m.field]))
         tr = sim.traffic()
         n = self.config.gpu_count
-        for g in range(n):
-            res.traffic.append(TrafficRow(run.key, "host_to_gpu", "host", str(g), int(tr["host_to_gpu"][g])))
-            res.traffic.append(TrafficRow(run.key, "gpu_to_host", str(g), "host", int(tr["gpu_to_host"][g])))
-            for h in range(n):
-                if g != h:
-                    res.traffic.append(TrafficRow(run.key, "gpu_to_gpu", str(g), str(h), int(tr["gpu_to_gpu"][g][h])))
-                    res.traffic.append(TrafficRow(run.key, "remote_read", str(g), str(h),
-                                                  int(tr["remote_read"][g][h])))
+        for a in range(n):
+            res.traffic.append(TrafficRow(run.key, "host_to_gpu", "host", str(a), int(tr["host_to_gpu"][a])))
+            res.traffic.append(TrafficRow(run.key, "gpu_to_host", str(a), "host", int(tr["gpu_to_host"][a])))
+            for b in range(n):
+                if a != b:
+                    res.traffic.append(TrafficRow(run.key, "gpu_to_gpu", str(a), str(b), int(tr["gpu_to_gpu"][a][b])))
+                    res.traffic.append(TrafficRow(run.key, "remote_read", str(a), str(b),
+                                                  int(tr["remote_read"][a][b])))
         smp = sim.samples()
         for i, t_ns in enumerate(smp["t_ns"].tolist()):
-            for g in range(n):
-                res.samples.append(SampleRow(run.key, int(t_ns), g, int(smp["own_bytes"][i][g]),
-                                             int(smp["guest_bytes"][i][g]), int(smp["free_bytes"][i][g]),
-                                             int(smp["peer_bytes"][i][g]), int(smp["host_bytes"][i][g])))
+            for k in range(n):
+                res.samples.append(SampleRow(run.key, int(t_ns), k, int(smp["own_bytes"][i][k]),
+                                             int(smp["guest_bytes"][i][k]), int(smp["free_bytes"][i][k]),
+                                             int(smp["peer_bytes"][i][k]), int(smp["host_bytes"][i][k])))
         return res
 
     def runs(self) -> list[PlannedRun]:
         return plan(self.spec)
-
-    def iter_results(self) -> Iterator[tuple[PlannedRun, RunResult]]:
-        for run in self.runs():
-            try:
-                yield run, self.run_one(run)
-            except HuvmError as exc:
-                raise type(exc)(f"run {run.key.run_id}: {exc}") if type(exc) is HuvmError else exc
 
 
 def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] | None = None) -> ExperimentResult:
@@ -214,7 +208,12 @@ def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] |
     for i, p in enumerate(planned):
         if progress:
             progress(p, i, len(planned))
-        res.runs.append(runner.run_one(p))
+        try:
+            res.runs.append(runner.run_one(p))
+        except UsageError:
+            raise
+        except HuvmError as exc:
+            raise HuvmError(f"run {p.key.run_id}: {exc}", status=exc.status) from exc
     if spec.repetitions > 1:
         res.notes.append(f"{spec.repetitions} repetitions: the simulator is deterministic, so repetitions agree "
                          "exactly (they check it)")

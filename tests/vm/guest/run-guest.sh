@@ -9,25 +9,25 @@ py=$HUVM_PY
 extra=$(cat /tmp/pytest.args 2>/dev/null || true)
 rc=0
 
-echo "[$(cut -d" " -f1 /proc/uptime)] == guest kernel: $(uname -r) ($(uname -v)), $(nproc) cpu, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo)"
-echo "[$(cut -d" " -f1 /proc/uptime)] == python: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
+echo "[t=$(cut -d" " -f1 /proc/uptime)s] == guest kernel: $(uname -r) ($(uname -v)), $(nproc) cpu, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo)"
+echo "[t=$(cut -d" " -f1 /proc/uptime)s] == python: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
 
 if ! insmod "$HUVM_KO" allow_test=1; then
     echo "== insmod $HUVM_KO failed"
     dmesg > "$out/dmesg.log"
     exit 10
 fi
-echo "[$(cut -d" " -f1 /proc/uptime)] == module loaded: $(grep '^huvm_ktest ' /proc/modules)"
-echo "[$(cut -d" " -f1 /proc/uptime)] == device: $(ls -l /dev/huvm_ktest)"
-echo "[$(cut -d" " -f1 /proc/uptime)] == tracepoints: $(ls /sys/kernel/tracing/events/huvm 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
+echo "[t=$(cut -d" " -f1 /proc/uptime)s] == module loaded: $(grep '^huvm_ktest ' /proc/modules)"
+echo "[t=$(cut -d" " -f1 /proc/uptime)s] == device: $(ls -l /dev/huvm_ktest)"
+echo "[t=$(cut -d" " -f1 /proc/uptime)s] == tracepoints: $(ls /sys/kernel/tracing/events/huvm 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
 
 common=(-c tests/vm/guest/pytest.ini --rootdir=tests/vm/guest)
-echo "[$(cut -d" " -f1 /proc/uptime)] == pytest as root (uid $(id -u), CAP_SYS_ADMIN)"
+echo "[t=$(cut -d" " -f1 /proc/uptime)s] == pytest as root (uid $(id -u), CAP_SYS_ADMIN)"
 # shellcheck disable=SC2086
 "$py" -m pytest "${common[@]}" tests/vm/guest --ignore=tests/vm/guest/unprivileged \
     --junitxml="$out/junit-root.xml" $extra || rc=1
 
-echo "[$(cut -d" " -f1 /proc/uptime)] == pytest as an unprivileged user (uid 65534, gid 65534, no groups, no capabilities)"
+echo "[t=$(cut -d" " -f1 /proc/uptime)s] == pytest as an unprivileged user (uid 65534, gid 65534, no groups, no capabilities)"
 # shellcheck disable=SC2086
 setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \
     env HOME=/tmp "$py" -m pytest "${common[@]}" tests/vm/guest/unprivileged \
@@ -42,5 +42,5 @@ if [ $((taint & ~(4096 | 8192))) != 0 ]; then
     rc=1
 fi
 dmesg > "$out/dmesg.log"
-echo "[$(cut -d" " -f1 /proc/uptime)] == guest done: rc=$rc, taint=$taint"
+echo "[t=$(cut -d" " -f1 /proc/uptime)s] == guest done: rc=$rc, taint=$taint"
 exit $rc
