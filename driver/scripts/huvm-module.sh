@@ -119,6 +119,13 @@ if ! make -C "$OUT" -j"$JOBS" "${ARGS[@]}" modules > "$OUT/build.log" 2>&1; then
     die "build failed (log: $OUT/build.log)"
 fi
 [ -f "$OUT/nvidia-uvm.ko" ] || die "build finished but $OUT/nvidia-uvm.ko is missing (log: $OUT/build.log)"
+# KBUILD_MODPOST_WARN=1 is meant for nvidia.ko's nvUvmInterface* only: any other undefined symbol (a huvm
+# function a patch calls but nobody defines, a tracepoint) would only show up at insmod. Fail here.
+undef=$(sed -n 's/.*modpost: "\([^"]*\)" \[.*\] undefined!.*/\1/p' "$OUT/build.log" | grep -v '^nvUvmInterface' | sort -u || true)
+if [ -n "$undef" ]; then
+    rm -f "$OUT/nvidia-uvm.ko"
+    die "undefined symbols in nvidia-uvm.ko (not from nvidia.ko): $(echo $undef) (log: $OUT/build.log)"
+fi
 # Warnings in huvm files are errors already (-Werror); show any others on huvm's behalf too.
 grep -E '(^|/)huvm/[^:]+:[0-9]+:[0-9]+: warning' "$OUT/build.log" | sed "s|$OUT/||" || true
 log "built $OUT/nvidia-uvm.ko in $(( $(date +%s) - start ))s: $(modinfo -F vermagic "$OUT/nvidia-uvm.ko" | awk '{print $1}'), version $(modinfo -F version "$OUT/nvidia-uvm.ko"), huvm $(modinfo -F huvm_version "$OUT/nvidia-uvm.ko") (ABI $(modinfo -F huvm_abi "$OUT/nvidia-uvm.ko"))"

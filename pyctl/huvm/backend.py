@@ -85,6 +85,15 @@ class KernelBackend:
         try:
             self._ioctl(self._fd, cmd, buf, True)
         except OSError as exc:
+            module = int(params.hdr.module_abi_version)
+            if exc.errno == _errno.EINVAL and module != 0:
+                # The patched module refused the header (ABI version or struct size): it wrote back only the
+                # header, with its own ABI version (a stock module writes nothing).
+                name = abi.command_name(cmd)
+                raise errors.AbiMismatch(
+                    f"{name}: {self.path}: header refused: tool ABI {abi.version_str(abi.ABI_VERSION)} "
+                    f"(params {abi.params_size(params)} bytes), module ABI {abi.version_str(module)}",
+                    module_abi_version=module, errno=exc.errno, command=name) from None
             raise errors.from_errno(exc.errno or 0, abi.command_name(cmd), self.path) from None
 
     def probe(self) -> Any:

@@ -3,8 +3,12 @@
 ``sim_config`` selects the node: None (the default preset, :data:`DEFAULT_PRESET`), a preset name
 (``aws-p3.8xlarge``, ``dgx-a100``, ``hgx-h100``, ...), or a TOML file whose ``[node]`` table (or top level)
 is a :meth:`huvm.sim.config.NodeConfig.from_dict` mapping (``preset`` plus overrides such as
-``gpu_memory_bytes``), optionally with ``policy_preset`` (stock, huvm-atc22, huvm). Each process gets a
-fresh node: policy changes made by one ``huvmctl`` call do not outlive it.
+``gpu_memory_bytes``), optionally with ``policy_preset`` (stock, huvm-atc22, huvm). An experiment file
+(one with ``[[tenant]]`` tables) also works: its node is built under its policy "huvm" (else its first
+policy), its tenants run to
+completion, and the commands then see the counters of that run (``huvmctl --sim --sim-config
+examples/consolidation.toml stats --pairs``). Each process gets a fresh node: policy changes made by one
+``huvmctl`` call do not outlive it.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class SimBackend:
                 cfg = NodeConfig.preset(sim_config or DEFAULT_PRESET)
             else:
                 doc = TomlDoc(sim_config)
+                if "tenant" in doc.data:
+                    return cls.from_experiment(doc)
                 table = doc.data.get("node", doc.data)
                 if not isinstance(table, dict):
                     raise doc.error("expected a [node] table", "node")
@@ -61,3 +67,17 @@ class SimBackend:
             raise ConfigError(f"simulated node: {exc}") from None
         except HuvmError:
             raise
+
+    @classmethod
+    def from_experiment(cls, doc: TomlDoc) -> SimBackend:
+        """The node of an experiment file after running its tenants under its first policy."""
+        from .experiment.results import RunKey
+        from .experiment.runner import PlannedRun, Runner
+        from .experiment.spec import parse
+
+        spec = parse(doc)
+        runner = Runner(spec)
+        policy = next((p for p in spec.policies if p.name == "huvm"), spec.policies[0])
+        sim, _node, _tenants, _settings = runner.prepare(PlannedRun(RunKey(policy.name, None, 0), policy))
+        sim.run()
+        return cls(sim)

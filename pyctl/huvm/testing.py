@@ -75,6 +75,13 @@ class CoreNode:
             size = abi.lib.huvm_cmd_params_size(cmd) if known else 0
             if size == 0:
                 raise OSError(errno.EINVAL, "Invalid argument")
+            # as uvm_huvm_ioctl(): the header is checked first; if refused, only the header (with the
+            # module's ABI version) goes back and the ioctl fails with EINVAL
+            ffi = abi.ffi
+            hdr = ffi.cast("huvm_hdr_t *", ffi.from_buffer(buf))
+            err = ffi.new("uint32_t *")
+            if abi.lib.huvm_check_hdr(cmd, hdr, size, err) != abi.lib.HUVM_NV_OK:
+                raise OSError(errno.EINVAL, "Invalid argument")
             self.dispatch(cmd, buf)
             return 0
 

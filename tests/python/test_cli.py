@@ -286,3 +286,14 @@ def test_console_script_and_help() -> None:
     assert r.returncode == 2 and r.stderr == "huvmctl: error: nope: unknown key (known: peer_select, nvlink_only, " \
         "peer_usage_max_pct, preevict_chunks, preevict_batch, fetch_mode, prefetch_mode, prefetch_chunks, " \
         "prefetch_stride, hysteresis_ms, gpu.N.role, gpu.N.lend_limit, gpu.N.lend_reserve)\n"
+
+
+def test_sim_config_experiment_file_runs_its_tenants(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "small.toml"
+    f.write_text(SMALL)
+    d = run_json(capsys, *SIM, "--sim-config", str(f), "stats")
+    assert isinstance(d, dict)
+    assert sum(g["evict_to_peer"] for g in d["gpus"]) > 0  # ran under its "huvm" policy
+    assert sum(p["evict_chunks"] for p in d["pairs"]) == sum(g["evict_to_peer"] for g in d["gpus"])
+    d = run_json(capsys, *SIM, "--sim-config", str(f), "policy", "show")
+    assert isinstance(d, dict) and d["preset"] == "huvm"

@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import require_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,13 +39,13 @@ def _read(path: Path) -> str:
 
 
 def _strip_c_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.DOTALL)
     return re.sub(r"//[^\n]*", " ", text)
 
 
 def _core_events() -> list[str]:
     text = _read(CORE / "huvm_events.h")
-    block = re.search(r"#define HUVM_EVENTS\(X\)(.*?)\n\n", text, flags=re.S)
+    block = re.search(r"#define HUVM_EVENTS\(X\)(.*?)\n\n", text, flags=re.DOTALL)
     assert block, "HUVM_EVENTS(X) list not found"
     return re.findall(r"X\((\w+)\)", block.group(1))
 
@@ -109,6 +108,15 @@ def test_core_fires_every_event_through_huvm_trace() -> None:
     assert "DTRACE_PROBE5(huvm, name," in port
 
 
+def test_simulator_probes_come_only_from_the_core() -> None:
+    """The simulator's USDT probes are the core's HUVM_TRACE calls: it fires none of its own."""
+    sim = DRIVER / "sim"
+    require_or_skip(sim.is_dir() and any(sim.glob("*.c")), "driver/sim not present")
+    for src in sorted(sim.glob("*.[ch]")):
+        text = _strip_c_comments(_read(src))
+        assert "DTRACE_PROBE" not in text and "HUVM_USDT(" not in text and "HUVM_TRACE(" not in text, src.name
+
+
 def test_tracepoints_created_once_in_the_glue() -> None:
     # In nvidia-uvm.ko (driver/core + driver/uvm) exactly one file creates them; the qemu test module
     # (driver/ktest) is a module of its own and creates its own.
@@ -160,7 +168,7 @@ def test_glue_has_no_thresholds_or_peer_choice() -> None:
 
 
 def _c_function_body(text: str, name: str) -> str:
-    start = re.search(rf"^\w[^\n;]*\b{name}\([^;{{]*\)\s*\{{", text, flags=re.M | re.S)
+    start = re.search(rf"^\w[^\n;]*\b{name}\([^;{{]*\)\s*\{{", text, flags=re.MULTILINE | re.DOTALL)
     assert start, f"{name} not defined"
     depth, i = 0, start.end() - 1
     while True:
@@ -217,7 +225,7 @@ def test_every_glue_function_documents_locking() -> None:
 
 def test_every_function_added_by_the_patches_documents_locking() -> None:
     for patch in _huvm_patches():
-        hunks = re.split(r"^@@[^\n]*\n", _read(patch), flags=re.M)[1:]
+        hunks = re.split(r"^@@[^\n]*\n", _read(patch), flags=re.MULTILINE)[1:]
         for hunk in hunks:
             lines = [l[1:] for l in hunk.splitlines() if l.startswith("+")]
             missing = _functions_without_locking(lines)
@@ -226,7 +234,7 @@ def test_every_function_added_by_the_patches_documents_locking() -> None:
 
 def test_exported_hooks_documented_in_header() -> None:
     header = _read(UVM / "uvm_huvm.h")
-    decls = list(re.finditer(r"^\w[\w\s\*]*?\b(uvm_huvm_\w+)\(", header, flags=re.M))
+    decls = list(re.finditer(r"^\w[\w\s\*]*?\b(uvm_huvm_\w+)\(", header, flags=re.MULTILINE))
     assert len(decls) >= 10
     for m in decls:
         block = header[: m.start()].rsplit("\n\n", 1)[-1]
@@ -259,7 +267,7 @@ def test_huvm_diff_to_upstream_is_small() -> None:
 
 def test_patches_touch_only_upstream_nvidia_uvm_files() -> None:
     for patch in _huvm_patches():
-        for path in re.findall(r"^\+\+\+ b/(\S+)", _read(patch), flags=re.M):
+        for path in re.findall(r"^\+\+\+ b/(\S+)", _read(patch), flags=re.MULTILINE):
             assert path.startswith("nvidia-uvm/"), f"{patch.name}: {path}"
             assert "huvm" not in Path(path).name, f"{patch.name}: new huvm files live in driver/, not in patches"
 
@@ -323,7 +331,7 @@ def test_every_hook_is_wired_by_a_patch(hook: tuple[str, str]) -> None:
     fname, needle = hook
     for patch in _huvm_patches():
         text = _read(patch)
-        for part in re.split(r"^diff --git ", text, flags=re.M)[1:]:
+        for part in re.split(r"^diff --git ", text, flags=re.MULTILINE)[1:]:
             if part.startswith(f"a/nvidia-uvm/{fname} ") and any(needle in l for l in _added_lines_of(part)):
                 return
     pytest.fail(f"no patch adds {needle} to {fname}")

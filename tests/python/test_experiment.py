@@ -143,8 +143,10 @@ policies = ["huvm"]
 def test_bad_experiment_files(tmp_path: Path, patch: tuple[str, str], line: int, key: str, match: str) -> None:
     assert patch[0] in SMALL
     f = write(tmp_path, SMALL.replace(patch[0], patch[1], 1))
+    started: list[str] = []
     with pytest.raises((ConfigError, PolicyError)) as info:
-        experiment.run(load(f))
+        experiment.run(load(f), lambda run, i, n: started.append(run.key.run_id))
+    assert started == []  # refused before the first run
     err = info.value
     assert match in str(err), str(err)
     assert str(f) in str(err)

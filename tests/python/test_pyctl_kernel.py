@@ -10,7 +10,7 @@ import pytest
 
 from huvm import abi, client
 from huvm.backend import KernelBackend
-from huvm.errors import DeviceUnavailable, HuvmError, PermissionDenied, PolicyError
+from huvm.errors import AbiMismatch, DeviceUnavailable, HuvmError, PermissionDenied, PolicyError
 from huvm.testing import CoreNode
 
 
@@ -85,6 +85,16 @@ def test_probe_abi_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DeviceUnavailable, match="ABI") as info:
         kb.probe()
     assert info.value.reason == "abi-version"
+
+
+def test_header_refusal_is_an_abi_mismatch() -> None:
+    # a tool built with another struct size: the module writes back its ABI version and fails with EINVAL
+    kb = kernel(CoreNode(1))
+    p = abi.new_params(abi.lib.HUVM_IOCTL_GET_INFO)
+    p.hdr.size -= 8
+    with pytest.raises(AbiMismatch) as info:
+        kb.ioctl(abi.lib.HUVM_IOCTL_GET_INFO, p)
+    assert info.value.module_abi_version == abi.ABI_VERSION and "header refused" in str(info.value)
 
 
 def test_probe_ok_returns_info() -> None:

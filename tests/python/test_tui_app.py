@@ -86,14 +86,14 @@ async def test_matrix_metric_key_cycles_through_pair_metrics() -> None:
 
 
 async def test_space_pauses_and_resumes() -> None:
-    app = HuvmTop(FakeSource(), interval=0.05)
+    app = HuvmTop(FakeSource(), interval=0.2)
     async with app.run_test() as pilot:
         await until(pilot, lambda: app.refreshes >= 2)
         await pilot.press("space")
         assert app.paused and "PAUSED" in str(app.status_line.render())
-        await pilot.pause(0.1)
-        n = app.refreshes
         await pilot.pause(0.3)
+        n = app.refreshes
+        await pilot.pause(0.5)
         assert app.refreshes == n
         await pilot.press("space")
         await until(pilot, lambda: app.refreshes > n)
@@ -206,7 +206,7 @@ async def test_preset_switcher_fills_the_form_without_sending() -> None:
 
 async def test_event_log_counts_and_histogram() -> None:
     evs = [TraceEvent(i, name, 0, 2, 0, 2097152, 0x1000) for i, name in enumerate(["evict", "evict", "fetch"])]
-    app = HuvmTop(FakeSource(), FakeEvents(evs), interval=0.05)
+    app = HuvmTop(FakeSource(), FakeEvents(evs), interval=5)
     async with app.run_test(size=(160, 50)) as pilot:
         await until(pilot, lambda: app.event_log.lines == 3)
         summary = str(app.event_log.summary.render())

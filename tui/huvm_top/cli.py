@@ -114,6 +114,6 @@ def make_sources(args: argparse.Namespace) -> tuple[StatsSource, EventSource | N
     if args.bcc:
         from huvm_top.sources.bcc import BccSource, Mode
 
-        mode: Mode = "usdt" if (backend == "sim" or args.pid) else "auto"
+        mode: Mode = "usdt" if (backend == "sim" or args.pid) else "tracepoint"
         events = BccSource(mode, pid=args.pid)
     return source, events

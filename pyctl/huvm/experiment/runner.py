@@ -135,7 +135,9 @@ class Runner:
         return preset, settings
 
     # -- one run --
-    def run_one(self, run: PlannedRun) -> RunResult:
+    def prepare(self, run: PlannedRun) -> tuple[Any, Node, list[TenantSpec], dict[str, str]]:
+        """A simulated node set up for run (policy applied, tenants added, not yet run): (SimNode, Node over
+        it, the tenants, the policy's settings as shown by `policy show`)."""
         from ..sim.node import SimNode
         from ..sim.tenants import TenantSpec as SimTenant
 
@@ -154,6 +156,33 @@ class Runner:
                 sim.add_tenant(SimTenant(gpu=t.gpu, trace=self._trace(t), name=t.name, steps=max(t.steps, 1),
                                          background=t.steps == 0, static_bytes=t.static_bytes,
                                          start_ns=t.start_ns, managed=t.managed))
+        except BaseException:
+            node.close()
+            raise
+        return sim, node, tenants, settings_desc
+
+    def check(self) -> None:
+        """Load every trace and validate every run's policy against the node, before anything runs."""
+        from ..sim.node import SimNode
+
+        for t in self.spec.tenants:
+            self._trace(t)
+        seen: set[tuple[str, str]] = set()
+        for run in self.runs():
+            if run.policy is None or (run.policy.name, str(run.key.sweep_value)) in seen:
+                continue
+            seen.add((run.policy.name, str(run.key.sweep_value)))
+            base = run.policy.preset or "huvm"
+            node = Node(SimBackend(SimNode(self.config, preset=base)))
+            try:
+                preset, settings = self._settings(node, run)
+                node.plan(settings, preset=preset)
+            finally:
+                node.close()
+
+    def run_one(self, run: PlannedRun) -> RunResult:
+        sim, node, tenants, settings_desc = self.prepare(run)
+        try:
             sim.run()
             return self._collect(run, sim, node, tenants, settings_desc)
         finally:
@@ -203,6 +232,7 @@ class Runner:
 def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] | None = None) -> ExperimentResult:
     """Run every planned run; progress(run, index, total) is called before each."""
     runner = Runner(spec)
+    runner.check()
     planned = runner.runs()
     res = ExperimentResult(spec.name, spec.description, runner.config.name, spec.sweep.key if spec.sweep else None)
     for i, p in enumerate(planned):

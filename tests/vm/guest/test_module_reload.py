@@ -90,7 +90,7 @@ def grown_caches() -> tuple[dict[str, int], int]:
 def test_reload_20_times_leaks_nothing(module_reloadable: None, capsys: pytest.CaptureFixture[str]) -> None:
     cycle()                                   # warm up caches that grow once (sysfs, kernfs, dentries)
     suspects, vm_growth = grown_caches()
-    leaks = dict(suspects)
+    leaks: dict[str, tuple[int, ...]] = {k: (v,) for k, v in suspects.items()}
     if suspects or vm_growth >= CYCLES:
         # A leak grows every time; a one-off (a dentry of a file Python opened the first time) does not.
         again, vm_growth = grown_caches()

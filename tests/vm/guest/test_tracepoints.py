@@ -28,10 +28,21 @@ def core_events() -> list[str]:
     return re.findall(r"X\((\w+)\)", block)
 
 
+def require_contract_names() -> None:
+    """The kernel's tracepoints must be huvm:<name> for every name of huvm_events.h (as the simulator's USDT
+    probes are), so that one bcc/bpftrace script works on both."""
+    names = core_events()
+    have = sorted(p.name for p in (TRACEFS / "events/huvm").iterdir() if p.is_dir())
+    assert have == sorted(names), (
+        f"kernel tracepoints are huvm:{{{','.join(have)}}} but driver/core/huvm_events.h (the contract, and the "
+        f"simulator's USDT probes) says huvm:{{{','.join(sorted(names))}}}: driver/uvm/uvm_huvm_trace.h must "
+        f"DEFINE_EVENT(huvm_event_class, <name>, ...) with the bare names")
+
+
 def test_tracepoint_formats_match_the_event_list() -> None:
     names = core_events()
     assert names == ["evict", "preevict", "fetch", "giveback", "prefetch", "policy"]
-    assert sorted(p.name for p in (TRACEFS / "events/huvm").iterdir() if p.is_dir()) == sorted(names)
+    require_contract_names()
     for name in names:
         fmt = (TRACEFS / "events/huvm" / name / "format").read_text()
         fields = re.findall(r"field:(\w+) (\w+);", fmt)
@@ -40,7 +51,8 @@ def test_tracepoint_formats_match_the_event_list() -> None:
 
 
 def test_tracefs_sees_every_eviction(node: Any) -> None:
-    """Without bcc: the ftrace ring buffer gets one huvm_evict line per evicted chunk."""
+    """Without bcc: the ftrace ring buffer gets one huvm:evict line per evicted chunk."""
+    require_contract_names()
     inst = TRACEFS / "instances/huvm_ktest"
     inst.mkdir(exist_ok=True)
     try:
@@ -95,6 +107,7 @@ def traffic(node: Any) -> dict[str, int]:
 
 def test_bcc_counts_equal_the_counters(node: Any, capsys: pytest.CaptureFixture[str]) -> None:
     bcc = pytest.importorskip("bcc", reason="python3-bpfcc is not installed")
+    require_contract_names()
     # GPU 3 starts full so that pre-eviction has work; reserve 8 chunks, batch 8.
     p = guestlib.node_params()
     p.gpus[3].free_bytes = 0

@@ -29,6 +29,9 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
+NAME_WIDTH = 20  # "Tesla V100-SXM2-16GB #0" is long for an 80-column terminal
+
+
 class GpuTable(DataTable[str]):
     """One row per GPU; row key ``gpu<i>``, column keys ``gpu``, ``name``, ``memory`` and metric keys."""
 
@@ -48,7 +51,8 @@ class GpuTable(DataTable[str]):
         self._info = info
         self.clear()
         for g in info.gpus:
-            cells = [str(g.index), g.name if g.present else f"{g.name} (gone)", fmt.nbytes(g.memory_bytes)]
+            name = g.name if len(g.name) <= NAME_WIDTH else g.name[: NAME_WIDTH - 1] + "\u2026"
+            cells = [str(g.index), name if g.present else f"{name} (gone)", fmt.nbytes(g.memory_bytes)]
             cells += ["-"] * len(self.metrics)
             self.add_row(*cells, key=f"gpu{g.index}")
 
