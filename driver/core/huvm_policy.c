@@ -82,12 +82,13 @@ static void preset_settings(uint32_t preset, huvm_node_settings_t *p)
     case HUVM_PRESET_HUVM:
         p->peer_select = HUVM_PEER_SELECT_BW_WEIGHTED;
         p->peer_usage_max_pct = 90;
-        p->preevict_chunks = 16;
-        p->preevict_batch = 8;
+        /* 64 chunks (128 MiB), refilled in one pass: measured in the simulator (docs/policy.md). */
+        p->preevict_chunks = 64;
+        p->preevict_batch = 64;
         p->prefetch_mode = HUVM_PREFETCH_MULTIPATH;
         p->prefetch_chunks = 16;
         p->prefetch_stride = 1;
-        p->hysteresis_ms = 50;
+        p->hysteresis_ms = 10;
         break;
     case HUVM_PRESET_STOCK:
     default:
@@ -111,19 +112,17 @@ static void preset_node(uint32_t preset, huvm_policy_t *p)
     huvm_memcpy(NODE_SETTINGS(p), &n, sizeof(n));
 }
 
-/* huvm preset's lend reserve: 5% of the GPU's memory, at least 1 GiB, at most a quarter of it. */
+/* huvm preset's lend reserve: 5% of the GPU's memory, at least min(1 GiB, 1/16 of it) (1 GiB is 1/16 of a
+ * 16 GiB V100; smaller GPUs keep the same share). */
 static uint64_t huvm_default_reserve(uint64_t memory_bytes)
 {
-    uint64_t r;
+    uint64_t r, floor;
 
     if (memory_bytes == 0)
         return HUVM_GIB;
     r = memory_bytes / 20;
-    if (r < HUVM_GIB)
-        r = HUVM_GIB;
-    if (r > memory_bytes / 4)
-        r = memory_bytes / 4;
-    return r;
+    floor = memory_bytes / 16 < HUVM_GIB ? memory_bytes / 16 : HUVM_GIB;
+    return r > floor ? r : floor;
 }
 
 /* Per-GPU defaults of a preset for a GPU with memory_bytes (0 = unknown). */

@@ -264,9 +264,27 @@ static bool huvm_any_gpu_present(void)
     return present;
 }
 
+// A refused header (huvm_check_hdr). With another struct size only the 16-byte header is known to be
+// there: it goes back with module_abi_version filled in and the ioctl fails with -EINVAL. With the right
+// size (refused ABI version or flags) the refusal is in-band: header plus error_field/rmStatus, return 0.
+// The qemu test module (driver/ktest) answers the same way.
+// LOCKING: none held; may fault on user memory.
+static long refuse_hdr(void __user *uparams, const huvm_hdr_t *hdr, NvU32 size, NvU32 error_field, huvm_status_t status)
+{
+    NvU32 tail[2] = { error_field, status };
+
+    if (copy_to_user(uparams, hdr, sizeof(*hdr)))
+        return -EFAULT;
+    if (hdr->size != size)
+        return -EINVAL;
+    if (copy_to_user((NvU8 __user *)uparams + size - sizeof(tail), tail, sizeof(tail)))
+        return -EFAULT;
+
+    return 0;
+}
+
 // The header is copied and checked first (ABI version, size, flags), so a tool built against another
-// struct size never has memory beyond its own struct read or written. On a refused header only the
-// 16-byte header goes back (module_abi_version filled in) and the ioctl fails with -EINVAL; otherwise the
+// struct size never has memory beyond its own struct read or written (see refuse_hdr()); otherwise the
 // ioctl returns 0 and the params' rmStatus/error_field say what happened.
 // LOCKING: none held on entry (thread context from uvm_ioctl()). Takes g_uvm_huvm.lock for write around
 // the core's dispatch, except LIST_VA_SPACES (its callback takes the VA spaces list lock, which ranks
@@ -283,17 +301,14 @@ long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
     long ret = 0;
 
     if (!g_uvm_huvm.initialized || size == 0)
-        return -EINVAL;
+        return -ENOTTY;
 
     if (copy_from_user(&hdr, uparams, sizeof(hdr)))
         return -EFAULT;
 
     status = huvm_check_hdr(cmd, &hdr, size, &error_field);
-    if (status != HUVM_NV_OK) {
-        if (copy_to_user(uparams, &hdr, sizeof(hdr)))
-            return -EFAULT;
-        return -EINVAL;
-    }
+    if (status != HUVM_NV_OK)
+        return refuse_hdr(uparams, &hdr, size, error_field, status);
 
     params = uvm_kvmalloc(size);
     if (!params)
@@ -303,6 +318,9 @@ long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
         ret = -EFAULT;
         goto out;
     }
+
+    // Keep the header that was checked (a racing writer cannot change it under the dispatch).
+    memcpy(params, &hdr, sizeof(hdr));
 
     memset(&caller, 0, sizeof(caller));
     caller.privileged = capable(CAP_SYS_ADMIN) ? 1 : 0;

@@ -8,6 +8,7 @@ naming the command, the NV_STATUS and, for refused values, the field (``gpus[2].
 from __future__ import annotations
 
 import errno as _errno
+import os
 from typing import Any
 
 
@@ -153,7 +154,7 @@ def field_name(error_field: int) -> str | None:
 
 def from_errno(err: int, command: str, path: str) -> HuvmError:
     """An OS error from ioctl(2) on the device."""
-    text = f"{command}: {path}: {_errno.errorcode.get(err, str(err))} ({__import__('os').strerror(err)})"
+    text = f"{command}: {path}: {_errno.errorcode.get(err, str(err))} ({os.strerror(err)})"
     if err in (_errno.EPERM, _errno.EACCES):
         return PermissionDenied(text, errno=err, command=command)
     if err in (_errno.EINVAL, _errno.ENOTTY):

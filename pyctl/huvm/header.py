@@ -5,8 +5,9 @@ package. cffi compiles it into ``huvm._huvm_cffi`` (constants and layouts, check
 module reads the same file as text for what the compiler throws away: the ``counter|gauge UNIT: help``
 comments of the statistics fields (see :mod:`huvm.metrics`).
 
-Lookup order: ``$HUVM_ABI_HEADER``; the copy shipped as package data (``huvm/data/uvm_huvm_ioctl.h``); the
-source tree (``<repo>/driver/include/uapi/uvm_huvm_ioctl.h``, for editable installs).
+Lookup order: ``$HUVM_ABI_HEADER``; ``$HUVM_ROOT/driver/include/uapi/``; a copy shipped as package data
+(``huvm/data/uvm_huvm_ioctl.h``); the source tree (``<repo>/driver/include/uapi/uvm_huvm_ioctl.h``, which
+editable installs, the project's set-up, use).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def candidates() -> list[Path]:
     env = os.environ.get("HUVM_ABI_HEADER")
     if env:
         paths.append(Path(env))
+    root = os.environ.get("HUVM_ROOT")  # the source tree, as pyctl/huvm/_build.py takes it
+    if root:
+        paths.append(Path(root) / "driver" / "include" / "uapi" / HEADER_NAME)
     paths.append(here / "data" / HEADER_NAME)
     paths.append(here.parent.parent / "driver" / "include" / "uapi" / HEADER_NAME)
     return paths

@@ -176,7 +176,7 @@ TEST(dispatch_policy_get_set_and_permissions)
 
     HDR(s);
     s.policy = g.policy;
-    s.policy.hysteresis_ms = 10;
+    s.policy.hysteresis_ms = 20;                            /* the huvm preset has 10 */
     save();
     CHECK_EQ(RUN(&user, HUVM_IOCTL_SET_POLICY, s), HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS);
     CHECK_EQ(s.rmStatus, HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS);
@@ -184,7 +184,7 @@ TEST(dispatch_policy_get_set_and_permissions)
     huvm_test_trace_reset();
     CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_POLICY, s), HUVM_NV_OK);
     CHECK_EQ(s.policy.generation, g.policy.generation + 1);
-    CHECK_EQ(core.policy.hysteresis_ms, 10);
+    CHECK_EQ(core.policy.hysteresis_ms, 20);
     CHECK_EQ(core.policy.preset, HUVM_PRESET_CUSTOM);
     CHECK_EQ(huvm_test_trace_count("policy"), 1);
     /* stale generation */
@@ -500,7 +500,7 @@ TEST(dispatch_test_preevict_and_remote_map)
     HUVM_TEST_EVENT_PARAMS e;
     uint32_t i, j;
 
-    /* GPU 0 nearly full: pre-eviction restores the reserve (huvm preset: 16 chunks, batches of 8) */
+    /* GPU 0 nearly full: pre-eviction restores the reserve (huvm preset: 64 chunks, refilled in one pass) */
     HDR(n);
     n.gpu_count = 2;
     for (i = 0; i < 2; i++) {
@@ -518,18 +518,15 @@ TEST(dispatch_test_preevict_and_remote_map)
     huvm_core_init(&core, HUVM_BACKEND_KTEST, HUVM_PRESET_HUVM);
     CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_SET_NODE, n), HUVM_NV_OK);
     huvm_test_trace_reset();
-    e = event(HUVM_TEST_EVENT_PREEVICT, 0, 100);
-    CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
-    CHECK_EQ(e.done, 8);
-    CHECK_EQ(core.counters[0].preevict_to_peer, 8);
-    CHECK_EQ(huvm_test_trace_count("preevict"), 8);
-    CHECK_EQ(huvm_test_trace_count("evict"), 0);
     e = event(HUVM_TEST_EVENT_PREEVICT, 0, 3);              /* count caps the pass */
     CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
     CHECK_EQ(e.done, 3);
+    CHECK_EQ(core.counters[0].preevict_to_peer, 3);
+    CHECK_EQ(huvm_test_trace_count("preevict"), 3);
+    CHECK_EQ(huvm_test_trace_count("evict"), 0);
     e = event(HUVM_TEST_EVENT_PREEVICT, 0, 100);
     CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
-    CHECK_EQ(e.done, 3);                                    /* 2 + 8 + 3 + 3 = 16 */
+    CHECK_EQ(e.done, 59);                                   /* 2 + 3 + 59 = 64, in one pass */
     e = event(HUVM_TEST_EVENT_PREEVICT, 0, 100);
     CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
     CHECK_EQ(e.done, 0);
@@ -544,7 +541,7 @@ TEST(dispatch_test_preevict_and_remote_map)
     CHECK_EQ(e.to_peer, 2);
     CHECK_EQ(e.last_reason, HUVM_FETCH_REMOTE_MAP);
     CHECK_EQ(core.counters[0].remote_map, 2);
-    CHECK_EQ(core.counters[0].harvested_bytes, 14 * CHUNK);
+    CHECK_EQ(core.counters[0].harvested_bytes, 62 * CHUNK);          /* 3 + 59 pre-evicted, none moved back */
 }
 
 TEST(dispatch_stock_node_never_uses_peers)

@@ -76,9 +76,11 @@ TEST(policy_presets_values)
 
     CHECK_EQ(huvm_policy_preset(HUVM_PRESET_HUVM, &core, &p), HUVM_NV_OK);
     CHECK_EQ(p.peer_select, HUVM_PEER_SELECT_BW_WEIGHTED);
-    CHECK_EQ(p.hysteresis_ms, 50);
-    CHECK(p.preevict_chunks > 0 && p.preevict_chunks < 50);
-    CHECK_EQ(p.gpus[0].lend_reserve_bytes, 1 * GIB);            /* max(5% of 16 GiB, 1 GiB) */
+    CHECK_EQ(p.hysteresis_ms, 10);
+    CHECK_EQ(p.peer_usage_max_pct, 90);
+    CHECK_EQ(p.preevict_chunks, 64);                            /* docs/policy.md: measured choice */
+    CHECK_EQ(p.preevict_batch, 64);                             /* the reserve refills in one pass */
+    CHECK_EQ(p.gpus[0].lend_reserve_bytes, 1 * GIB);            /* max(5% of 16 GiB, min(1 GiB, 1/16)) */
     CHECK_EQ(huvm_policy_preset(HUVM_PRESET_CUSTOM, &core, &p), HUVM_NV_ERR_INVALID_ARGUMENT);
     CHECK_EQ(huvm_policy_preset(HUVM_PRESET_HUVM, NULL, &p), HUVM_NV_OK);
     CHECK_EQ(p.gpu_count, 0);
@@ -90,9 +92,14 @@ TEST(policy_presets_values)
         CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
         CHECK_EQ(core.policy.preset, i);
     }
-    /* a tiny GPU gets a reserve of a quarter */
+    /* a small GPU keeps the 16 GiB GPU's share, 1/16 (3 GiB: 192 MiB; 512 MiB: 32 MiB) */
+    fx_node(&core, 2, 3 * GIB, HUVM_PRESET_HUVM);
+    CHECK_EQ(huvm_policy_gpu(&core, 0)->lend_reserve_bytes, 3 * GIB / 16);
     fx_node(&core, 2, 256 * CHUNK, HUVM_PRESET_HUVM);
-    CHECK_EQ(huvm_policy_gpu(&core, 0)->lend_reserve_bytes, 64 * CHUNK);
+    CHECK_EQ(huvm_policy_gpu(&core, 0)->lend_reserve_bytes, 16 * CHUNK);
+    /* a large one 5 % (80 GiB: 4 GiB) */
+    fx_node(&core, 2, 80 * GIB, HUVM_PRESET_HUVM);
+    CHECK_EQ(huvm_policy_gpu(&core, 0)->lend_reserve_bytes, 4 * GIB);
 }
 
 TEST(policy_init_defaults)

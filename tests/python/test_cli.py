@@ -11,7 +11,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from huvm.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,3 +296,35 @@ def test_sim_config_experiment_file_runs_its_tenants(capsys: pytest.CaptureFixtu
     assert sum(p["evict_chunks"] for p in d["pairs"]) == sum(g["evict_to_peer"] for g in d["gpus"])
     d = run_json(capsys, *SIM, "--sim-config", str(f), "policy", "show")
     assert isinstance(d, dict) and d["preset"] == "huvm"
+
+
+def test_watch(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    import huvm.watch
+
+    @dataclass
+    class Dev:
+        action: str
+        sys_name: str
+
+    dev = tmp_path / "huvm_ktest"
+    script = [Dev("add", "huvm_ktest"), Dev("remove", "huvm_ktest")]
+
+    class Mon:
+        def poll(self, timeout: float | None = None) -> Dev | None:
+            if not script:
+                return None
+            d = script.pop(0)
+            if d.action == "add":
+                dev.touch()
+            else:
+                dev.unlink()
+            return d
+
+    monkeypatch.setattr(huvm.watch, "default_monitor", lambda: Mon())
+    rc, out, _ = run(capsys, "watch", "--device", str(dev), "--timeout", "0.01", "--json")
+    events = [json.loads(line) for line in out.splitlines()]
+    assert rc == 0
+    assert [(e["kind"], e["action"]) for e in events] == [("module", "add"), ("device", "add"),
+                                                          ("module", "remove"), ("device", "remove")]

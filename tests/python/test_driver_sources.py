@@ -11,6 +11,7 @@ What the module's behaviour rests on but no machine here can run:
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -24,7 +25,8 @@ DRIVER = ROOT / "driver"
 UVM = DRIVER / "uvm"
 CORE = DRIVER / "core"
 PATCHES = ROOT / "patches" / "535.261.03"
-UPSTREAM = ROOT / "build" / "upstream" / "orig"
+# The pinned upstream as `make source` unpacks it (BUILD is exported by the top Makefile).
+UPSTREAM = Path(os.environ.get("BUILD", str(ROOT / "build"))) / "upstream" / "orig"
 
 # The whole huvm change to upstream files (patches 0002+), in changed lines. The published prototype
 # changed 2,615 lines; issue 4 asks for well under a third of that.

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from huvm import experiment
 from huvm.errors import ConfigError, PolicyError
 from huvm.experiment.spec import load

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import urllib.request
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from huvm import abi, client, metrics
 from huvm.errors import HuvmError
 from huvm.exporter import HuvmCollector, make_registry, serve
 from huvm.testing import CoreNode
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def scrape(registry: CollectorRegistry) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -42,7 +41,8 @@ def test_every_metric_is_exported_with_labels() -> None:
     labels, value = samples[0]
     assert labels == {"gpu": "0", "uuid": info.gpus[0].uuid, "device": "sim0", "hostname": "nodeA"}
     assert value == stats.gpus[0].scalar("evict_to_peer")
-    total = sum(v for _, v in m["huvm_evict_to_peer_chunks_total"]) + sum(v for _, v in m["huvm_evict_to_host_chunks_total"])
+    total = sum(v for name in ("huvm_evict_to_peer_chunks_total", "huvm_evict_to_host_chunks_total")
+                for _, v in m[name])
     assert total == 9
     reasons = {lab["reason"] for lab, _ in m["huvm_host_reason_chunks_total"]}
     assert reasons == set(metrics.REASON_NAMES)
@@ -80,3 +80,20 @@ def test_serve_http() -> None:
         assert "huvm_evict_to_peer_chunks_total{" in body and "huvm_up 1.0" in body
     finally:
         server.shutdown()
+
+
+def test_grafana_dashboard_queries_exported_metrics() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    import huvm
+
+    path = Path(huvm.__file__).parent / "data" / "grafana" / "huvm-dashboard.json"
+    dash = json.loads(path.read_text())
+    names = {m.prom_name for m in metrics.METRICS} | {"huvm_up"}
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert exprs
+    for e in exprs:
+        for used in re.findall(r"\bhuvm_[a-z_]+", e):
+            assert used in names, (used, e)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 
 import pytest
-
 from huvm import abi, errors, header, metrics
 
 

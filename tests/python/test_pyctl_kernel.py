@@ -7,7 +7,6 @@ import os
 from typing import Any
 
 import pytest
-
 from huvm import abi, client
 from huvm.backend import KernelBackend
 from huvm.errors import AbiMismatch, DeviceUnavailable, HuvmError, PermissionDenied, PolicyError

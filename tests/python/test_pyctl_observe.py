@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
 from huvm import abi, client, topology
 from huvm.stats import GpuCounters, PairCounters, StatsSnapshot
 from huvm.testing import CoreNode
@@ -127,10 +126,13 @@ def test_topology_degrades_without_nvml() -> None:
     assert [g.uuid for g in topo.gpus] == [g.uuid for g in info.gpus]
 
 
-def test_topology_real_pynvml_here_degrades() -> None:
-    # this machine has no NVIDIA driver: the real pynvml fails to initialise and discover() says so
+def test_topology_with_the_real_pynvml() -> None:
+    # without an NVIDIA driver (CI) the real pynvml fails to initialise and discover() says so; with one,
+    # the synthetic GPU's UUID is unknown to NVML and that is noted
     topo = topology.discover(client.Node(CoreNode(1)).info())
-    assert not topo.nvml and topo.notes
+    assert topo.notes
+    assert ("NVML unavailable" in topo.notes[0]) != topo.nvml
+    assert topo.gpus[0].nvml_index is None
 
 
 # ---- watcher --------------------------------------------------------------------------------------------

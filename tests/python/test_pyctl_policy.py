@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from huvm import abi, policyfile
 from huvm.client import Node
 from huvm.errors import Conflict, InvalidValue, PolicyError, PolicyFileError
-from huvm.policy import parse_assignments, preset_names
+from huvm.policy import KEYS, format_value, parse_assignments, parse_value, preset_names
 from huvm.testing import CoreNode
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.fixture
@@ -204,3 +205,21 @@ def test_policy_file_errors_name_file_line_key(node: Node, fake: CoreNode, tmp_p
 def test_missing_policy_file(node: Node, tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match="No such file"):
         policyfile.load(tmp_path / "nope.toml", node.info())
+
+
+# ---- property: what is printed parses back to the same value --------------------------------------------
+
+
+
+@given(st.sampled_from(sorted(KEYS)), st.data())
+def test_format_parse_round_trip(key: str, data: st.DataObject) -> None:
+    spec = KEYS[key]
+    if spec.kind == "enum":
+        value = data.draw(st.sampled_from(sorted(spec.choices().values())))
+    elif spec.kind == "bytes":
+        value = data.draw(st.one_of(st.integers(0, 1 << 50), st.integers(0, 1 << 20).map(lambda n: n << 20)))
+        if spec.unlimited and data.draw(st.booleans()):
+            value = abi.UNLIMITED
+    else:
+        value = data.draw(st.integers(spec.lo, min(spec.hi, 1 << 20)))
+    assert parse_value(spec, format_value(spec, value), key) == value

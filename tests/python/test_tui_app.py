@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from huvm_top import abi
 from huvm_top.app import HuvmTop
-from huvm_top.metrics import gpu_metrics, pair_metrics, reason_key
+from huvm_top.metrics import gpu_metrics, pair_metrics, reason_key, va_space_metrics
 from huvm_top.model import Snapshot, TraceEvent
 from huvm_top.screens.help_screen import HelpScreen
 from huvm_top.screens.policy_editor import PolicyEditor
@@ -72,6 +72,20 @@ async def test_tables_show_rates_and_gauges() -> None:
         assert "evict_to_peer/s" in labels and "lent_bytes" in labels  # names from the metric table
         status = str(app.status_line.render())
         assert "fake node (2 GPUs)" in status and "policy gen 1 (huvm)" in status
+
+
+async def test_process_table_follows_the_va_spaces() -> None:
+    app = HuvmTop(FakeSource(), interval=0.05)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await until(pilot, lambda: app.refreshes >= 3)
+        table = app.processes
+        assert table.row_count == 2
+        assert cell(app, "processes", "va1", "comm") == "job0" and cell(app, "processes", "va1", "gpus") == "0"
+        # the fake's job0 is GPU 0's data: the same rates in both tables
+        assert cell(app, "processes", "va1", "evict_to_peer") == cell(app, "gpus", "gpu0", "evict_to_peer") != "0"
+        assert cell(app, "processes", "va2", "harvested_bytes") == cell(app, "gpus", "gpu1", "harvested_bytes")
+        # the most harvested process first
+        assert list(table.rows)[0].value == "va2"
 
 
 async def test_matrix_metric_key_cycles_through_pair_metrics() -> None:
@@ -223,7 +237,7 @@ async def test_help_lists_the_metric_table() -> None:
         await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         await pilot.pause()
         table = app.screen.query_one("#help-metrics", DataTable)
-        assert table.row_count == len(gpu_metrics()) + len(pair_metrics())
+        assert table.row_count == len(gpu_metrics()) + len(pair_metrics()) + len(va_space_metrics())
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
 

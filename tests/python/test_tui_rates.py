@@ -6,7 +6,7 @@ import pytest
 from huvm_top import abi, fmt
 from huvm_top.hist import Log2Hists, format_log2_hist, log2_slot
 from huvm_top.metrics import gpu_metric, gpu_metrics, pair_metrics, reason_key
-from huvm_top.model import GpuPolicy, PolicyState, Snapshot
+from huvm_top.model import GpuPolicy, PolicyState, Snapshot, VaSpace
 from huvm_top.policy_rules import check_policy, format_value, node_specs, parse_value, spec
 from huvm_top.rates import History, compute_rates, counter_delta
 
@@ -59,6 +59,17 @@ def test_pair_rates_and_node_totals() -> None:
     assert r.pairs[0][1]["evict_chunks"] == pytest.approx(10.0)
     assert r.pairs[0][1]["held_bytes"] == 7
     assert r.node_total("giveback") == pytest.approx(8.0)
+
+
+def test_process_rates_by_id_new_processes_start_at_zero() -> None:
+    a = Snapshot(0, 1, ({},), (({},),), va_spaces=(VaSpace(7, 70, "a", 1, {"evict_to_peer": 10}),))
+    b = Snapshot(2_000_000_000, 1, ({},), (({},),),
+                 va_spaces=(VaSpace(7, 70, "a", 1, {"evict_to_peer": 30, "harvested_bytes": 5}),
+                            VaSpace(8, 80, "b", 2, {"evict_to_peer": 99})))
+    r = compute_rates(a, b)
+    assert r.va_spaces[7]["evict_to_peer"] == pytest.approx(10.0)
+    assert r.va_spaces[7]["harvested_bytes"] == 5
+    assert r.va_spaces[8]["evict_to_peer"] == 0.0  # no earlier sample of it
 
 
 def test_history_keeps_the_last_values() -> None:

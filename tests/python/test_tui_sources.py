@@ -134,7 +134,10 @@ def test_sim_source_runs_the_shipped_example() -> None:
         assert info.description.startswith("sim: consolidation on aws-p3.8xlarge")
         assert len(info.gpus) == 4 and info.gpus[0].memory_bytes == (16 << 30) - (512 << 20)  # usable by UVM
         assert _moving(src) > 0
-        assert sum(g["harvested_bytes"] for g in src.snapshot().gpus) > 0
+        snap = src.snapshot()
+        assert sum(g["harvested_bytes"] for g in snap.gpus) > 0
+        assert [v.comm for v in snap.va_spaces] == ["gpt2-medium", "steady", "idle", "rising"]  # the tenants
+        assert snap.va_spaces[0].counters["harvested_bytes"] > 0
     finally:
         src.close()
     assert src.node is None

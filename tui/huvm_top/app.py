@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widgets import Footer, Header
@@ -22,6 +22,7 @@ from textual.worker import get_current_worker
 from huvm_top.messages import EventsArrived, SourceFailed, SourceOpened, StatsUpdated
 from huvm_top.model import NodeInfo, PolicyRefused, PolicyState, Snapshot, SourceError
 from huvm_top.rates import Rates, compute_rates
+from huvm_top.record import Recorder
 from huvm_top.screens.help_screen import HelpScreen
 from huvm_top.screens.policy_editor import PolicyEditor
 from huvm_top.sources.base import EventSource, StatsSource
@@ -29,6 +30,7 @@ from huvm_top.widgets.event_log import EventLog
 from huvm_top.widgets.fallback_table import FallbackTable
 from huvm_top.widgets.gpu_table import GpuTable
 from huvm_top.widgets.peer_matrix import PeerMatrix
+from huvm_top.widgets.process_table import ProcessTable
 from huvm_top.widgets.rate_sparklines import RateSparklines
 from huvm_top.widgets.status_line import StatusLine
 
@@ -54,11 +56,13 @@ class HuvmTop(App[int]):
 
     paused: reactive[bool] = reactive(False)
 
-    def __init__(self, source: StatsSource, events: EventSource | None = None, interval: float = 1.0) -> None:
+    def __init__(self, source: StatsSource, events: EventSource | None = None, interval: float = 1.0,
+                 recorder: Recorder | None = None) -> None:
         super().__init__()
         self.source = source
         self.events = events
         self.interval = interval
+        self.recorder = recorder
         self.info: NodeInfo | None = None
         self.policy: PolicyState | None = None
         self.rates: Rates | None = None
@@ -77,15 +81,17 @@ class HuvmTop(App[int]):
         self.gpu_table = GpuTable(id="gpus")
         self.matrix = PeerMatrix(id="matrix")
         self.fallbacks = FallbackTable(id="fallbacks")
+        self.processes = ProcessTable(id="processes")
         self.sparks = RateSparklines(id="sparks")
         self.event_log = EventLog(id="events", enabled_note=note)
         yield Header()
         yield self.status_line
-        with Vertical(id="main"):
+        with VerticalScroll(id="main"):
             yield self.gpu_table
             with Horizontal(id="middle"):
                 yield self.matrix
                 yield self.fallbacks
+            yield self.processes
             yield self.sparks
             yield self.event_log
         yield Footer()
@@ -94,6 +100,7 @@ class HuvmTop(App[int]):
         self.status_line.interval = self.interval
         self.gpu_table.border_title = "GPUs (counters per second)"
         self.fallbacks.border_title = "evictions to host by reason, per second"
+        self.processes.border_title = "processes (va_spaces)"
         self.sparks.border_title = "node-wide rates"
         self.event_log.border_title = "events"
         self._open()
@@ -108,6 +115,11 @@ class HuvmTop(App[int]):
         except SourceError as exc:
             self.post_message(SourceFailed(str(exc), fatal=True))
             return
+        except Exception as exc:  # noqa: BLE001 - a monitor reports, it does not dump a traceback
+            self.post_message(SourceFailed(f"{type(exc).__name__}: {exc}", fatal=True))
+            return
+        if self.recorder is not None:
+            self.recorder.header(info, policy)
         self.call_from_thread(self._opened, info, policy)
 
     def _opened(self, info: NodeInfo, policy: PolicyState) -> None:
@@ -118,8 +130,7 @@ class HuvmTop(App[int]):
         status.source = info.description
         status.generation = policy.generation
         status.preset = policy.node.get("preset", -1)
-        for table in (self.gpu_table, self.fallbacks,
-                      self.matrix):
+        for table in (self.gpu_table, self.fallbacks, self.matrix):
             table.set_node(info)
         self.post_message(SourceOpened(info))
         self._timer = self.set_interval(self.interval, self._tick)
@@ -144,13 +155,16 @@ class HuvmTop(App[int]):
         t0 = time.perf_counter()
         try:
             snap = self.source.snapshot()
-        except SourceError as exc:
+        except Exception as exc:  # noqa: BLE001 - shown on the status line; the next tick tries again
             self._polling = False
-            self.post_message(SourceFailed(str(exc), fatal=False))
+            text = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
+            self.post_message(SourceFailed(text, fatal=False))
             return
         if self._prev is not None and snap.timestamp_ns == self._prev.timestamp_ns:
             self._polling = False  # the same instant again (a stopped simulation): nothing new to draw
             return
+        if self.recorder is not None:
+            self.recorder.add(snap)
         rates = compute_rates(self._prev, snap)
         self._prev = snap
         self.post_message(StatsUpdated(rates, (time.perf_counter() - t0) * 1000))
@@ -168,6 +182,7 @@ class HuvmTop(App[int]):
             self._refresh_policy()
         self.gpu_table.update_rates(message.rates)
         self.fallbacks.update_rates(message.rates)
+        self.processes.update_rates(message.rates)
         self.matrix.update_rates(message.rates)
         self.sparks.update_rates(message.rates)
 
@@ -201,10 +216,15 @@ class HuvmTop(App[int]):
         while not worker.is_cancelled:
             batch = []
             deadline = time.monotonic() + 0.25  # batch, so a burst is one message
-            while time.monotonic() < deadline and not worker.is_cancelled:
-                batch.extend(self.events.poll(100))
-            if batch and not self.paused:
-                self.post_message(EventsArrived(batch, self.events.counts(), self.events.histograms()))
+            try:
+                while time.monotonic() < deadline and not worker.is_cancelled:
+                    batch.extend(self.events.poll(100))
+                if batch and not self.paused:
+                    self.post_message(EventsArrived(batch, self.events.counts(), self.events.histograms(),
+                                                    self.events.lost()))
+            except Exception as exc:  # noqa: BLE001 - tracing stops, the rest of the screen goes on
+                self.call_from_thread(self._trace_note, f"tracing stopped: {exc}")
+                return
 
     def _trace_note(self, text: str) -> None:
         self.event_log.border_subtitle = text
@@ -212,7 +232,7 @@ class HuvmTop(App[int]):
     def on_events_arrived(self, message: EventsArrived) -> None:
         log = self.event_log
         log.add_events(message.events)
-        log.set_summary(message.counts, message.histograms)
+        log.set_summary(message.counts, message.histograms, message.lost)
 
     # actions
 
@@ -263,14 +283,14 @@ class HuvmTop(App[int]):
             self.call_from_thread(self.notify, f"preset {name} refused: {exc.field}: {exc.message}",
                                   severity="error")
             return
-        except SourceError as exc:
+        except Exception as exc:  # noqa: BLE001 - SourceError, or anything else: a notification, not a crash
             self.call_from_thread(self.notify, f"preset {name}: {exc}", severity="error")
             return
         self.call_from_thread(self._policy_now, new)
         self.call_from_thread(self.notify, f"preset {name} applied (generation {new.generation})")
 
     def on_unmount(self) -> None:
-        for closable in (self.events, self.source):
+        for closable in (self.events, self.source, self.recorder):
             if closable is not None:
                 try:
                     closable.close()
@@ -291,7 +311,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except cli.CliError as exc:
         sys.stderr.write(f"huvm-top: error: {exc}\n")
         return exc.status
-    app = HuvmTop(source, events, opts.interval)
+    recorder = None
+    if opts.record:
+        try:
+            recorder = Recorder(opts.record)
+        except SourceError as exc:
+            source.close()
+            sys.stderr.write(f"huvm-top: error: {exc}\n")
+            return 1
+    app = HuvmTop(source, events, opts.interval, recorder)
     app.run()
     return app.return_code or 0
 

@@ -19,7 +19,8 @@ EPILOG = """examples:
   huvm-top --sim                    # a simulated node under load (no GPU needed)
   huvm-top --sim --bcc              # ... with its USDT probes traced by bcc (root)
   huvm-top --device /dev/huvm_ktest --bcc --interval 0.5
-  huvm-top --fake                   # a fake node (no library calls; for trying the UI)
+  huvm-top --sim --record run.jsonl # ... and keep what was seen
+  huvm-top --replay run.jsonl --interval 0.2   # play it back, five snapshots a second
 
 keys: q quit, p policy editor, space pause, 1/2/3 apply preset stock/atc22/huvm, m peer-matrix metric,
 c clear the event log, ? help. Everything works from the keyboard (over ssh, no mouse needed).
@@ -70,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(needs root and python3-bpfcc)")
     p.add_argument("--pid", type=int, metavar="PID",
                    help="with --bcc: trace the USDT probes of this process (e.g. a running huvmctl sim run)")
+    p.add_argument("--record", metavar="FILE",
+                   help="also write every snapshot to FILE (JSON lines) for --replay")
+    p.add_argument("--replay", metavar="FILE",
+                   help="play back a --record file, one snapshot per refresh (read-only)")
     p.add_argument("--interval", type=_interval, default=1.0, metavar="SEC",
                    help="refresh interval in seconds (default 1)")
     return p
@@ -83,6 +88,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         build_parser().error("--device goes with the kernel backend")
     if args.pid is not None and not args.bcc:
         build_parser().error("--pid goes with --bcc")
+    if args.replay and (args.backend or args.device or args.sim_config or args.bcc or args.record):
+        build_parser().error("--replay plays a file: it takes no backend, --bcc or --record")
     return args
 
 
@@ -93,6 +100,15 @@ def make_sources(args: argparse.Namespace) -> tuple[StatsSource, EventSource | N
 
     backend = args.backend or os.environ.get("HUVM_BACKEND") or "auto"
     source: StatsSource
+    if args.replay:
+        from huvm_top.record import ReplaySource
+
+        source = ReplaySource(args.replay)
+        try:
+            source.open()
+        except SourceError as exc:
+            raise CliError(str(exc)) from None
+        return source, None
     if backend == "fake":
         from huvm_top.sources.fake import FakeEvents, FakeSource
 

@@ -41,6 +41,7 @@ class EventsArrived(Message):
     events: list[TraceEvent]
     counts: dict[str, int]
     histograms: dict[str, list[int]]
+    lost: int = 0
 
 
 @dataclass

@@ -53,6 +53,12 @@ def pair_metrics() -> tuple[Metric, ...]:
     return _flatten(huvm_metrics.PAIR_METRICS)
 
 
+@cache
+def va_space_metrics() -> tuple[Metric, ...]:
+    """Per-process statistics (huvm_va_space_info_t)."""
+    return _flatten(huvm_metrics.VA_SPACE_METRICS)
+
+
 def gpu_metric(key: str) -> Metric:
     for m in gpu_metrics():
         if m.key == key:

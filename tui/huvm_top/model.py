@@ -34,14 +34,26 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class VaSpace:
+    """One process's address space (LIST_VA_SPACES): who it is and its counters."""
+
+    id: int
+    pid: int
+    comm: str
+    registered_gpus: int  # bit i: GPU i
+    counters: Counters
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """One GET_STATS snapshot (plus the free memory of GET_INFO taken with it)."""
+    """One GET_STATS snapshot, plus the free memory of GET_INFO and the LIST_VA_SPACES taken with it."""
 
     timestamp_ns: int
     generation: int
     gpus: tuple[Counters, ...]
     pairs: tuple[tuple[Counters, ...], ...]  # pairs[owner][holder]
     free_bytes: tuple[int, ...] = ()
+    va_spaces: tuple[VaSpace, ...] = ()
 
 
 @dataclass

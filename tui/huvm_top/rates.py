@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from huvm_top.metrics import Metric, gpu_metrics, pair_metrics
+from huvm_top.metrics import Metric, gpu_metrics, pair_metrics, va_space_metrics
 from huvm_top.model import Counters, Snapshot
 
 NS_PER_S = 1_000_000_000
@@ -46,6 +46,7 @@ class Rates:
     gpus: tuple[dict[str, float], ...]
     pairs: tuple[tuple[dict[str, float], ...], ...]
     first: bool  # no previous snapshot: counters show 0/s
+    va_spaces: dict[int, dict[str, float]] = field(default_factory=dict)  # by va_space id
 
     def node_total(self, key: str) -> float:
         """Sum over GPUs of one per-GPU rate or gauge."""
@@ -68,7 +69,11 @@ def compute_rates(prev: Snapshot | None, cur: Snapshot) -> Rates:
         )
         for o, row in enumerate(cur.pairs)
     )
-    return Rates(cur, dt_s, gpus, pairs, prev is None or dt_s <= 0)
+    old = {v.id: v.counters for v in prev.va_spaces} if prev is not None else {}
+    vm = va_space_metrics()
+    # A process that appeared since the previous snapshot has no rate yet (its counters are since its start).
+    vas = {v.id: rate_map(old.get(v.id), v.counters, dt_s, vm) for v in cur.va_spaces}
+    return Rates(cur, dt_s, gpus, pairs, prev is None or dt_s <= 0, vas)
 
 
 def _pair(snap: Snapshot | None, owner: int, holder: int) -> Counters | None:

@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import experiment, export, policy, stats, status, trace
+    from . import experiment, export, policy, stats, status, trace, watch
 
     # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
     # from overriding a value given globally.
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.register(sub, parents)
     trace.register(sub, parents)
     export.register(sub, parents)
+    watch.register(sub, parents)
     return parser
 
 

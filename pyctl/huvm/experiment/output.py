@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +70,3 @@ def summary_dict(res: ExperimentResult) -> dict[str, Any]:
 
 def read(outdir: Path, name: str) -> pa.Table:
     return pq.read_table(outdir / "data" / f"{name}.parquet")
-
-
-def column(table: pa.Table, name: str) -> Sequence[Any]:
-    return table.column(name).to_pylist()  # type: ignore[no-any-return]

@@ -21,7 +21,7 @@ echo "[t=$(cut -d" " -f1 /proc/uptime)s] == module loaded: $(grep '^huvm_ktest '
 echo "[t=$(cut -d" " -f1 /proc/uptime)s] == device: $(ls -l /dev/huvm_ktest)"
 echo "[t=$(cut -d" " -f1 /proc/uptime)s] == tracepoints: $(ls /sys/kernel/tracing/events/huvm 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
 
-common=(-c tests/vm/guest/pytest.ini --rootdir=tests/vm/guest)
+common=(-c tests/vm/guest/pytest.ini --rootdir=tests/vm/guest -p pytest_timeout)
 echo "[t=$(cut -d" " -f1 /proc/uptime)s] == pytest as root (uid $(id -u), CAP_SYS_ADMIN)"
 # shellcheck disable=SC2086
 "$py" -m pytest "${common[@]}" tests/vm/guest --ignore=tests/vm/guest/unprivileged \

@@ -70,12 +70,14 @@ def test_wrong_size_is_einval_with_module_abi_version(busy_node: Any, cmd: int, 
     assert (status, field) == (0, 0), "the tail must not be written when the layout is unknown"
 
 
-def test_short_buffer_through_pyctl_raises_not_supported(busy_node: Any) -> None:
+def test_short_buffer_through_pyctl_is_abi_mismatch(busy_node: Any) -> None:
+    """EINVAL with module_abi_version written back: pyctl tells an ABI/size mismatch from a stock module."""
     p = abi.new_params(lib.HUVM_IOCTL_GET_STATS)
     p.hdr.size -= 8
-    with pytest.raises(huvm.NotSupported) as exc:
+    with pytest.raises(huvm.AbiMismatch) as exc:
         busy_node.call(lib.HUVM_IOCTL_GET_STATS, p)
     assert exc.value.errno == errno.EINVAL
+    assert exc.value.module_abi_version == lib.HUVM_ABI_VERSION
 
 
 # ---- header refusals in-band -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from huvm_top.metrics import gpu_metrics, pair_metrics
+from huvm_top.metrics import gpu_metrics, pair_metrics, va_space_metrics
 
 KEYS = """\
 [b]keys[/b]  q quit   p policy editor   space pause   1/2/3 apply preset stock/atc22/huvm
@@ -29,7 +29,7 @@ class HelpScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         table = self.query_one("#help-metrics", DataTable)
         table.add_columns("scope", "metric", "kind", "unit", "help")
-        for scope, ms in (("gpu", gpu_metrics()), ("pair", pair_metrics())):
+        for scope, ms in (("gpu", gpu_metrics()), ("pair", pair_metrics()), ("va_space", va_space_metrics())):
             for m in ms:
                 table.add_row(scope, m.key, m.kind, m.unit, m.help)
 

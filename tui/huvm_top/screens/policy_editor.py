@@ -213,7 +213,7 @@ class PolicyEditor(Screen[PolicyState | None]):
             new = self.source.set_policy(policy)
         except PolicyRefused as exc:
             self.app.call_from_thread(self._refused, exc.field, exc.message, exc.by)
-        except SourceError as exc:
+        except Exception as exc:  # noqa: BLE001 - SourceError or worse: shown, the edit stays
             self.app.call_from_thread(self._refused, "", str(exc), "core")
         else:
             self.app.call_from_thread(self._applied, new)

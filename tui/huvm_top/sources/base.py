@@ -65,5 +65,9 @@ class EventSource(Protocol):
         """log2 histogram of ``bytes`` per event name: slot i counts values in [2**(i-1), 2**i)."""
         ...
 
+    def lost(self) -> int:
+        """Events that did not reach :meth:`poll` (buffer overflow); counts and histograms include them."""
+        ...
+
     def close(self) -> None:
         ...

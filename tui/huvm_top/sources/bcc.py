@@ -138,8 +138,9 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 class BccSource:
-    """An EventSource over bcc. ``mode``: ``tracepoint`` (kernel), ``usdt`` (``pid`` and/or ``path``), or
-    ``auto`` (tracepoints when the module's are there, else USDT in ``path``, by default huvm's extension)."""
+    """An EventSource over bcc. ``mode``: ``tracepoint`` (kernel), ``usdt`` (process ``pid``, default this
+    one, and/or library ``path``: every process mapping it), or ``auto`` (tracepoints when the module's are
+    there, else USDT)."""
 
     def __init__(self, mode: Mode = "auto", pid: int | None = None, path: str | None = None,
                  events: tuple[str, ...] | None = None) -> None:
@@ -152,6 +153,7 @@ class BccSource:
         self._batch: list[TraceEvent] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._lost = 0
 
     def _kind(self) -> Literal["tracepoint", "usdt"]:
         if self.mode == "tracepoint":
@@ -179,7 +181,9 @@ class BccSource:
         except Exception as exc:  # bcc raises plain Exception on attach and compile failures
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             raise SourceError(f"bcc: {first}") from exc
-        self._bpf[b"events"].open_perf_buffer(self._on_event, page_cnt=64)
+        # With lost_cb, bcc counts drops instead of printing "Possibly lost" on the terminal; the counts and
+        # histograms are kept in the kernel, so they stay exact when the log drops records.
+        self._bpf[b"events"].open_perf_buffer(self._on_event, page_cnt=256, lost_cb=self._on_lost)
         if self._closed:  # closed while attaching (the app quit during the compile): undo it now
             self.close()
 
@@ -190,13 +194,25 @@ class BccSource:
             self._bpf = BPF(text=text.encode())
             self.description = "bcc: tracepoints huvm:huvm_*"
             return
-        path = self.path or (None if self.pid else default_library())
-        usdt = USDT(pid=self.pid, path=path) if self.pid else USDT(path=path)
+        pid, path = self.pid, self.path
+        if pid is None and path is None:
+            # This process (the in-process simulator): its copy of huvm's extension only, not every process
+            # that maps the same library.
+            default_library()  # imports the extension, so the probes are mapped
+            pid = os.getpid()
+        usdt = USDT(pid=pid, path=path) if pid else USDT(path=path)
         for name in self.names:
             usdt.enable_probe(probe=name, fn_name=f"on_{name}")
         self._bpf = BPF(text=text.encode(), usdt_contexts=[usdt])
-        where = f"pid {self.pid}" if self.pid else Path(path or "?").name
+        where = f"pid {pid}" if pid else Path(path or "?").name
         self.description = f"bcc: USDT huvm:* in {where}"
+
+    def _on_lost(self, count: int) -> None:
+        self._lost += int(count)
+
+    def lost(self) -> int:
+        """Records the perf buffer dropped (the log misses them; counts and histograms do not)."""
+        return self._lost
 
     def _on_event(self, cpu: int, data: Any, size: int) -> None:
         e = self._bpf[b"events"].event(data)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from huvm_top import abi
 from huvm_top.hist import Log2Hists
-from huvm_top.metrics import gpu_metrics, pair_metrics, reason_key
+from huvm_top.metrics import gpu_metrics, pair_metrics, reason_key, va_space_metrics
 from huvm_top.model import (
     FieldError,
     GpuInfo,
@@ -24,6 +24,7 @@ from huvm_top.model import (
     Snapshot,
     SourceError,
     TraceEvent,
+    VaSpace,
 )
 from huvm_top.policy_rules import check_policy, node_specs
 
@@ -82,7 +83,20 @@ class FakeSource:
                 gpus=tuple(dict(g) for g in self._gpus),
                 pairs=tuple(tuple(dict(c) for c in row) for row in self._pairs),
                 free_bytes=free,
+                va_spaces=self._va_spaces(),
             )
+
+    def _va_spaces(self) -> tuple[VaSpace, ...]:
+        """One process per harvesting GPU, with that GPU's counters."""
+        out = []
+        for i in range(self.n // 2 or 1):
+            g = self._gpus[i]
+            counters = {m.key: 0 for m in va_space_metrics()}
+            for key in ("evict_to_peer", "evict_to_host", "fetch_from_peer", "fetch_from_host", "harvested_bytes"):
+                counters[key] = g[key]
+            counters["prefetch"] = g["prefetch_local"] + g["prefetch_to_peer"]
+            out.append(VaSpace(i + 1, 4000 + i, f"job{i}", 1 << i, counters))
+        return tuple(out)
 
     def _advance(self) -> None:
         chunk = abi.chunk_size()
@@ -214,6 +228,9 @@ class FakeEvents:
 
     def histograms(self) -> dict[str, list[int]]:
         return self._hists.snapshot()
+
+    def lost(self) -> int:
+        return 0
 
     def close(self) -> None:
         pass

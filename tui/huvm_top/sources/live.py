@@ -29,6 +29,7 @@ from huvm_top.model import (
     PolicyState,
     Snapshot,
     SourceError,
+    VaSpace,
 )
 
 
@@ -55,14 +56,19 @@ def flatten(values: Any) -> Counters:
     return out
 
 
-def snapshot(stats: StatsSnapshot, info: HuvmNodeInfo | None) -> Snapshot:
+def va_space(v: Any) -> VaSpace:
+    return VaSpace(int(v.id), int(v.pid), str(v.comm), int(v.registered_gpus), flatten(v.counters))
+
+
+def snapshot(stats: StatsSnapshot, info: HuvmNodeInfo | None, va_spaces: tuple[VaSpace, ...] = ()) -> Snapshot:
     n = len(stats.gpus)
     keys = [m.key for m in pair_metrics()]
     pairs = tuple(
         tuple({k: int(stats.pair(o, h).values.get(k, 0)) for k in keys} for h in range(n)) for o in range(n)
     )
     free = tuple(g.free_bytes for g in info.gpus) if info is not None else ()
-    return Snapshot(stats.timestamp_ns, stats.generation, tuple(flatten(g.values) for g in stats.gpus), pairs, free)
+    return Snapshot(stats.timestamp_ns, stats.generation, tuple(flatten(g.values) for g in stats.gpus), pairs, free,
+                    va_spaces)
 
 
 def to_state(p: hp.Policy) -> PolicyState:
@@ -97,6 +103,7 @@ class LiveSource:
         self.node = node
         self.info: HuvmNodeInfo | None = None
         self.label: str | None = None  # what the status line calls the node (default: the backend's words)
+        self.va_spaces = True  # also list the processes (LIST_VA_SPACES) with each snapshot
         self._lock = threading.Lock()  # one ioctl at a time: workers of the app and of the editor
 
     def _call(self, what: str, fn: Any, *args: Any) -> Any:
@@ -127,7 +134,13 @@ class LiveSource:
         assert self.node is not None
         stats = self._call("GET_STATS", self.node.stats)
         self.info = self._call("GET_INFO", self.node.info)
-        return snapshot(stats, self.info)
+        vas: tuple[VaSpace, ...] = ()
+        if self.va_spaces:
+            try:
+                vas = tuple(va_space(v) for v in self._call("LIST_VA_SPACES", self.node.va_spaces))
+            except SourceError:
+                self.va_spaces = False  # not offered by this backend: stop asking
+        return snapshot(stats, self.info, vas)
 
     def get_policy(self) -> PolicyState:
         assert self.node is not None

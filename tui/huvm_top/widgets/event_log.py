@@ -46,8 +46,10 @@ class EventLog(Horizontal):
             self.log_view.write(describe(ev))
             self.lines += 1
 
-    def set_summary(self, counts: dict[str, int], hists: dict[str, list[int]]) -> None:
+    def set_summary(self, counts: dict[str, int], hists: dict[str, list[int]], lost: int = 0) -> None:
         parts = [" ".join(f"{k}={counts[k]}" for k in abi.event_names() if counts.get(k))]
+        if lost:
+            parts.append(f"(log dropped {lost}; counts are exact)")
         if counts:
             busiest = max(counts, key=lambda k: counts[k])
             lines = format_log2_hist(hists.get(busiest, []), label=f"{busiest} bytes", width=10)

@@ -13,23 +13,24 @@ from huvm_top.model import NodeInfo
 from huvm_top.rates import Rates
 
 # Which metrics get a column, in order (the full table is on the help screen).
+# Rates a tuner watches first, then the other paths, then the lent/harvested gauges.
 COLUMNS: tuple[str, ...] = (
-    "lent_bytes",
-    "harvested_bytes",
     "faults",
     "evict_to_peer",
     "evict_to_host",
-    "preevict_to_peer",
     "fetch_from_peer",
     "fetch_from_host",
+    "giveback",
+    "preevict_to_peer",
     "remote_map",
     "prefetch_local",
     "prefetch_to_peer",
-    "giveback",
+    "lent_bytes",
+    "harvested_bytes",
 )
 
 
-NAME_WIDTH = 20  # "Tesla V100-SXM2-16GB #0" is long for an 80-column terminal
+NAME_WIDTH = 24  # longer names are cut (the index column identifies the GPU)
 
 
 class GpuTable(DataTable[str]):
