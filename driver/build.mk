@@ -86,8 +86,9 @@ module: $(HUVM_MODULES)/$(UVM_BUILD_TYPE)/.huvm-built
 check-kernel: $(HUVM_MODULES)/release/.huvm-built
 	@UVM_BUILD_TYPE=release DRIVER=$(HUVM_DRIVER) bash $(HUVM_SCRIPTS)/huvm-module.sh --sparse $(HUVM_MODULES)/release
 
-# Part of `make test`: both build types, then sparse.
-module-test: $(HUVM_MODULES)/release/.huvm-built
+# Part of `make test`: both build types, then sparse (release first: debug reuses its conftest results).
+module-test: | deps
+	@$(MAKE) --no-print-directory module UVM_BUILD_TYPE=release
 	@$(MAKE) --no-print-directory module UVM_BUILD_TYPE=debug
 	@$(MAKE) --no-print-directory check-kernel
 	@echo "== module-test: release + debug nvidia-uvm.ko built, sparse clean =="

@@ -117,6 +117,16 @@ void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, u
     HUVM_TRACE(giveback, holder, owner, HUVM_REASON_GIVEBACK, bytes, va);
 }
 
+void huvm_account_release(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes, uint64_t va)
+{
+    (void)va;       /* no event: nothing moved and no counter changes (docs/counters.md) */
+    if (!valid_gpu(core, owner) || !valid_gpu(core, holder) || holder == owner) {
+        HUVM_ASSERT(0);
+        return;
+    }
+    held_sub(core, owner, holder, bytes);
+}
+
 void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint64_t bytes, uint64_t va)
 {
     uint64_t chunks = huvm_chunks_of(bytes);

@@ -147,6 +147,9 @@ void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_
                         uint64_t bytes, uint64_t va);
 /* holder gave back owner's harvested data to host. */
 void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, uint64_t bytes, uint64_t va);
+/* owner freed data that sat on holder (va_block destroyed, range freed): the held/lent/harvested gauges go
+ * down by bytes (saturating, conserved). No data moves, so no counter and no event. */
+void huvm_account_release(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes, uint64_t va);
 /* Prefetch for owner into dst (owner itself = local path; another GPU = peer path). */
 void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint64_t bytes, uint64_t va);
 void huvm_account_faults(huvm_core_t *core, uint32_t gpu, uint32_t faults);

@@ -216,6 +216,7 @@ static huvm_status_t cmd_test_set_node(huvm_core_t *core, HUVM_TEST_SET_NODE_PAR
     huvm_memcpy(core->links, p->links, sizeof(core->links));
     for (i = 0; i < p->gpu_count; i++)
         added |= huvm_policy_ensure_entry(core, p->gpus[i].uuid, p->gpus[i].memory_bytes);
+    added |= huvm_policy_fit_node(core);
     if (added)
         core->policy.generation++;
     huvm_policy_refresh_slots(core);

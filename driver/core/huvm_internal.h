@@ -76,6 +76,9 @@ static inline int huvm_gpu_present(const huvm_core_t *core, uint32_t gpu)
 void huvm_policy_refresh_slots(huvm_core_t *core);
 /* Make sure the UUID has a policy entry (default of the current preset); returns 1 if one was added. */
 int huvm_policy_ensure_entry(huvm_core_t *core, const uint8_t *uuid, uint64_t memory_bytes);
+/* Under a named preset, refit its pre-eviction reserve to the node's GPUs (a smaller GPU appeared);
+ * returns 1 if the policy changed. */
+int huvm_policy_fit_node(huvm_core_t *core);
 /* Checks of one GPU's static facts (field_in_gpu: HUVM_FIELD_GPU_*) and of one link. */
 huvm_status_t huvm_core_check_gpu_info(const huvm_gpu_info_t *info, uint32_t *field_in_gpu);
 huvm_status_t huvm_core_check_link(uint32_t a, uint32_t b, const huvm_link_t *link);

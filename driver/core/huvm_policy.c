@@ -58,9 +58,28 @@ _Static_assert(offsetof(huvm_policy_t, gpu_count) - offsetof(huvm_policy_t, pres
 #define NODE_SETTINGS(p)    ((uint8_t *)(p) + offsetof(huvm_policy_t, preset))
 #define NODE_SETTINGS_C(p)  ((const uint8_t *)(p) + offsetof(huvm_policy_t, preset))
 
-/* Node-wide settings of a preset (docs/policy.md, "Presets"). */
-static void preset_settings(uint32_t preset, huvm_node_settings_t *p)
+/* Smallest memory, in chunks, of the GPUs the node knows (0xffffffff when none is known). */
+static uint32_t smallest_gpu_chunks(const huvm_core_t *core)
 {
+    uint64_t min_chunks = 0xffffffffULL;
+    uint32_t i;
+
+    for (i = 0; core && i < core->gpu_count && i < HUVM_MAX_GPUS; i++) {
+        uint64_t c = core->gpus[i].memory_bytes / HUVM_CHUNK_SIZE;
+
+        if (core->gpus[i].memory_bytes != 0 && c < min_chunks)
+            min_chunks = c;
+    }
+    return (uint32_t)min_chunks;
+}
+
+/* Node-wide settings of a preset (docs/policy.md, "Presets"). A preset's pre-eviction reserve is cut to
+ * the smallest known GPU's memory, the bound validation puts on it, so that every preset is valid on every
+ * node (only GPUs under 128 MiB are affected; the decision keeps at most 1/16 of a GPU anyway). */
+static void preset_settings(uint32_t preset, const huvm_core_t *core, huvm_node_settings_t *p)
+{
+    uint32_t fit;
+
     huvm_memset(p, 0, sizeof(*p));
     p->preset = preset;
     p->nvlink_only = 1;
@@ -102,14 +121,35 @@ static void preset_settings(uint32_t preset, huvm_node_settings_t *p)
         p->hysteresis_ms = 0;
         break;
     }
+    fit = smallest_gpu_chunks(core);
+    if (p->preevict_chunks > fit) {
+        p->preevict_chunks = fit;
+        if (p->preevict_batch > fit)
+            p->preevict_batch = fit ? fit : 1;
+    }
 }
 
-static void preset_node(uint32_t preset, huvm_policy_t *p)
+static void preset_node(uint32_t preset, const huvm_core_t *core, huvm_policy_t *p)
 {
     huvm_node_settings_t n;
 
-    preset_settings(preset, &n);
+    preset_settings(preset, core, &n);
     huvm_memcpy(NODE_SETTINGS(p), &n, sizeof(n));
+}
+
+int huvm_policy_fit_node(huvm_core_t *core)
+{
+    huvm_node_settings_t n;
+    huvm_policy_t *p = &core->policy;
+
+    if (p->preset >= HUVM_PRESET_CUSTOM)
+        return 0;
+    preset_settings(p->preset, core, &n);
+    if (p->preevict_chunks == n.preevict_chunks && p->preevict_batch == n.preevict_batch)
+        return 0;
+    p->preevict_chunks = n.preevict_chunks;
+    p->preevict_batch = n.preevict_batch;
+    return 1;
 }
 
 /* huvm preset's lend reserve: 5% of the GPU's memory, at least min(1 GiB, 1/16 of it) (1 GiB is 1/16 of a
@@ -244,7 +284,7 @@ huvm_status_t huvm_policy_preset(uint32_t preset, const huvm_core_t *core, huvm_
     if (!policy || preset >= HUVM_PRESET_CUSTOM)
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     huvm_memset(policy, 0, sizeof(*policy));
-    preset_node(preset, policy);
+    preset_node(preset, core, policy);
     if (!core)
         return HUVM_NV_OK;
     for (i = 0; i < core->gpu_count && i < HUVM_MAX_GPUS; i++) {
@@ -264,7 +304,7 @@ void huvm_core_init(huvm_core_t *core, uint32_t backend, uint32_t preset)
     core->backend = backend;
     if (preset >= HUVM_PRESET_CUSTOM)
         preset = HUVM_PRESET_HUVM;
-    preset_node(preset, &core->policy);
+    preset_node(preset, NULL, &core->policy);          /* no GPUs yet: fitted as they come */
     core->policy.generation = 1;
     for (i = 0; i < HUVM_MAX_GPUS; i++)
         core->policy_slot[i] = -1;
@@ -317,7 +357,7 @@ huvm_status_t huvm_core_set_gpu(huvm_core_t *core, uint32_t gpu, const huvm_gpu_
     core->gpus[gpu].name[HUVM_NAME_LEN - 1] = '\0';
     if (gpu >= core->gpu_count)
         core->gpu_count = gpu + 1;
-    if (huvm_policy_ensure_entry(core, info->uuid, info->memory_bytes))
+    if (huvm_policy_ensure_entry(core, info->uuid, info->memory_bytes) | huvm_policy_fit_node(core))
         core->policy.generation++;
     huvm_policy_refresh_slots(core);
     return HUVM_NV_OK;
@@ -450,7 +490,7 @@ static int policy_is_preset(const huvm_core_t *core, const huvm_policy_t *p, uin
 
     if (preset >= HUVM_PRESET_CUSTOM)
         return 0;
-    preset_settings(preset, &n);
+    preset_settings(preset, core, &n);
     if (huvm_memcmp(&n, NODE_SETTINGS_C(p), sizeof(n)) != 0)
         return 0;
     for (i = 0; i < p->gpu_count; i++) {

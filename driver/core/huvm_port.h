@@ -109,7 +109,10 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
     return __atomic_compare_exchange_n(p, &old, new_val, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
-/* USDT probes huvm:<name> when sys/sdt.h is available (systemtap-sdt-dev); otherwise nothing. */
+/* USDT probes huvm:<name> when sys/sdt.h is available (systemtap-sdt-dev); otherwise nothing. Every argument
+ * is passed as uint64_t (8-byte operands such as 8@%r12): bcc 0.26 (Debian 12) reads 4-byte register
+ * operands (4@%r12d, 4@%ebp) as 0, so gpu, peer and reason would be lost. Readers still see the values of
+ * the kernel tracepoints (u32 gpu/peer/reason, zero-extended). */
 #if defined(__has_include)
 #if __has_include(<sys/sdt.h>) && !defined(HUVM_NO_USDT)
 #include <sys/sdt.h>
@@ -119,8 +122,8 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
 
 #if defined(HUVM_HAVE_USDT)
 #define HUVM_USDT(name, gpu, peer, reason, bytes, va) \
-    DTRACE_PROBE5(huvm, name, (uint32_t)(gpu), (uint32_t)(peer), (uint32_t)(reason), (uint64_t)(bytes), \
-                  (uint64_t)(va))
+    DTRACE_PROBE5(huvm, name, (uint64_t)(uint32_t)(gpu), (uint64_t)(uint32_t)(peer), \
+                  (uint64_t)(uint32_t)(reason), (uint64_t)(bytes), (uint64_t)(va))
 #else
 #define HUVM_USDT(name, gpu, peer, reason, bytes, va) \
     ((void)(gpu), (void)(peer), (void)(reason), (void)(bytes), (void)(va))

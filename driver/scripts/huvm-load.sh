@@ -116,6 +116,8 @@ verify_plan() {   # verify_plan SRCVERSION PARAMS...
         k=${kv%%=*}; v=${kv#*=}
         [ -r "$UVM/parameters/$k" ] || continue
         got=$(cat "$UVM/parameters/$k")
+        # bool parameters read back as Y/N
+        case "$got:$v" in Y:1|Y:y|Y:Y|N:0|N:n|N:N) continue;; esac
         [ "$got" = "$v" ] || die "parameter $k is $got after load, asked for $v"
     done
     say "verified: $(describe_loaded)"

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# huvm-refresh-patches.sh: regenerate patches/$UPSTREAM_VERSION/*.patch from the edited work tree.
+# huvm-refresh-patches.sh: fold edits made in the work tree ($BUILD/upstream/work) back into the patch
+# series patches/$UPSTREAM_VERSION (a small quilt "refresh" that knows the whole stack).
 #
-# Rule: every upstream file belongs to exactly one patch (the patch whose diff names it). A patch is
-# regenerated as the diff orig -> work of the files it owns; its header (From/Subject/description, up
-# to the "---" line) is kept. Changed files that no patch owns go to PATCH=NAME (created and appended
-# to the series when new, with SUBJECT= as its subject); without PATCH= they are an error.
-# Afterwards orig + the new series must reproduce work exactly (checked), and work's record of applied
-# patches is updated, so `make patch` sees nothing to do.
+#   PATCH=NAME   the patch that gets the edits: one of the series (any position), or a new name, which
+#                is appended to the series (SUBJECT= sets its subject). Without PATCH=, the edits go to
+#                the one patch that already changes every edited file; if that is not unique, it says so.
+#
+# For a patch T in the middle of the series: the later patches are taken back out of a copy of the work
+# tree (patch -R, zero fuzz), T is regenerated as the diff between orig + the patches before T and that
+# copy, and every later patch whose line numbers moved is re-derived. T's header (From/Subject/text up
+# to the "---" line) is kept. At the end orig + the series must reproduce the work tree exactly (checked),
+# and the work tree's record of applied patches is updated, so `make patch` has nothing to do.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,7 +22,7 @@ WORK=${WORK:-$BUILD/upstream/work}
 PATCHDIR=${PATCHDIR:-$ROOT/patches/$VERSION}
 SERIES=$PATCHDIR/series
 STATE=.huvm-patches
-NEW=${PATCH:-}
+TARGET=${PATCH:-}
 
 die() { echo "huvm-refresh-patches: $*" >&2; exit 1; }
 log() { echo "huvm-refresh-patches: $*"; }
@@ -30,97 +34,130 @@ mapfile -t PATCHES < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$SERIES" | awk '
 mapfile -t APPLIED < "$WORK/$STATE/applied"
 [ "${PATCHES[*]}" = "${APPLIED[*]}" ] ||
     die "work tree has [${APPLIED[*]}] applied but the series is [${PATCHES[*]}]; run make patch first"
+for p in "${PATCHES[@]}"; do
+    cmp -s "$PATCHDIR/$p" "$WORK/$STATE/$p" || die "$p changed since it was applied; run make patch first"
+done
 
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-# Files each patch owns, from its "diff --git a/X b/X" lines (else "+++ b/X").
-owned() {
-    local f
-    f=$(sed -n 's|^diff --git a/\(\S*\) b/.*|\1|p' "$1")
-    [ -n "$f" ] || f=$(sed -n 's|^+++ b/\(\S*\).*|\1|p' "$1")
-    echo "$f" | awk NF | sort -u
+apply() {   # apply DIR PATCHFILE [patch options]: zero fuzz, quiet; prints patch's output
+    local d=$1 f=$2; shift 2
+    (cd "$d" && patch -p1 -F0 -N --no-backup-if-mismatch -r - "$@" < "$f")
 }
-declare -A OWNER
-for p in "${PATCHES[@]}"; do
-    while read -r f; do
-        [ -n "$f" ] || continue
-        [ -z "${OWNER[$f]:-}" ] || die "$f is changed by both ${OWNER[$f]} and $p; one file, one patch (merge them)"
-        OWNER[$f]=$p
-    done < <(owned "$PATCHDIR/$p")
-done
+tree_at() {   # tree_at DIR N: orig + the first N patches of the series
+    cp -a "$ORIG" "$1"; chmod -R u+w "$1"; rm -f "$1/.huvm-upstream"
+    local k
+    for ((k = 0; k < $2; k++)); do
+        apply "$1" "$PATCHDIR/${PATCHES[$k]}" -s >/dev/null || die "${PATCHES[$k]} no longer applies to a fresh tree"
+    done
+}
+changed() {   # changed A B: "M path" / "A path" / "D path" for files that differ
+    diff -rq -x "$STATE" -x .huvm-upstream "$1" "$2" 2>/dev/null | sed -n \
+        -e "s|^Files $1/\(.*\) and $2/.* differ$|M \1|p" \
+        -e "s|^Only in $2/\(.*\): \(.*\)$|A \1/\2|p" -e "s|^Only in $2: \(.*\)$|A \1|p" \
+        -e "s|^Only in $1/\(.*\): \(.*\)$|D \1/\2|p" -e "s|^Only in $1: \(.*\)$|D \1|p" | sort -k2 || true
+}
+body() {   # body A B OUT: git-style unified diff of everything that differs
+    local kind f
+    : > "$3"
+    while read -r kind f; do
+        [ -n "${f:-}" ] || continue
+        case $kind in
+        D) die "$f was removed in the work tree: removing upstream files is not supported";;
+        A) [ -d "$2/$f" ] && die "new directory $f: new files belong in driver/, not in patches"
+           { echo "diff --git a/$f b/$f"; echo "new file mode 100644"
+             diff -u -p --label /dev/null --label "b/$f" /dev/null "$2/$f" || true; } >> "$3";;
+        M) { echo "diff --git a/$f b/$f"
+             diff -u -p --label "a/$f" --label "b/$f" "$1/$f" "$2/$f" || true; } >> "$3";;
+        esac
+    done < <(changed "$1" "$2")
+}
+write_patch() {   # write_patch NAME BODY: keep NAME's header, replace stat + diff
+    local header
+    header=$(awk '{print} /^---$/ {exit}' "$PATCHDIR/$1")
+    grep -qx -- '---' <<<"$header" || header=$(printf '%s\n---' "$header")
+    { printf '%s\n' "$header"; git apply --stat --summary < "$2"; echo; cat "$2"
+      printf -- '-- \n%s\n\n' "$(git --version | awk '{print $3}')"; } > "$TMP/new.patch"
+    if cmp -s "$TMP/new.patch" "$PATCHDIR/$1"; then log "$1 unchanged"
+    else cp "$TMP/new.patch" "$PATCHDIR/$1"; log "$1 refreshed"; fi
+}
+touches() {   # files a patch changes
+    sed -n 's|^diff --git a/\(\S*\) b/.*|\1|p; s|^+++ b/\(\S*\).*|\1|p' "$1" | sort -u
+}
 
-# Changed files, relative paths: differing, new in work, gone from work.
-changed=$(diff -rq -x "$STATE" -x .huvm-upstream "$ORIG" "$WORK" 2>/dev/null | sed -n \
-    -e "s|^Files $ORIG/\(\S*\) and $WORK/.* differ$|M \1|p" \
-    -e "s|^Only in $WORK/\?\(.*\): \(.*\)$|A \1/\2|p" \
-    -e "s|^Only in $WORK: \(.*\)$|A \1|p" \
-    -e "s|^Only in $ORIG/\?\(.*\): \(.*\)$|D \1/\2|p" \
-    -e "s|^Only in $ORIG: \(.*\)$|D \1|p" | sed 's|^\([AMD]\) /|\1 |' || true)
-grep -q '^D ' <<<"$changed" && die "files removed from the work tree are not supported: $(grep '^D ' <<<"$changed" | cut -c3- | paste -sd' ' -)"
-while read -r kind f; do
-    [ -n "${f:-}" ] || continue
-    [ "$kind" = A ] && [ -d "$WORK/$f" ] && die "new directory $f in the work tree: new files belong in driver/, not in patches"
-    if [ -z "${OWNER[$f]:-}" ]; then
-        [ -n "$NEW" ] || die "$f is changed but no patch owns it: run make refresh-patches PATCH=NNNN-name.patch [SUBJECT='...']"
-        OWNER[$f]=$NEW
+# --- what changed, and which patch gets it -------------------------------------------------------
+n=${#PATCHES[@]}
+tree_at "$TMP/series" "$n"
+edits=$(changed "$TMP/series" "$WORK")
+if [ -z "$edits" ]; then log "the work tree matches the series ($n patches): nothing to refresh"; exit 0; fi
+files=$(awk '{print $2}' <<<"$edits")
+log "edited: $(echo $files)"
+
+if [ -z "$TARGET" ]; then
+    declare -A cand=()
+    unowned=()
+    keys=
+    for f in $files; do
+        hit=0
+        for p in "${PATCHES[@]}"; do
+            if touches "$PATCHDIR/$p" | grep -qx -- "$f"; then cand[$p]=1; hit=1; fi
+        done
+        [ $hit = 1 ] || unowned+=("$f")
+    done
+    if [ ${#unowned[@]} = 0 ] && [ ${#cand[@]} = 1 ]; then
+        TARGET=${!cand[*]}
+    else
+        keys=$(printf '%s\n' "${!cand[@]}" | sort | paste -sd' ' -)
+        die "say which patch gets the edits: make refresh-patches PATCH=NAME (patches changing these files: ${keys:-none}${unowned[*]:+; in no patch yet: ${unowned[*]}}; a new NAME is appended to the series)"
     fi
-done <<<"$changed"
-
-if [ -n "$NEW" ] && [[ ! " ${PATCHES[*]} " == *" $NEW "* ]]; then
-    subject=${SUBJECT:-${NEW%.patch}}
-    author="$(git -C "$ROOT" config user.name 2>/dev/null || echo huvm) <$(git -C "$ROOT" config user.email 2>/dev/null || echo huvm@localhost)>"
-    printf 'From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: %s\nDate: %s\nSubject: [PATCH] %s\n\n%s\n---\n' \
-        "$author" "$(date -R)" "$subject" "TODO: say what this patch changes and why." > "$PATCHDIR/$NEW"
-    echo "$NEW" >> "$SERIES"
-    PATCHES+=("$NEW")
-    log "new patch $NEW added to the series"
 fi
 
-gitver=$(git --version | awk '{print $3}')
-for p in "${PATCHES[@]}"; do
-    files=()
-    for f in "${!OWNER[@]}"; do [ "${OWNER[$f]}" = "$p" ] && files+=("$f"); done
-    mapfile -t files < <(printf '%s\n' "${files[@]}" | awk NF | sort)
-    body=$TMP/body
-    : > "$body"
-    for f in "${files[@]}"; do
-        if [ -f "$ORIG/$f" ]; then
-            cmp -s "$ORIG/$f" "$WORK/$f" && continue
-            echo "diff --git a/$f b/$f" >> "$body"
-            diff -u --label "a/$f" --label "b/$f" "$ORIG/$f" "$WORK/$f" >> "$body" || true
-        else
-            echo "diff --git a/$f b/$f" >> "$body"
-            echo "new file mode 100644" >> "$body"
-            diff -u --label /dev/null --label "b/$f" /dev/null "$WORK/$f" >> "$body" || true
-        fi
-    done
-    [ -s "$body" ] || die "$p would be empty (its files match upstream again): remove it from $SERIES"
-    header=$(awk '{print} /^---$/ {exit}' "$PATCHDIR/$p")
-    grep -qx -- '---' <<<"$header" || header=$(printf '%s\n---' "$header")
-    {
-        printf '%s\n' "$header"
-        git apply --stat --summary < "$body"
-        echo
-        cat "$body"
-        printf -- '-- \n%s\n\n' "$gitver"
-    } > "$TMP/new"
-    if cmp -s "$TMP/new" "$PATCHDIR/$p"; then
-        log "$p unchanged"
-    else
-        cp "$TMP/new" "$PATCHDIR/$p"
-        log "$p refreshed (${#files[@]} file(s))"
-    fi
-done
+idx=-1
+for ((k = 0; k < n; k++)); do [ "${PATCHES[$k]}" = "$TARGET" ] && idx=$k; done
 
-# Check: orig + series reproduces work exactly, with zero fuzz.
-cp -a "$ORIG" "$TMP/check"; chmod -R u+w "$TMP/check"; rm -f "$TMP/check/.huvm-upstream"
-for p in "${PATCHES[@]}"; do
-    (cd "$TMP/check" && patch -p1 -F0 -N -s --no-backup-if-mismatch -r - < "$PATCHDIR/$p") >/dev/null ||
-        die "internal error: refreshed $p does not apply to a fresh tree"
-done
-diff -rq -x "$STATE" "$TMP/check" "$WORK" >/dev/null || die "internal error: orig + series does not reproduce $WORK"
+if [ $idx = -1 ]; then
+    # A new patch on top of the series.
+    case $TARGET in */*|"") die "PATCH=$TARGET: give a file name, e.g. 0007-uvm-something.patch";; esac
+    subject=${SUBJECT:-${TARGET%.patch}}
+    author="$(git -C "$ROOT" config user.name 2>/dev/null || echo huvm) <$(git -C "$ROOT" config user.email 2>/dev/null || echo huvm@localhost)>"
+    printf 'From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: %s\nDate: %s\nSubject: [PATCH] %s\n\n%s\n---\n' \
+        "$author" "$(date -R)" "$subject" "TODO: say what this patch changes and why." > "$PATCHDIR/$TARGET"
+    body "$TMP/series" "$WORK" "$TMP/body"
+    write_patch "$TARGET" "$TMP/body"
+    echo "$TARGET" >> "$SERIES"
+    PATCHES+=("$TARGET")
+    log "new patch $TARGET appended to $SERIES: write its description"
+else
+    # Take the later patches back out of a copy of the work tree.
+    cp -a "$WORK" "$TMP/top"; rm -rf "$TMP/top/$STATE"
+    for ((k = n - 1; k > idx; k--)); do
+        apply "$TMP/top" "$PATCHDIR/${PATCHES[$k]}" -R -s >/dev/null 2>&1 ||
+            die "cannot take ${PATCHES[$k]} back out of the edited tree with zero fuzz (the edits touch its lines): put them into PATCH=${PATCHES[$k]} or a later patch"
+    done
+    tree_at "$TMP/base" "$idx"
+    body "$TMP/base" "$TMP/top" "$TMP/body"
+    [ -s "$TMP/body" ] || die "$TARGET would be empty (its changes are all undone): remove it from $SERIES instead"
+    write_patch "$TARGET" "$TMP/body"
+    # Re-derive the later patches whose hunks moved (exact ones are kept byte for byte).
+    rm -rf "$TMP/base"; cp -a "$TMP/top" "$TMP/base"
+    for ((k = idx + 1; k < n; k++)); do
+        p=${PATCHES[$k]}
+        cp -a "$TMP/base" "$TMP/next"
+        out=$(apply "$TMP/next" "$PATCHDIR/$p" 2>&1) || die "internal error: $p does not apply after $TARGET: $out"
+        if grep -q 'offset' <<<"$out"; then
+            body "$TMP/base" "$TMP/next" "$TMP/body"
+            write_patch "$p" "$TMP/body"
+        fi
+        rm -rf "$TMP/base"; mv "$TMP/next" "$TMP/base"
+    done
+fi
+
+# --- check: orig + series reproduces the work tree exactly, zero fuzz ---------------------------
+rm -rf "$TMP/check"
+tree_at "$TMP/check" "${#PATCHES[@]}"
+[ -z "$(changed "$TMP/check" "$WORK")" ] || die "internal error: orig + series does not reproduce $WORK: $(changed "$TMP/check" "$WORK" | paste -sd' ' -)"
 rm -rf "$WORK/$STATE.new"; mkdir -p "$WORK/$STATE.new"
 for p in "${PATCHES[@]}"; do cp "$PATCHDIR/$p" "$WORK/$STATE.new/$p"; echo "$p" >> "$WORK/$STATE.new/applied"; done
-rm -rf "$WORK/$STATE"; mv "$WORK/$STATE.new" "$WORK/$STATE"
-log "series of ${#PATCHES[@]} patch(es) in $PATCHDIR matches $WORK"
+rm -rf "${WORK:?}/$STATE"; mv "$WORK/$STATE.new" "$WORK/$STATE"
+log "series of ${#PATCHES[@]} patch(es) in $PATCHDIR reproduces $WORK"

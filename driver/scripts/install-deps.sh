@@ -3,7 +3,7 @@
 # Does nothing when they are all present; needs root otherwise.
 set -euo pipefail
 pkgs=(build-essential linux-headers-amd64 python3-venv python3-dev python3-bpfcc bpfcc-tools
-      sparse systemtap-sdt-dev qemu-system-x86 busybox-static kmod cpio dkms)
+      sparse systemtap-sdt-dev qemu-system-x86 busybox-static kmod cpio dkms patch xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

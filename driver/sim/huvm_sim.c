@@ -866,10 +866,12 @@ static void release_chunk(huvm_sim_t *sim, uint32_t ci)
         } else if (c->holder == o) {
             list_remove(sim->chunks, &sim->gpus[o].own, ci);
         } else {
-            /* Harvested data freed by its owner: the peer's chunk is simply released (no copy). */
+            /* Harvested data freed by its owner: the peer's chunk is simply released (no copy); the core's
+             * held/lent/harvested gauges go down with it. */
             list_remove(sim->chunks, &sim->gpus[c->holder].guest[o], ci);
             sim->gpus[c->holder].guest_chunks--;
             sim->gpus[o].peer_chunks--;
+            huvm_account_release(&sim->core, o, c->holder, SIM_CHUNK, chunk_va(sim, ci));
         }
     } else if (c->loc == HUVM_SIM_LOC_HOST) {
         sim->host_chunks--;

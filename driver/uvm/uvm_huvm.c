@@ -821,6 +821,8 @@ to_host:
         // Give-back: the lender's memory goes back, the owner's data to host.
         if (!uvm_processor_mask_test(&va_block->resident, gpu->id))
             uvm_processor_mask_clear(&va_block->harvested_on, gpu->id);
+        if (uvm_processor_mask_empty(&va_block->harvested_on))
+            va_block->huvm_remote_mapped = false;
 
         if (owner != HUVM_SLOT_NONE && guest_owner < HUVM_MAX_GPUS && guest_owner != owner) {
             huvm_account_giveback(&g_uvm_huvm.core, owner, guest_owner, UVM_CHUNK_SIZE_MAX, va_block->start);
@@ -854,6 +856,8 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
     bool harvested;
 
     uvm_processor_mask_clear(&va_block->harvested_on, peer_id);
+    if (uvm_processor_mask_empty(&va_block->harvested_on))
+        va_block->huvm_remote_mapped = false;
 
     if (!peer_state || !peer_state->chunks || uvm_va_block_size(va_block) != UVM_CHUNK_SIZE_MAX)
         return;
@@ -910,6 +914,40 @@ void uvm_huvm_make_resident_finish(uvm_va_block_t *va_block, uvm_va_block_contex
         if (!uvm_processor_mask_test(&va_block->resident, id))
             release_peer_chunk(va_block, id, block_context->make_resident.dest_id);
     }
+}
+
+// LOCKING: the block lock and the VA space lock (read) are held; takes g_uvm_huvm.lock for read.
+bool uvm_huvm_fetch_remote(uvm_va_block_t *va_block, uvm_processor_id_t processor_id, uvm_processor_id_t resident_id)
+{
+    uvm_va_space_t *va_space;
+    NvU32 owner, holder;
+    bool remote = false;
+
+    uvm_assert_mutex_locked(&va_block->lock);
+
+    if (!huvm_enabled() || !UVM_ID_IS_GPU(processor_id) || !UVM_ID_IS_GPU(resident_id) ||
+        uvm_id_equal(processor_id, resident_id) || !uvm_processor_mask_test(&va_block->harvested_on, resident_id))
+        return false;
+
+    // A remote mapping needs direct access from the faulting GPU to the peer's memory.
+    va_space = uvm_va_block_get_va_space(va_block);
+    if (!uvm_processor_mask_test(&va_space->accessible_from[uvm_id_value(resident_id)], processor_id))
+        return false;
+
+    read_lock(&g_uvm_huvm.lock);
+    owner = slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, processor_id));
+    holder = slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, resident_id));
+    if (owner != HUVM_SLOT_NONE && holder != HUVM_SLOT_NONE && owner != holder)
+        remote = huvm_decide_fetch(&g_uvm_huvm.core, owner, holder) == HUVM_FETCH_REMOTE_MAP;
+    read_unlock(&g_uvm_huvm.lock);
+
+    // Counted once per harvested block (residency is chosen page by page).
+    if (remote && !va_block->huvm_remote_mapped) {
+        va_block->huvm_remote_mapped = true;
+        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, 1, UVM_CHUNK_SIZE_MAX, va_block->start);
+    }
+
+    return remote;
 }
 
 /* ---- Prefetch ---- */

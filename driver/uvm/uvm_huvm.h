@@ -85,6 +85,12 @@ void uvm_huvm_kick_preevict(uvm_gpu_t *gpu);
 // LOCKING: the block lock is held.
 bool uvm_huvm_prefetch_whole_block(uvm_va_block_t *va_block, uvm_processor_id_t new_residency);
 
+// Residency choice for a fault of processor_id on a page whose closest copy is on resident_id: true if
+// the page is harvested there and the core says to map it remotely (HUVM_FETCH_REMOTE_MAP) instead of
+// fetching it back.
+// LOCKING: the block lock and the VA space lock (read) are held (uvm_va_block_select_residency()).
+bool uvm_huvm_fetch_remote(uvm_va_block_t *va_block, uvm_processor_id_t processor_id, uvm_processor_id_t resident_id);
+
 // A replayable fault batch of gpu was serviced: fault accounting, and a multi-path prefetch request
 // beyond the batch's last fault (va_space, address), served later by huvm's prefetch worker.
 // LOCKING: called from the fault bottom half with no locks held, while va_space is still valid.

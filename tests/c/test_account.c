@@ -129,6 +129,69 @@ TEST(account_fetch_giveback_conservation)
     CHECK(conserved(&core));
 }
 
+TEST(account_release_gauges_only)
+{
+    static huvm_core_t before;
+    uint64_t asserts;
+    uint32_t g, h;
+
+    fx_node(&core, 4, 16 * GIB, HUVM_PRESET_HUVM);
+    huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, 3 * CHUNK, 0);
+    huvm_account_prefetch(&core, 0, 2, 2 * CHUNK, 0);
+    huvm_account_evict(&core, 3, 1, HUVM_REASON_PEER, 0, CHUNK, 0);
+    huvm_test_trace_reset();
+    memcpy(&before, &core, sizeof(core));
+
+    /* GPU 0 frees one chunk that sits on GPU 1: only held/lent/harvested go down */
+    huvm_account_release(&core, 0, 1, CHUNK, 0x400000);
+    CHECK_EQ(core.pairs[0][1].held_bytes, 2 * CHUNK);
+    CHECK_EQ(core.counters[1].lent_bytes, 3 * CHUNK);             /* 2 of GPU 0 + 1 of GPU 3 */
+    CHECK_EQ(core.counters[0].harvested_bytes, 4 * CHUNK);        /* 2 on GPU 1 + 2 on GPU 2 */
+    CHECK_EQ(core.counters[1].lent_peak_bytes, 4 * CHUNK);        /* the peak is history */
+    CHECK(conserved(&core));
+    CHECK_EQ(huvm_test_event_count, 0);                           /* nothing moved: no event */
+    /* every counter (not the gauges) is unchanged */
+    for (g = 0; g < HUVM_MAX_GPUS; g++) {
+        huvm_gpu_counters_t a = core.counters[g], b = before.counters[g];
+
+        a.lent_bytes = b.lent_bytes = 0;
+        a.harvested_bytes = b.harvested_bytes = 0;
+        CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+        for (h = 0; h < HUVM_MAX_GPUS; h++) {
+            huvm_pair_counters_t pa = core.pairs[g][h], pb = before.pairs[g][h];
+
+            pa.held_bytes = pb.held_bytes = 0;
+            CHECK(memcmp(&pa, &pb, sizeof(pa)) == 0);
+        }
+    }
+    /* prefetched data released too; then more than is held saturates at zero, still conserved, and leaves
+     * the other owner's data on the same holder alone */
+    huvm_account_release(&core, 0, 2, 2 * CHUNK, 0);
+    CHECK_EQ(core.counters[2].lent_bytes, 0);
+    huvm_account_release(&core, 0, 1, 100 * CHUNK, 0);
+    CHECK_EQ(core.pairs[0][1].held_bytes, 0);
+    CHECK_EQ(core.counters[0].harvested_bytes, 0);
+    CHECK_EQ(core.counters[1].lent_bytes, CHUNK);                 /* GPU 3's chunk */
+    CHECK_EQ(core.pairs[3][1].held_bytes, CHUNK);
+    CHECK(conserved(&core));
+    /* after a release, a later fetch or give-back of the same pair cannot take more than is held */
+    huvm_account_fetch(&core, 0, 1, 0, CHUNK, 0);
+    CHECK_EQ(core.counters[1].lent_bytes, CHUNK);
+    CHECK(conserved(&core));
+
+    /* bad input: ignored with an assertion, state unchanged */
+    huvm_test_trace_reset();
+    memcpy(&before, &core, sizeof(core));
+    asserts = huvm_port_assert_failures;
+    huvm_account_release(&core, 1, 1, CHUNK, 0);                  /* holder is the owner */
+    huvm_account_release(&core, 9, 1, CHUNK, 0);                  /* no such owner */
+    huvm_account_release(&core, 0, HUVM_DEST_HOST, CHUNK, 0);     /* host is not a holder */
+    huvm_account_release(NULL, 0, 1, CHUNK, 0);
+    CHECK(memcmp(&before, &core, sizeof(core)) == 0);
+    CHECK_EQ(huvm_port_assert_failures - asserts, 4);
+    CHECK_EQ(huvm_test_event_count, 0);
+}
+
 TEST(account_prefetch_faults_policy)
 {
     const huvm_test_event_t *e;

@@ -102,6 +102,56 @@ TEST(policy_presets_values)
     CHECK_EQ(huvm_policy_gpu(&core, 0)->lend_reserve_bytes, 4 * GIB);
 }
 
+TEST(policy_preset_preevict_fits_small_gpus)
+{
+    huvm_gpu_info_t info;
+    huvm_policy_t p;
+    uint64_t gen;
+    uint32_t i;
+
+    /* 64 MiB GPUs (32 chunks): the presets' reserves (64, 50) are cut to what validation allows */
+    for (i = HUVM_PRESET_ATC22; i <= HUVM_PRESET_HUVM; i++) {
+        fx_node(&core, 2, 32 * CHUNK, i);
+        CHECK_EQ(core.policy.preset, i);
+        CHECK_EQ(core.policy.preevict_chunks, 32);
+        CHECK_EQ(core.policy.preevict_batch, 32);
+        CHECK_EQ(huvm_policy_preset(i, &core, &p), HUVM_NV_OK);
+        CHECK_EQ(p.preevict_chunks, 32);
+        CHECK_EQ(huvm_policy_validate(&core, &p, NULL), HUVM_NV_OK);
+        /* a GET -> SET round trip of the current policy is accepted and keeps the preset's name */
+        p = core.policy;
+        p.generation = 0;
+        CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+        CHECK_EQ(core.policy.preset, i);
+    }
+    /* a smaller GPU joining a named preset refits it (and bumps the generation); big ones are untouched */
+    fx_node(&core, 2, 16 * GIB, HUVM_PRESET_HUVM);
+    CHECK_EQ(core.policy.preevict_chunks, 64);
+    gen = core.policy.generation;
+    memset(&info, 0, sizeof(info));
+    fx_uuid(info.uuid, 7);
+    info.memory_bytes = 20 * CHUNK;
+    info.flags = HUVM_GPU_FLAG_PRESENT;
+    CHECK_EQ(huvm_core_set_gpu(&core, 2, &info), HUVM_NV_OK);
+    CHECK_EQ(core.policy.preevict_chunks, 20);
+    CHECK_EQ(core.policy.preevict_batch, 20);
+    CHECK_EQ(core.policy.preset, HUVM_PRESET_HUVM);
+    CHECK(core.policy.generation > gen);
+    p = core.policy;
+    p.generation = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    /* under a custom policy the user's value stays (and validation guards it) */
+    p = core.policy;
+    p.generation = 0;
+    p.preevict_chunks = 10;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(core.policy.preset, HUVM_PRESET_CUSTOM);
+    fx_uuid(info.uuid, 8);
+    info.memory_bytes = 4 * CHUNK;
+    CHECK_EQ(huvm_core_set_gpu(&core, 3, &info), HUVM_NV_OK);
+    CHECK_EQ(core.policy.preevict_chunks, 10);
+}
+
 TEST(policy_init_defaults)
 {
     huvm_core_init(&core, HUVM_BACKEND_KERNEL, 77);     /* unknown preset: ours */

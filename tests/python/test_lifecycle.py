@@ -25,11 +25,14 @@ VERSION = "535.261.03"
 KREL = platform.release()
 
 
-def run(script: str, *args: str, env: dict[str, str] | None = None, user: int | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    script: str, *args: str, env: dict[str, str] | None = None, user: int | None = None
+) -> subprocess.CompletedProcess[str]:
     cmd = ["bash", str(SCRIPTS / script), *args]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
-    full_env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "MODULE_PARAMS", "UPSTREAM_DIR", "UPSTREAM_TARBALL")}
+    drop = ("DRY_RUN", "MODULE_PARAMS", "UPSTREAM_DIR", "UPSTREAM_TARBALL", "FORCE", "PATCH")
+    full_env = {k: v for k, v in os.environ.items() if k not in drop}
     full_env.update(env or {})
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=120, check=False)
 
@@ -38,7 +41,8 @@ def run(script: str, *args: str, env: dict[str, str] | None = None, user: int | 
 
 def make_ko(path: Path, **fields: str) -> Path:
     """An ELF object whose .modinfo section holds fields (modinfo reads it like a real module)."""
-    require_or_skip(shutil.which("gcc") is not None and shutil.which("modinfo") is not None, "needs gcc and modinfo (kmod)")
+    have = shutil.which("gcc") is not None and shutil.which("modinfo") is not None
+    require_or_skip(have, "needs gcc and modinfo (kmod)")
     src = path.with_suffix(".c")
     lines = [
         f'__attribute__((section(".modinfo"), used, aligned(1))) static const char f{i}[] = "{k}={v}";'
@@ -250,6 +254,67 @@ def test_refuses_non_root_without_dry_run(host: FakeHost, modules: dict[str, Pat
     refused(r, "must run as root", "DRY_RUN=1")
 
 
+# ---- huvm-load.sh: the real (non-dry) path, with fake rmmod/insmod/modprobe acting on the fake sysfs ----
+
+FAKE_TOOLS = {
+    "insmod": """#!/bin/bash
+ko=$1; shift
+if [ -n "${FAKE_INSMOD_FAIL:-}" ]; then
+    echo "insmod: ERROR: could not insert module $ko: Invalid parameters" >&2; exit 1
+fi
+d=$SYSFS_ROOT/module/nvidia_uvm; mkdir -p "$d/parameters"
+modinfo -F srcversion "$ko" > "$d/srcversion"; modinfo -F version "$ko" > "$d/version"; echo 0 > "$d/refcnt"
+for kv in "$@"; do v=${kv#*=}; case $v in 1) v=${FAKE_BOOL:-1};; esac; echo "$v" > "$d/parameters/${kv%%=*}"; done
+""",
+    "modprobe": """#!/bin/bash
+d=$SYSFS_ROOT/module/nvidia_uvm; mkdir -p "$d/parameters"
+modinfo -F srcversion "$1" > "$d/srcversion"; modinfo -F version "$1" > "$d/version"; echo 0 > "$d/refcnt"
+""",
+    "rmmod": """#!/bin/bash
+rm -rf "$SYSFS_ROOT/module/$1"
+""",
+}
+
+
+@pytest.fixture
+def real(host: FakeHost, modules: dict[str, Path], tmp_path: Path) -> LoadRun:
+    require_or_skip(os.geteuid() == 0, "the non-dry-run path needs root")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in FAKE_TOOLS.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+
+    def _run(action: str = "load", **env: str) -> subprocess.CompletedProcess[str]:
+        e = host.env(modules["stock"], PATH=f"{bin_dir}:{os.environ['PATH']}")
+        e.update(env)
+        return run("huvm-load.sh", action, str(modules["huvm"]), env=e)
+    return _run
+
+
+def test_real_load_and_unload_verify_sysfs(host: FakeHost, real: LoadRun) -> None:
+    host.nvidia().uvm()
+    r = real(MODULE_PARAMS="uvm_perf_prefetch_threshold=7 uvm_huvm_enable=1", FAKE_BOOL="Y")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "+ rmmod nvidia_uvm" in r.stdout and "+ insmod" in r.stdout
+    assert "verified: nvidia_uvm loaded: this huvm build" in r.stdout
+    uvm = host.sys / "module" / "nvidia_uvm"
+    assert (uvm / "srcversion").read_text().strip() == HUVM_SRC
+    assert (uvm / "parameters" / "uvm_perf_prefetch_threshold").read_text().strip() == "7"
+    r = real("unload")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "+ modprobe" in r.stdout and "verified: nvidia_uvm loaded: stock" in r.stdout
+    assert (uvm / "srcversion").read_text().strip() == STOCK_SRC
+
+
+def test_real_load_failure_restores_stock(host: FakeHost, real: LoadRun) -> None:
+    host.nvidia().uvm()
+    r = real(FAKE_INSMOD_FAIL="1")
+    assert r.returncode == 1
+    assert "insmod" in r.stderr and "restoring the stock module" in r.stdout
+    assert (host.sys / "module" / "nvidia_uvm" / "srcversion").read_text().strip() == STOCK_SRC
+
+
 # ---- huvm-source.sh -----------------------------------------------------------------------------
 
 def fake_upstream(base: Path, version: str) -> Path:
@@ -274,7 +339,8 @@ def tarball(tree: Path, out: Path) -> Path:
 def test_source_refuses_bad_tarball(tmp_path: Path, version: str, words: list[str]) -> None:
     tb = tarball(fake_upstream(tmp_path / "src", version), tmp_path / "upstream.tar.xz")
     dest = tmp_path / "build" / "upstream" / "orig"
-    r = run("huvm-source.sh", env={"UPSTREAM_TARBALL": str(tb), "DEST": str(dest), "BUILD": str(tmp_path / "build")})
+    env = {"UPSTREAM_TARBALL": str(tb), "DEST": str(dest), "BUILD": str(tmp_path / "build")}
+    r = run("huvm-source.sh", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     err = r.stderr.strip()
     assert "\n" not in err and err.startswith("huvm-source:"), err
@@ -318,7 +384,7 @@ diff --git a/a.txt b/a.txt
 -two
 +TWO
  three
--- 
+--\x20
 2.39.5
 
 """
@@ -359,16 +425,20 @@ def test_patch_refuses_fuzz(ptree: dict[str, str]) -> None:
 def test_refresh_round_trip(ptree: dict[str, str]) -> None:
     assert run("huvm-patch.sh", env=ptree).returncode == 0
     work, pd = Path(ptree["WORK"]), Path(ptree["PATCHDIR"])
+    # an edit in a file only 0001 changes goes to 0001 by itself
     (work / "a.txt").write_text("one\nTWO!\nthree\n")
-    (work / "b.txt").write_text("alpha\nBETA\ngamma\n")
     r = run("huvm-refresh-patches.sh", env=ptree)
-    assert r.returncode == 1 and "b.txt is changed but no patch owns it" in r.stderr
-    r = run("huvm-refresh-patches.sh", env={**ptree, "PATCH": "0002-beta.patch", "SUBJECT": "test: beta"})
     assert r.returncode == 0, r.stderr
     p1 = (pd / "0001-two.patch").read_text()
-    assert "Keep this description." in p1 and "+TWO!" in p1 and "b.txt" not in p1
+    assert "Keep this description." in p1 and "+TWO!" in p1
+    # a file no patch changes needs PATCH=; a new name is appended to the series
+    (work / "b.txt").write_text("alpha\nBETA\ngamma\n")
+    r = run("huvm-refresh-patches.sh", env=ptree)
+    assert r.returncode == 1 and "in no patch yet: b.txt" in r.stderr and "PATCH=" in r.stderr
+    r = run("huvm-refresh-patches.sh", env={**ptree, "PATCH": "0002-beta.patch", "SUBJECT": "test: beta"})
+    assert r.returncode == 0, r.stderr
     p2 = (pd / "0002-beta.patch").read_text()
-    assert "Subject: [PATCH] test: beta" in p2 and "+BETA" in p2
+    assert "Subject: [PATCH] test: beta" in p2 and "+BETA" in p2 and "a.txt" not in p2
     assert (pd / "series").read_text().splitlines()[-1] == "0002-beta.patch"
     # the work tree now matches the series: make patch has nothing to do, and a fresh tree equals it
     r = run("huvm-patch.sh", env=ptree)
@@ -377,6 +447,50 @@ def test_refresh_round_trip(ptree: dict[str, str]) -> None:
     assert run("huvm-patch.sh", env=fresh).returncode == 0
     for f in ("a.txt", "b.txt"):
         assert Path(fresh["WORK"], f).read_text() == (work / f).read_text()
+
+
+PATCH_0002_SAME_FILE = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: huvm <huvm@localhost>
+Subject: [PATCH] test: change line five
+
+---
+diff --git a/c.txt b/c.txt
+--- a/c.txt
++++ b/c.txt
+@@ -3,5 +3,5 @@
+ 3
+ 4
+-5
++FIVE
+ 6
+ 7
+"""
+
+
+def test_refresh_middle_of_stack(ptree: dict[str, str]) -> None:
+    """Two patches change one file; an edit for the first one re-derives the second (its lines moved)."""
+    orig, pd, work = Path(ptree["ORIG"]), Path(ptree["PATCHDIR"]), Path(ptree["WORK"])
+    (orig / "c.txt").write_text("".join(f"{i}\n" for i in range(1, 9)))
+    (pd / "0001-two.patch").write_text(PATCH_0001.replace("a.txt", "c.txt").replace(
+        "@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three", "@@ -1,3 +1,3 @@\n 1\n-2\n+TWO\n 3"))
+    (pd / "0002-five.patch").write_text(PATCH_0002_SAME_FILE)
+    (pd / "series").write_text("0001-two.patch\n0002-five.patch\n")
+    r = run("huvm-patch.sh", env=ptree)
+    assert r.returncode == 0, r.stderr
+    assert (work / "c.txt").read_text() == "1\nTWO\n3\n4\nFIVE\n6\n7\n8\n"
+    (work / "c.txt").write_text("1\nTWO\nTWO-AND-A-HALF\n3\n4\nFIVE\n6\n7\n8\n")
+    r = run("huvm-refresh-patches.sh", env=ptree)
+    assert r.returncode == 1 and "0001-two.patch 0002-five.patch" in r.stderr
+    r = run("huvm-refresh-patches.sh", env={**ptree, "PATCH": "0001-two.patch"})
+    assert r.returncode == 0, r.stderr
+    p1, p2 = (pd / "0001-two.patch").read_text(), (pd / "0002-five.patch").read_text()
+    assert "+TWO-AND-A-HALF" in p1 and "Keep this description." in p1
+    assert "FIVE" not in p1 and "+TWO-AND-A-HALF" not in p2
+    assert "@@ -3,7 +3,7 @@" in p2, p2  # re-derived against the new 0001 (was -3,5)
+    fresh = {**ptree, "WORK": ptree["WORK"] + "2"}
+    r = run("huvm-patch.sh", env=fresh)
+    assert r.returncode == 0, r.stderr
+    assert Path(fresh["WORK"], "c.txt").read_text() == (work / "c.txt").read_text()
 
 
 def test_changed_series_keeps_unsaved_edits(ptree: dict[str, str]) -> None:

@@ -60,7 +60,7 @@ def test_huvm_preset_values() -> None:
     with SimNode(node, "huvm") as sim:
         pol = sim.get_policy()
         assert (pol.preevict_chunks, pol.preevict_batch, pol.hysteresis_ms, pol.peer_usage_max_pct) == (64, 64, 10, 90)
-        mem = node.gpus[0].memory_bytes
+        mem = node.gpus[0].memory_bytes - node.gpus[0].reserved_bytes  # what UVM can use: the core's memory
         assert pol.gpus[0].lend_reserve_bytes == max(mem // 20, min(GIB, mem // 16))
     small = node.with_gpu_memory(3 * GIB, 0)
     with SimNode(small, "huvm") as sim:

@@ -9,7 +9,7 @@ import pytest
 from huvm_top import abi
 from huvm_top.app import HuvmTop
 from huvm_top.metrics import gpu_metrics, pair_metrics, reason_key, va_space_metrics
-from huvm_top.model import Snapshot, TraceEvent
+from huvm_top.model import Snapshot, SourceError, TraceEvent
 from huvm_top.screens.help_screen import HelpScreen
 from huvm_top.screens.policy_editor import PolicyEditor
 from huvm_top.sources.fake import FakeEvents, FakeSource
@@ -228,6 +228,21 @@ async def test_event_log_counts_and_histogram() -> None:
         assert "2097152 -> 4194303" in summary
         await pilot.press("c")
         assert app.event_log.lines == 0
+
+
+class RootlessEvents(FakeEvents):
+    def start(self) -> None:
+        raise SourceError("tracing needs root (bcc attaches BPF programs)")
+
+
+async def test_tracing_that_cannot_start_leaves_the_rest_running() -> None:
+    app = HuvmTop(FakeSource(), RootlessEvents(), interval=0.05)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: "tracing off" in str(app.event_log.border_subtitle))
+        assert "needs root" in str(app.event_log.border_subtitle)
+        n = app.refreshes
+        await until(pilot, lambda: app.refreshes > n + 1)
+        assert app.return_code is None
 
 
 async def test_help_lists_the_metric_table() -> None:

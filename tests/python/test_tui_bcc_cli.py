@@ -72,7 +72,7 @@ def test_bcc_counts_usdt_events_of_the_core() -> None:
             events += src.poll(100)
             if len(events) >= 7:
                 break
-        assert [e.name for e in events] == ["evict"] * 7
+        assert [e.name for e in events] == ["evict"] * 7, (src.counts(), src.lost(), src.description)
         assert all(e.gpu == 0 and e.bytes == habi.lib.HUVM_CHUNK_SIZE for e in events)
         assert sum(e.peer != habi.lib.HUVM_DEST_HOST for e in events) == int(p.to_peer)
         assert src.counts()["evict"] == 7 and src.counts()["fetch"] == 0

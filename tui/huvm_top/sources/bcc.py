@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import os
 import threading
 from collections.abc import Iterator
@@ -125,9 +126,14 @@ def default_library() -> str:
 
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
-    """libbcc prints to fd 2 directly; keep that off the terminal the TUI owns."""
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    """libbcc prints to fd 2 directly; keep that off the terminal the TUI owns.
+
+    The saved descriptors are put above 100: bcc's cleanup closes one low descriptor twice (seen with
+    python3-bpfcc 0.26), which must not be ours."""
+    saved = fcntl.fcntl(2, fcntl.F_DUPFD_CLOEXEC, 100)
+    null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    devnull = fcntl.fcntl(null, fcntl.F_DUPFD_CLOEXEC, 100)
+    os.close(null)
     try:
         os.dup2(devnull, 2)
         yield

@@ -18,6 +18,7 @@ from huvm.client import Node
 from huvm.info import NodeInfo as HuvmNodeInfo
 from huvm.mirror import Mirror
 from huvm.stats import StatsSnapshot
+
 from huvm_top.metrics import pair_metrics
 from huvm_top.model import (
     Counters,

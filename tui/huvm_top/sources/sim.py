@@ -21,6 +21,7 @@ from typing import Any
 from huvm import abi as habi
 from huvm import errors as herr
 from huvm.client import Node
+
 from huvm_top.model import NodeInfo, Snapshot, SourceError
 from huvm_top.sources.live import LiveSource
 
