@@ -1,7 +1,7 @@
 # pyctl: the huvm Python package (control plane, huvmctl, experiments, exporter).
 #
 #   make demo      run the shipped consolidation experiment on the simulated node into out/demo
-#   make py-test   pytest over tests/python
+#   make py-test   pytest over tests/python (the TUI's tests run in tui.mk's tui-test)
 #   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top
 
 .PHONY: py-test lint demo-experiment
@@ -12,7 +12,7 @@ DEMO_OUT    ?= $(ROOT)/out/demo
 LINT_CONFIG := $(ROOT)/pyctl/pyproject.toml
 
 py-test: | venv
-	@cd $(ROOT) && $(PY) -m pytest -q -p no:cacheprovider tests/python $(PYTEST_ARGS)
+	@cd $(ROOT) && $(PY) -m pytest -q -p no:cacheprovider tests/python --ignore-glob='tests/python/test_tui*' $(PYTEST_ARGS)
 
 lint: | venv
 	@cd $(ROOT) && $(VENV)/bin/ruff check --no-cache --config $(LINT_CONFIG) pyctl/huvm tui/huvm_top

@@ -169,7 +169,7 @@ timeout --kill-after=5 "$timeout_s" qemu-system-x86_64 \
     -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
     -fsdev local,id=results,path="$out",security_model=none,multidevs=remap \
     -device virtio-9p-pci,fsdev=results,mount_tag=results \
-    -append "console=ttyS0 loglevel=4 printk.time=1 panic=-1 oops=panic panic_on_warn=1 quiet" \
+    -append "console=ttyS0 loglevel=4 printk.time=1 panic=-1 oops=panic panic_on_warn=1 preempt=full quiet" \
     < /dev/null 2>&1 | tee "$out/console.log"
 qrc=${PIPESTATUS[0]}
 set -e

@@ -59,6 +59,15 @@ def set_node(node: Any, gpu_count: int = GPUS, memory: int = MEMORY, free: int =
     return node.call(lib.HUVM_IOCTL_TEST_SET_NODE, node_params(gpu_count, memory, free))
 
 
+def get_policy(node: Any) -> Any:
+    """GET_POLICY as an owning ``huvm_policy_t *``. (A struct field of a cdata, like ``params.policy``, does
+    not keep its owner alive: ``node.call(...).policy`` would point into freed memory.)"""
+    params = node.call(lib.HUVM_IOCTL_GET_POLICY)
+    policy = ffi.new("huvm_policy_t *")
+    ffi.memmove(policy, ffi.addressof(params.policy), ffi.sizeof("huvm_policy_t"))
+    return policy
+
+
 def base_policy(node: Any, role: int | None = None) -> Any:
     """SET_POLICY params: the huvm preset's node-wide values, every GPU of the node listed with role
     (default BOTH: harvests and lends), unlimited lending, no reserve. Unconditional (generation 0)."""

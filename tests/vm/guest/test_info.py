@@ -67,7 +67,7 @@ def test_set_node_replaces_gpus_and_zeroes_counters(busy_node: Any) -> None:
     assert s.gpu_count == 2
     assert guestlib.counter_sum(s, "evict_to_peer", 2) == 0
     # Policy entries are kept by UUID across node changes.
-    pol = node.call(lib.HUVM_IOCTL_GET_POLICY).policy
+    pol = guestlib.get_policy(node)
     assert pol.gpu_count >= guestlib.GPUS
 
 

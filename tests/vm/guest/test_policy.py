@@ -13,12 +13,8 @@ lib = abi.lib
 ffi = abi.ffi
 
 
-def policy_struct(node: Any) -> Any:
-    return node.call(lib.HUVM_IOCTL_GET_POLICY).policy
-
-
 def test_raw_round_trip_of_every_node_wide_field(node: Any) -> None:
-    before = policy_struct(node)
+    before = guestlib.get_policy(node)
     p = guestlib.base_policy(node)
     p.policy.peer_select = lib.HUVM_PEER_SELECT_ROUND_ROBIN
     p.policy.nvlink_only = 0
@@ -37,7 +33,7 @@ def test_raw_round_trip_of_every_node_wide_field(node: Any) -> None:
     assert p.rmStatus == lib.HUVM_NV_OK
     assert p.policy.generation == before.generation + 1
 
-    after = policy_struct(node)
+    after = guestlib.get_policy(node)
     assert after.generation == before.generation + 1
     assert after.preset == lib.HUVM_PRESET_CUSTOM
     for name in ("peer_select", "nvlink_only", "peer_usage_max_pct", "preevict_chunks", "preevict_batch",
@@ -57,20 +53,20 @@ def test_unlisted_entries_stay(node: Any) -> None:
     q.policy.gpu_count = 1              # only GPU 0 listed
     q.policy.gpus[0].role = lib.HUVM_ROLE_NONE
     node.call(lib.HUVM_IOCTL_SET_POLICY, q)
-    after = policy_struct(node)
+    after = guestlib.get_policy(node)
     roles = {bytes(ffi.buffer(after.gpus[i].uuid, 16)): after.gpus[i].role for i in range(after.gpu_count)}
     assert roles[guestlib.uuid_of(0)] == lib.HUVM_ROLE_NONE
     assert roles[guestlib.uuid_of(2)] == lib.HUVM_ROLE_HARVESTER
 
 
 def test_conditional_set_with_current_generation_applies(node: Any) -> None:
-    gen = policy_struct(node).generation
+    gen = guestlib.get_policy(node).generation
     p = guestlib.base_policy(node)
     p.policy.generation = gen
     p.policy.hysteresis_ms = 5
     node.call(lib.HUVM_IOCTL_SET_POLICY, p)
-    assert policy_struct(node).hysteresis_ms == 5
-    assert policy_struct(node).generation == gen + 1
+    assert guestlib.get_policy(node).hysteresis_ms == 5
+    assert guestlib.get_policy(node).generation == gen + 1
 
 
 @pytest.mark.parametrize("preset", ["stock", "huvm-atc22", "huvm"])
@@ -92,7 +88,7 @@ def test_typed_settings_round_trip(node: Any) -> None:
 
 
 def test_stale_generation_is_a_conflict_and_changes_nothing(node: Any) -> None:
-    gen = policy_struct(node).generation
+    gen = guestlib.get_policy(node).generation
     node.call(lib.HUVM_IOCTL_SET_POLICY, guestlib.base_policy(node))   # someone else changed it
     before = guestlib.snapshot(node)
     p = guestlib.base_policy(node)

@@ -123,7 +123,7 @@ def test_bcc_counts_equal_the_counters(node: Any, capsys: pytest.CaptureFixture[
         node.call(lib.HUVM_IOCTL_SET_POLICY, pol)
         pol.policy.generation = 0
         node.call(lib.HUVM_IOCTL_SET_POLICY, pol)
-        gen = int(node.call(lib.HUVM_IOCTL_GET_POLICY).policy.generation)
+        gen = int(guestlib.get_policy(node).generation)
         done = traffic(node)
         counts = {(k.ev, k.gpu, k.peer, k.reason): v.value for k, v in b[b"counts"].items()}
         nbytes = {(k.ev, k.gpu, k.peer, k.reason): v.value for k, v in b[b"bytes"].items()}

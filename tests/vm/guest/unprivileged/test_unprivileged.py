@@ -61,7 +61,8 @@ def test_set_policy_is_refused(busy_user_node: Any) -> None:
     node = busy_user_node
     before = guestlib.snapshot(node)
     p = abi.new_params(lib.HUVM_IOCTL_SET_POLICY)
-    p.policy = node.call(lib.HUVM_IOCTL_GET_POLICY).policy
+    current = guestlib.get_policy(node)       # keep the owner alive while its struct is copied
+    p.policy = current[0]
     p.policy.generation = 0
     p.policy.hysteresis_ms = 7
     assert guestlib.raw_ioctl(lib.HUVM_IOCTL_SET_POLICY, p) == 0
