@@ -5,7 +5,7 @@
  * the qemu test module) or to libc (the simulator, the C tests, the Python extension):
  *   fixed-width types, huvm_memcpy/huvm_memset/huvm_memcmp, HUVM_ASSERT, HUVM_READ_ONCE/HUVM_WRITE_ONCE,
  *   relaxed atomic counter primitives on uint64_t fields (huvm_atomic64_*), and
- *   HUVM_TRACE(name, gpu, peer, reason, bytes, va): a kernel tracepoint trace_huvm_<name>() or a USDT probe
+ *   HUVM_TRACE(name, gpu, peer, reason, bytes, va): a kernel tracepoint huvm:<name> (trace_<name>()) or a USDT probe
  *   huvm:<name> (sys/sdt.h), the same names and arguments (driver/core/huvm_events.h).
  *
  * No floating point anywhere in the core: the kernel forbids it and the user-space build checks it with
@@ -60,14 +60,14 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
     return (uint64_t)atomic64_cmpxchg(huvm_atomic64_ptr(p), (s64)old, (s64)new_val) == old;
 }
 
-/* Tracepoints: trace_huvm_<name>() from driver/uvm/uvm_huvm_trace.h (already included, with
+/* Tracepoints: trace_<name>() (event huvm:<name>) from driver/uvm/uvm_huvm_trace.h (already included, with
  * CREATE_TRACE_POINTS, in the one file of the module that defines them: including it again there would
  * define them twice). */
 #if !defined(_UVM_HUVM_TRACE_H)
 #include "uvm_huvm_trace.h"
 #endif
 #define HUVM_TRACE(name, gpu, peer, reason, bytes, va) \
-    trace_huvm_##name((u32)(gpu), (u32)(peer), (u32)(reason), (u64)(bytes), (u64)(va))
+    trace_##name((u32)(gpu), (u32)(peer), (u32)(reason), (u64)(bytes), (u64)(va))
 
 #else /* user space */
 

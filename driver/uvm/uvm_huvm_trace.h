@@ -44,28 +44,30 @@ DECLARE_EVENT_CLASS(huvm_event_class,
               (unsigned long long)__entry->bytes, (unsigned long long)__entry->va)
 );
 
-/* One per HUVM_EVENTS(X) entry of huvm_events.h, in its order. */
-DEFINE_EVENT(huvm_event_class, huvm_evict,
+/* One per HUVM_EVENTS(X) entry of huvm_events.h, in its order. The event names are the bare names
+ * (huvm:evict, ...), exactly the simulator's USDT probe names (usdt huvm:evict), so one bcc program
+ * serves both. */
+DEFINE_EVENT(huvm_event_class, evict,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_preevict,
+DEFINE_EVENT(huvm_event_class, preevict,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_fetch,
+DEFINE_EVENT(huvm_event_class, fetch,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_giveback,
+DEFINE_EVENT(huvm_event_class, giveback,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_prefetch,
+DEFINE_EVENT(huvm_event_class, prefetch,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_policy,
+DEFINE_EVENT(huvm_event_class, policy,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 

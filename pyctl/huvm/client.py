@@ -58,7 +58,9 @@ class Node:
         return NodeInfo.from_params(self.call(abi.lib.HUVM_IOCTL_GET_INFO))
 
     def get_policy(self) -> Policy:
-        return Policy.from_struct(self.call(abi.lib.HUVM_IOCTL_GET_POLICY).policy)
+        # Keep the params alive while reading: cffi does not keep an owner alive through a member.
+        params = self.call(abi.lib.HUVM_IOCTL_GET_POLICY)
+        return Policy.from_struct(params.policy)
 
     def stats(self) -> StatsSnapshot:
         return StatsSnapshot.from_params(self.call(abi.lib.HUVM_IOCTL_GET_STATS))

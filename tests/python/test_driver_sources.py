@@ -87,12 +87,12 @@ def test_event_list_and_args() -> None:
 def test_tracepoints_match_core_events() -> None:
     text = _strip_c_comments(_read(UVM / "uvm_huvm_trace.h"))
     assert re.search(r"#define TRACE_SYSTEM huvm\b", text)
-    defined = re.findall(r"DEFINE_EVENT\(\s*(\w+)\s*,\s*huvm_(\w+)\s*,\s*TP_PROTO\(([^)]*)\)", text)
+    defined = re.findall(r"DEFINE_EVENT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*TP_PROTO\(([^)]*)\)", text)
     assert [name for _, name, _ in defined] == _core_events(), "tracepoints differ from huvm_events.h"
     for _, name, proto in defined:
         params = [p.split() for p in proto.split(",")]
-        assert [p[-1] for p in params] == EVENT_ARGS, f"huvm_{name}: argument names"
-        assert [p[0] for p in params] == EVENT_TYPES, f"huvm_{name}: argument types"
+        assert [p[-1] for p in params] == EVENT_ARGS, f"huvm:{name}: argument names"
+        assert [p[0] for p in params] == EVENT_TYPES, f"huvm:{name}: argument types"
     # One event class carries the record layout and the print format of all of them.
     assert "TP_STRUCT__entry" in text and all(f"__field({t}, {a})" in text for t, a in zip(EVENT_TYPES, EVENT_ARGS))
 
@@ -105,8 +105,8 @@ def test_core_fires_every_event_through_huvm_trace() -> None:
             assert nargs.count(",") == len(EVENT_ARGS) - 1, f"{src.name}: HUVM_TRACE({name}) arguments"
     assert fired == set(_core_events()), f"fired {sorted(fired)}"
     port = _read(CORE / "huvm_port.h")
-    # Kernel: trace_huvm_<name>(); user space (simulator): USDT probe huvm:<name>. Same call site.
-    assert "trace_huvm_##name(" in port
+    # Kernel: tracepoint huvm:<name> (trace_<name>()); user space (simulator): USDT probe huvm:<name>.
+    assert "trace_##name(" in port
     assert "DTRACE_PROBE5(huvm, name," in port
 
 
@@ -166,7 +166,8 @@ def test_glue_has_no_thresholds_or_peer_choice() -> None:
     # Every outcome is reported back through the core's accounting (which fires the tracepoints).
     for account in ["huvm_account_evict(", "huvm_account_fetch(", "huvm_account_giveback(", "huvm_account_faults("]:
         assert account in glue, account
-    assert "trace_huvm_" not in glue, "tracepoints fire only from the core's accounting"
+    tracepoint_call = r"\btrace_(" + "|".join(_core_events()) + r")\("
+    assert not re.search(tracepoint_call, glue), "tracepoints fire only from the core's accounting"
 
 
 def _c_function_body(text: str, name: str) -> str:

@@ -85,33 +85,24 @@ int on_{name}(struct pt_regs *ctx)
 """
 
 _TP_FN = """
-TRACEPOINT_PROBE(huvm, {tp_prefix}{name})
+TRACEPOINT_PROBE(huvm, {name})
 {{
     return record(args, {index}, args->gpu, args->peer, args->reason, args->bytes, args->va);
 }}
 """
 
 
-def program(kind: Literal["tracepoint", "usdt"], events: tuple[str, ...] | None = None,
-            tp_prefix: str = "huvm_") -> str:
-    """The BPF C text for the given events (default: all of huvm_events.h). Tracepoints are
-    ``huvm:<tp_prefix><event>`` (driver/uvm/uvm_huvm_trace.h defines ``huvm_evict`` etc.)."""
+def program(kind: Literal["tracepoint", "usdt"], events: tuple[str, ...] | None = None) -> str:
+    """The BPF C text for the given events (default: all of huvm_events.h). The kernel tracepoints
+    (driver/uvm/uvm_huvm_trace.h) and the USDT probes share the names: ``huvm:evict`` etc."""
     events = events or abi.event_names()
     body = _PROLOGUE.replace("NEVENTS", str(len(events)))
     fn = _USDT_FN if kind == "usdt" else _TP_FN
-    return body + "".join(fn.format(name=name, index=i, tp_prefix=tp_prefix) for i, name in enumerate(events))
+    return body + "".join(fn.format(name=name, index=i) for i, name in enumerate(events))
 
 
 def tracepoints_present() -> bool:
     return any((t / "events" / "huvm").is_dir() for t in TRACEFS)
-
-
-def tracepoint_prefix() -> str:
-    """``huvm_`` when tracefs has huvm/huvm_evict (the module's names), ``""`` when it has huvm/evict."""
-    for t in TRACEFS:
-        if (t / "events" / "huvm" / "evict").is_dir():
-            return ""
-    return "huvm_"
 
 
 def default_library() -> str:
@@ -176,7 +167,7 @@ class BccSource:
         if os.geteuid() != 0:
             raise SourceError("tracing needs root (bcc attaches BPF programs)")
         kind = self._kind()
-        text = program(kind, self.names, tracepoint_prefix() if kind == "tracepoint" else "huvm_")
+        text = program(kind, self.names)
         if self._closed:
             return
         try:
@@ -198,7 +189,7 @@ class BccSource:
             if not tracepoints_present():
                 raise SourceError("no huvm tracepoints: the patched nvidia-uvm is not loaded")
             self._bpf = BPF(text=text.encode())
-            self.description = "bcc: tracepoints huvm:huvm_*"
+            self.description = "bcc: tracepoints huvm:*"
             return
         pid, path = self.pid, self.path
         if pid is None and path is None:
