@@ -10,6 +10,7 @@
 #   make check-kernel      sparse (C=2) over huvm's files in the module build: must be clean
 #   make load / unload     swap the stock nvidia_uvm for ours and back (root) [MODULE_PARAMS=..] [DRY_RUN=1]
 #   make dkms-install / dkms-remove   register the patched module with DKMS [DRY_RUN=1]
+#   make dkms-check        dkms add + build in private trees under $(BUILD)/dkms (no root effects)
 #   make module-test       (part of `make test`) release + debug builds, then check-kernel
 
 HUVM_SCRIPTS    := $(ROOT)/driver/scripts
@@ -23,12 +24,14 @@ UVM_BUILD_TYPE  ?= release
 HUVM_DRIVER     ?= $(ROOT)/driver
 HUVM_KO          = $(HUVM_MODULES)/$(UVM_BUILD_TYPE)/nvidia-uvm.ko
 
-# Passed to the scripts through the environment.
-export UPSTREAM_DIR UPSTREAM_TARBALL DEBIAN_MIRROR KERNEL_OUT KERNEL_SRC NVIDIA_SYMVERS \
-       MODULE_PARAMS DRY_RUN FORCE PATCH SUBJECT
+# Passed to the scripts through the environment (only those given: an empty FORCE or PATCH must not
+# reach kbuild).
+HUVM_ENV_VARS := UPSTREAM_DIR UPSTREAM_TARBALL DEBIAN_MIRROR KERNEL_OUT KERNEL_SRC NVIDIA_SYMVERS \
+                 MODULE_PARAMS DRY_RUN FORCE PATCH SUBJECT
+$(foreach v,$(HUVM_ENV_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval export $(v))))
 
-.PHONY: source patch module check-kernel load unload dkms-install dkms-remove refresh-patches \
-        module-test huvm-FORCE
+.PHONY: source patch module check-kernel load unload dkms-install dkms-remove dkms-check \
+        refresh-patches module-test huvm-FORCE
 
 # ---- upstream source and patches ----------------------------------------------------------------
 HUVM_ORIG_STAMP := $(HUVM_ORIG)/.huvm-upstream
@@ -102,8 +105,12 @@ load:
 unload:
 	@bash $(HUVM_SCRIPTS)/huvm-load.sh unload $(HUVM_KO)
 
-dkms-install: $(HUVM_WORK_STAMP)
+dkms-install: $(HUVM_ORIG_STAMP)
 	@DRIVER=$(HUVM_DRIVER) bash $(HUVM_SCRIPTS)/huvm-dkms.sh install
 
 dkms-remove:
 	@bash $(HUVM_SCRIPTS)/huvm-dkms.sh remove
+
+# Real `dkms add` + `dkms build` in private trees under $(BUILD)/dkms: no root, nothing installed.
+dkms-check: $(HUVM_ORIG_STAMP)
+	@DRIVER=$(HUVM_DRIVER) bash $(HUVM_SCRIPTS)/huvm-dkms.sh check

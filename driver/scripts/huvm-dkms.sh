@@ -9,7 +9,7 @@
 #
 # The package follows Debian's dkms.conf for nvidia-open-kernel-dkms (same MAKE line, BUILD_EXCLUSIVE_*,
 # CLEAN, /updates/dkms), as a separate package "huvm-nvidia-uvm", version <upstream>-huvm<huvm version>,
-# that builds only nvidia-uvm.ko. Source tree = upstream + patch series applied ($BUILD/upstream/work)
+# that builds only nvidia-uvm.ko. Source tree = upstream + patch series applied (a fresh $BUILD/dkms/work)
 # + huvm's driver files copied into huvm/. DRY_RUN=1 prints the root steps instead of running them.
 # KERNELVER= picks the kernel (default: the running one, as dkms does).
 set -euo pipefail
@@ -39,9 +39,11 @@ STAGE=$BUILD/dkms/$NAME-$PKGVER
 ACTION=${1:-}
 
 stage() {
-    [ -f "$WORK/.huvm-patches/applied" ] || die "no patched upstream tree in $WORK (run: make patch)"
     local tmp f
     mkdir -p "$BUILD/dkms"
+    # The package holds upstream + the series as committed (not unsaved edits in build/upstream/work).
+    WORK=$BUILD/dkms/work FORCE=1 bash "$HERE/huvm-patch.sh" >/dev/null || die "cannot apply the patch series"
+    WORK=$BUILD/dkms/work
     tmp=$(mktemp -d "$BUILD/dkms/.stage.XXXXXX")
     cp -a "$WORK/." "$tmp/"
     rm -rf "$tmp/.huvm-patches"

@@ -64,7 +64,9 @@ unsaved_edits() {
         (cd "$ref/t" && patch -p1 -F0 -N -s --no-backup-if-mismatch -r - < "$PATCHDIR/$p") >/dev/null || exit 1
       done ) || rc=1
     if [ $rc = 0 ]; then
-        diff -rq -x "$STATE" "$ref/t" "$WORK" 2>&1 | sed -e "s|$ref/t/\?||g" -e "s|$WORK/\?||g" || true
+        diff -rq -x "$STATE" "$ref/t" "$WORK" 2>&1 | sed -e "s|^Files $ref/t/\(.*\) and .* differ$|\1|" \
+            -e "s|^Only in $WORK/\?\(.*\): \(.*\)$|\1/\2 (new)|" -e "s|^Only in $ref/t/\?\(.*\): \(.*\)$|\1/\2 (removed)|" \
+            -e "s|^/||" || true
     else
         echo "(recorded patches no longer apply)"
     fi

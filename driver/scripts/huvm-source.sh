@@ -153,7 +153,7 @@ else
         have=$(apt-cache "${APT[@]}" madison "$DEB_PACKAGE" 2>/dev/null | awk -F'|' '{gsub(/ /,"",$2); print $2}' | paste -sd, -)
         case ",$have," in
             *",$DEB_VERSION,"*) ;;
-            *) die "$DEB_PACKAGE $DEB_VERSION not in $mirror $DEB_SUITE/$DEB_COMPONENT: found ${have:-none}, expected $DEB_VERSION (set DEBIAN_MIRROR=http://snapshot.debian.org/archive/debian/20251221T000000Z, UPSTREAM_TARBALL= or UPSTREAM_DIR=)";;
+            *) die "$DEB_PACKAGE $DEB_VERSION not in $mirror $DEB_SUITE/$DEB_COMPONENT: found ${have:-none}, expected $DEB_VERSION (set DEBIAN_MIRROR= to a snapshot.debian.org archive that has it, or UPSTREAM_TARBALL= / UPSTREAM_DIR=)";;
         esac
         mkdir -p "$TMP/dl"; chmod 755 "$TMP" "$TMP/dl"
         (cd "$TMP/dl" && apt-get "${APT[@]}" download "$DEB_PACKAGE=$DEB_VERSION" >"$A/download.log" 2>&1) ||

@@ -250,16 +250,14 @@ bool uvm_huvm_is_ioctl(unsigned int cmd)
     return cmd >= HUVM_IOCTL_FIRST && cmd <= HUVM_IOCTL_LAST;
 }
 
-// LOCKING: none held.
-static bool huvm_any_gpu_present(void)
+// LOCKING: g_uvm_huvm.lock held (read or write).
+static bool huvm_any_gpu_present_locked(void)
 {
     bool present = false;
     NvU32 i;
 
-    read_lock(&g_uvm_huvm.lock);
     for (i = 0; i < HUVM_MAX_GPUS; i++)
         present = present || g_uvm_huvm.slots[i].gpu != NULL;
-    read_unlock(&g_uvm_huvm.lock);
 
     return present;
 }
@@ -332,17 +330,20 @@ long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
     if (cmd == HUVM_IOCTL_LIST_VA_SPACES) {
         huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
     }
-    else if (cmd == HUVM_IOCTL_TEST_SET_NODE && caller.allow_test && huvm_any_gpu_present()) {
-        // A synthetic node would replace the real GPUs the hooks are using.
-        NvU32 *tail = (NvU32 *)((NvU8 *)params + size - 2 * sizeof(NvU32));
-
-        ((huvm_hdr_t *)params)->module_abi_version = HUVM_ABI_VERSION;
-        tail[0] = HUVM_FIELD_NONE;
-        tail[1] = HUVM_NV_ERR_STATE_IN_USE;
-    }
     else {
         write_lock(&g_uvm_huvm.lock);
-        huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
+        if (cmd == HUVM_IOCTL_TEST_SET_NODE && caller.allow_test && huvm_any_gpu_present_locked()) {
+            // A synthetic node would replace the real GPUs the hooks are using (checked under the lock
+            // that GPU add/remove take, so no GPU can appear in between).
+            NvU32 *tail = (NvU32 *)((NvU8 *)params + size - 2 * sizeof(NvU32));
+
+            ((huvm_hdr_t *)params)->module_abi_version = HUVM_ABI_VERSION;
+            tail[0] = HUVM_FIELD_NONE;
+            tail[1] = HUVM_NV_ERR_STATE_IN_USE;
+        }
+        else {
+            huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
+        }
         write_unlock(&g_uvm_huvm.lock);
     }
 
@@ -622,6 +623,46 @@ static void chunk_set_harvested(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 ow
     uvm_spin_unlock(&gpu->pmm.list_lock);
 }
 
+// The VA space's harvested_bytes gauge goes down by one chunk, saturating at zero.
+// LOCKING: none (atomic).
+static void va_space_harvested_sub(uvm_va_space_t *va_space)
+{
+    s64 old, cur = atomic64_read(&va_space->huvm.harvested_bytes);
+
+    do {
+        old = cur;
+        cur = atomic64_cmpxchg(&va_space->huvm.harvested_bytes,
+                               old,
+                               old > (s64)UVM_CHUNK_SIZE_MAX ? old - (s64)UVM_CHUNK_SIZE_MAX : 0);
+    } while (cur != old);
+}
+
+// holder's chunk of this block stops counting as harvested data of its owner (read from the chunk): the
+// gauges go down (huvm_account_release(): no data moved, no event). Used when the chunk is freed with the
+// block's GPU state and when a peer path reuses it (counted again by the caller).
+// LOCKING: the block lock is held; takes the PMM list lock and g_uvm_huvm.lock (read), both leaves.
+static void account_release_chunk(uvm_va_block_t *va_block, uvm_gpu_t *holder_gpu, uvm_gpu_chunk_t *chunk)
+{
+    uvm_va_space_t *va_space = block_va_space(va_block);
+    NvU32 owner, holder;
+    bool valid;
+
+    if (!chunk_harvest_info(holder_gpu, chunk, &owner))
+        return;
+
+    read_lock(&g_uvm_huvm.lock);
+    holder = slot_of_gpu_locked(holder_gpu);
+    valid = holder != HUVM_SLOT_NONE && owner != holder && owner < g_uvm_huvm.core.gpu_count;
+    read_unlock(&g_uvm_huvm.lock);
+
+    if (!valid)
+        return;
+
+    huvm_account_release(&g_uvm_huvm.core, owner, holder, UVM_CHUNK_SIZE_MAX, va_block->start);
+    if (va_space)
+        va_space_harvested_sub(va_space);
+}
+
 // Tools event "Eviction" (UvmEventTypeEviction), defined by UVM but not sent in 535: sent for the
 // movements huvm adds (to a peer, and a peer's give-back to host).
 // LOCKING: the block lock is held; uvm_tools_record_eviction() takes the VA space tools lock.
@@ -653,6 +694,7 @@ static NV_STATUS move_with_chunk(uvm_va_block_t *va_block,
     bool harvest = owner != HUVM_SLOT_NONE;
     bool was_harvested = uvm_processor_mask_test(&va_block->harvested_on, peer->id);
     uvm_gpu_chunk_t *chunk = NULL;
+    uvm_gpu_chunk_t *reused = NULL;
     uvm_chunk_size_t chunk_size = 0;
     uvm_va_block_retry_t retry;
     NV_STATUS status;
@@ -695,14 +737,24 @@ static NV_STATUS move_with_chunk(uvm_va_block_t *va_block,
         // As block_retry_add_free_chunk(): block_alloc_gpu_chunk() takes it from here.
         list_add_tail(&chunk->list, &retry.free_chunks);
     }
+    else if (harvest) {
+        // Harvested data already here (checked above): its chunk is accounted once, see below.
+        reused = peer_state->chunks[0];
+    }
 
     if (harvest)
         uvm_processor_mask_set(&va_block->harvested_on, peer->id);
 
     status = uvm_va_block_make_resident(va_block, &retry, block_context, peer->id, region, pages_to_evict, NULL, cause);
     UVM_ASSERT(status != NV_ERR_MORE_PROCESSING_REQUIRED);
-    if (status != NV_OK)
+    if (status != NV_OK) {
         *reason = HUVM_REASON_COPY_FAILED;
+    }
+    else if (reused) {
+        // The caller accounts the chunk for owner again: drop its previous claim, then record the new owner.
+        account_release_chunk(va_block, peer, reused);
+        chunk_set_harvested(peer, reused, owner);
+    }
 
 out:
     // Frees the chunk if populate did not take it; unpins it (onto the peer's harvested list) if it did.
@@ -826,8 +878,7 @@ to_host:
 
         if (owner != HUVM_SLOT_NONE && guest_owner < HUVM_MAX_GPUS && guest_owner != owner) {
             huvm_account_giveback(&g_uvm_huvm.core, owner, guest_owner, UVM_CHUNK_SIZE_MAX, va_block->start);
-            atomic64_sub(min((NvU64)atomic64_read(&va_space->huvm.harvested_bytes), (NvU64)UVM_CHUNK_SIZE_MAX),
-                         &va_space->huvm.harvested_bytes);
+            va_space_harvested_sub(va_space);
             record_tools_eviction(va_space, va_block, gpu->id, UVM_ID_CPU);
         }
     }
@@ -894,8 +945,7 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
         // Moved to host or to a third GPU by a migration: the lender got its memory back all the same.
         huvm_account_giveback(&g_uvm_huvm.core, holder, owner, UVM_CHUNK_SIZE_MAX, va_block->start);
     }
-    atomic64_sub(min((NvU64)atomic64_read(&va_space->huvm.harvested_bytes), (NvU64)UVM_CHUNK_SIZE_MAX),
-                 &va_space->huvm.harvested_bytes);
+    va_space_harvested_sub(va_space);
 }
 
 // LOCKING: the block lock is held (end of uvm_va_block_make_resident_finish()).
@@ -914,6 +964,28 @@ void uvm_huvm_make_resident_finish(uvm_va_block_t *va_block, uvm_va_block_contex
         if (!uvm_processor_mask_test(&va_block->resident, id))
             release_peer_chunk(va_block, id, block_context->make_resident.dest_id);
     }
+}
+
+// The block's state on gpu is destroyed (range free, munmap, VA space teardown, GPU unregister): a chunk
+// holding another GPU's data is about to be freed with it, so that data no longer sits on gpu. Fetch-back
+// and give-back have already cleared harvested_on and taken the chunk, so they are never counted twice.
+// LOCKING: the block lock is held (block_destroy_gpu_state(), before the chunks are freed); takes the PMM
+// list lock and g_uvm_huvm.lock (read), both leaves.
+void uvm_huvm_block_destroy_gpu_state(uvm_va_block_t *va_block, uvm_gpu_t *gpu)
+{
+    uvm_va_block_gpu_state_t *gpu_state = uvm_va_block_gpu_state_get(va_block, gpu->id);
+
+    uvm_assert_mutex_locked(&va_block->lock);
+
+    if (!uvm_processor_mask_test(&va_block->harvested_on, gpu->id))
+        return;
+
+    uvm_processor_mask_clear(&va_block->harvested_on, gpu->id);
+    if (uvm_processor_mask_empty(&va_block->harvested_on))
+        va_block->huvm_remote_mapped = false;
+
+    if (gpu_state && gpu_state->chunks && uvm_va_block_size(va_block) == UVM_CHUNK_SIZE_MAX && gpu_state->chunks[0])
+        account_release_chunk(va_block, gpu, gpu_state->chunks[0]);
 }
 
 // LOCKING: the block lock and the VA space lock (read) are held; takes g_uvm_huvm.lock for read.
@@ -1097,7 +1169,7 @@ static void prefetch_worker(void *args)
     uvm_va_space_t *va_space;
     struct mm_struct *mm;
     uvm_gpu_t *gpu, *peer = NULL;
-    uvm_gpu_id_t gpu_id;
+    uvm_gpu_id_t gpu_id, peer_id = UVM_ID_INVALID;
     NvU64 address, base;
     NvU32 owner, i;
 
@@ -1129,17 +1201,20 @@ static void prefetch_worker(void *args)
                              prefetch_candidates_locked(va_space, gpu),
                              NV_GETTIME(),
                              &plan);
-        if (plan.peer_chunks > 0 && plan.peer < HUVM_MAX_GPUS)
+        if (plan.peer_chunks > 0 && plan.peer < HUVM_MAX_GPUS && g_uvm_huvm.slots[plan.peer].gpu) {
             peer = g_uvm_huvm.slots[plan.peer].gpu;
+            peer_id = peer->id;
+        }
     }
     read_unlock(&g_uvm_huvm.lock);
 
     if (owner == HUVM_SLOT_NONE || plan.stride == 0)
         goto out;
 
-    // The peer must still be registered in this VA space (we hold its lock now).
-    if (peer && (!uvm_processor_mask_test(&va_space->registered_gpus, peer->id) ||
-                 va_space->registered_gpus_table[uvm_id_gpu_index(peer->id)] != peer))
+    // The peer must still be registered in this VA space (we hold its lock now). It may have gone away
+    // since the huvm lock was dropped, so it is only compared, not dereferenced, until then.
+    if (peer && (!uvm_processor_mask_test(&va_space->registered_gpus, peer_id) ||
+                 va_space->registered_gpus_table[uvm_id_gpu_index(peer_id)] != peer))
         peer = NULL;
 
     block_context = uvm_va_block_context_alloc(mm);
@@ -1274,10 +1349,15 @@ void uvm_huvm_exit(void)
     NvU32 i;
 
     // Every GPU was removed (and its worker stopped) and every VA space destroyed (flushing the prefetch
-    // queue) before the module unloads.
+    // queue) before the module unloads. A worker left running (release builds compile the assertions out)
+    // is stopped anyway: its kthread must not outlive the module's text.
     for (i = 0; i < HUVM_MAX_GPUS; i++) {
         UVM_ASSERT(!g_uvm_huvm.slots[i].gpu);
         UVM_ASSERT(!g_uvm_huvm.slots[i].worker_running);
+        if (g_uvm_huvm.slots[i].worker_running) {
+            nv_kthread_q_stop(&g_uvm_huvm.slots[i].preevict_q);
+            g_uvm_huvm.slots[i].worker_running = false;
+        }
     }
 
     if (g_uvm_huvm.prefetch_q_running) {

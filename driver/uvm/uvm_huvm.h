@@ -76,6 +76,11 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
 // LOCKING: the block lock is held.
 void uvm_huvm_make_resident_finish(uvm_va_block_t *va_block, uvm_va_block_context_t *block_context);
 
+// The block's GPU state on gpu is about to be destroyed with its chunks: clear harvested_on for gpu and
+// release the gauges of another GPU's data held in gpu's chunk (huvm_account_release()).
+// LOCKING: the block lock is held.
+void uvm_huvm_block_destroy_gpu_state(uvm_va_block_t *va_block, uvm_gpu_t *gpu);
+
 // After an evicting allocation on gpu: let its pre-eviction worker restore the free reserve.
 // LOCKING: any; only schedules work.
 void uvm_huvm_kick_preevict(uvm_gpu_t *gpu);
