@@ -1,5 +1,5 @@
 """The core's documents and declarations stay in sync with the sources: docs/counters.md tables with the
-ABI header's counter comments, the kernel tracepoint header with the event list, docs/abi.md with the
+ABI header's counter comments, docs/abi.md with the
 commands and statuses the dispatch returns."""
 
 from __future__ import annotations
@@ -28,23 +28,6 @@ def test_every_statistic_is_documented() -> None:
     assert len(fields) >= 30
     for f in fields:
         assert f"`{f}" in doc, f
-
-
-def test_trace_header_defines_the_event_list() -> None:
-    events_h = (ROOT / "driver" / "core" / "huvm_events.h").read_text()
-    names = re.findall(r"^\s*X\((\w+)\)", events_h, re.MULTILINE)
-    assert names == ["evict", "preevict", "fetch", "giveback", "prefetch", "policy"]
-    trace_h = (ROOT / "driver" / "uvm" / "uvm_huvm_trace.h").read_text()
-    assert re.search(r"#define TRACE_SYSTEM huvm\b", trace_h)
-    defined = re.findall(r"DEFINE_EVENT\(huvm_event_class,\s*huvm_(\w+),", trace_h)
-    assert defined == names
-    protos = re.findall(r"TP_PROTO\(([^)]*)\)", trace_h)
-    assert len(protos) == 1 + len(names)
-    args = [a.split()[-1] for a in protos[0].split(",")]
-    assert ",".join(args) == "gpu,peer,reason,bytes,va"
-    assert all(p == protos[0] for p in protos)
-    m = re.search(r'#define HUVM_EVENT_ARGS "([^"]+)"', events_h)
-    assert m and m.group(1) == "gpu,peer,reason,bytes,va"
 
 
 def test_usdt_probes_are_in_the_extension() -> None:
