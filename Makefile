@@ -38,7 +38,7 @@ $(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_bu
 	@[ -x $(PY) ] || $(SYSTEM_PY) -m venv --system-site-packages $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q torch==2.13.0
-	@$(PY) -m pip install -q -e "$(ROOT)/pyctl[dev,traces]" -e "$(ROOT)/tui"
+	@$(PY) -m pip install -q -e "$(ROOT)/pyctl[dev,traces]" -e "$(ROOT)/tui[dev]"
 	@touch $@
 
 -include driver/build.mk
