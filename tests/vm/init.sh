@@ -26,8 +26,21 @@ mount -t devtmpfs devtmpfs $R/dev
 mkdir -p $R/dev/pts $R/dev/shm 2>/dev/null
 mount -t devpts devpts $R/dev/pts 2>/dev/null
 mount -t tmpfs tmpfs $R/dev/shm
+# The checkout may live under a directory the guest covers with a tmpfs (a clone in /tmp, say): keep a
+# bind of it from before the tmpfs mounts and put it back on top of them.
+repo=$(sed -n 's/^HUVM_ROOT=//p' /guest.env)
+case "$repo" in
+    /tmp/*|/run/*|/var/tmp/*)
+        mkdir -p /checkout && mount --bind "$R$repo" /checkout || {
+            echo "init: cannot bind the checkout $repo"; finish 93; } ;;
+    *) repo= ;;
+esac
 for d in tmp run var/tmp; do mount -t tmpfs tmpfs $R/$d; done
 chmod 1777 $R/tmp $R/var/tmp
+if [ -n "$repo" ]; then
+    mkdir -p "$R$repo" && mount --bind /checkout "$R$repo" || {
+        echo "init: cannot bind the checkout $repo"; finish 93; }
+fi
 mount -t debugfs debugfs $R/sys/kernel/debug
 mount -t tracefs tracefs $R/sys/kernel/tracing
 # The host's results directory (run-vm.sh --out), read-write, at a fixed path on the tmpfs /run.
