@@ -15,10 +15,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=${ROOT:-$(cd "$HERE/../.." && pwd)}
-BUILD=${BUILD:-$ROOT/build}
-VERSION=${UPSTREAM_VERSION:-535.261.03}
-WORK=${WORK:-$BUILD/upstream/work}
+. "$HERE/huvm-paths.sh"
 DRIVER=${DRIVER:-$ROOT/driver}
 SRCROOT=${DKMS_SOURCE_ROOT:-/usr/src}
 DRY=${DRY_RUN:-0}

@@ -11,10 +11,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=${ROOT:-$(cd "$HERE/../.." && pwd)}
-BUILD=${BUILD:-$ROOT/build}
-VERSION=${UPSTREAM_VERSION:-535.261.03}
-WORK=${WORK:-$BUILD/upstream/work}
+. "$HERE/huvm-paths.sh"
 DRIVER=${DRIVER:-$ROOT/driver}
 TYPE=${UVM_BUILD_TYPE:-release}
 JOBS=${JOBS:-$(nproc)}

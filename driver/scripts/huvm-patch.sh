@@ -11,13 +11,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=${ROOT:-$(cd "$HERE/../.." && pwd)}
-BUILD=${BUILD:-$ROOT/build}
-VERSION=${UPSTREAM_VERSION:-535.261.03}
-ORIG=${ORIG:-$BUILD/upstream/orig}
-WORK=${WORK:-$BUILD/upstream/work}
-PATCHDIR=${PATCHDIR:-$ROOT/patches/$VERSION}
-SERIES=$PATCHDIR/series
+. "$HERE/huvm-paths.sh"
 STATE=.huvm-patches
 
 die() { echo "huvm-patch: $*" >&2; exit 1; }

@@ -15,9 +15,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=${ROOT:-$(cd "$HERE/../.." && pwd)}
-BUILD=${BUILD:-$ROOT/build}
-VERSION=${UPSTREAM_VERSION:-535.261.03}
+. "$HERE/huvm-paths.sh"
 DEST=${DEST:-$BUILD/upstream/orig}
 CACHE=${UPSTREAM_CACHE:-$BUILD/upstream/cache}
 MANIFEST=$HERE/upstream-$VERSION.sha256
