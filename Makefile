@@ -36,7 +36,7 @@ VENV_STAMP := $(VENV)/.huvm-installed
 venv: $(VENV_STAMP)
 $(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_build.py) | deps
 	@[ -x $(PY) ] || $(SYSTEM_PY) -m venv --system-site-packages $(VENV)
-	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q --upgrade pip "setuptools>=77"
 	@$(PY) -m pip install -q torch==2.13.0
 	@$(PY) -m pip install -q -e "$(ROOT)/pyctl[dev,traces]" -e "$(ROOT)/tui[dev]"
 	@touch $@
