@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -31,6 +32,15 @@ def print_json(data: Any) -> None:
 def print_jsonl(data: Any) -> None:
     sys.stdout.write(json.dumps(data, default=str) + "\n")
     sys.stdout.flush()
+
+
+def add_verb(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,  # type: ignore[type-arg]
+             examples: Sequence[str], parents: Sequence[argparse.ArgumentParser] = ()) -> argparse.ArgumentParser:
+    """Add the subcommand ``name``: its ``description``, then ``examples`` (command lines, one a line) under
+    "examples:" in the epilog, both laid out as written."""
+    return sub.add_parser(name, parents=list(parents), help=help, description=description,  # type: ignore[no-any-return]
+                          epilog="examples:\n" + "\n".join(f"  {e}" for e in examples),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def note(text: str) -> None:

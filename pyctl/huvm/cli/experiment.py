@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import err, out, print_json
+from .common import add_verb, err, out, print_json
 
 
 class _NoProgress:
@@ -101,13 +101,12 @@ def cmd_sim_presets(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("experiment", help="run a declarative experiment (TOML) into an output folder",
-                       description="Run an experiment file on the simulated node: every policy (and the "
-                                   "unlimited-memory ideal), sweep value and repetition; write data "
-                                   "(Parquet, CSV), plots (PNG) and report.md.",
-                       epilog="examples:\n  huvmctl experiment run pyctl/huvm/examples/consolidation.toml\n"
-                              "  huvmctl experiment run pyctl/huvm/examples/spare-memory-sweep.toml --out out/fig9",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_verb(sub, "experiment", help="run a declarative experiment (TOML) into an output folder",
+                 description="Run an experiment file on the simulated node: every policy (and the "
+                             "unlimited-memory ideal), sweep value and repetition; write data "
+                             "(Parquet, CSV), plots (PNG) and report.md.",
+                 examples=["huvmctl experiment run pyctl/huvm/examples/consolidation.toml",
+                           "huvmctl experiment run pyctl/huvm/examples/spare-memory-sweep.toml --out out/fig9"])
     es = p.add_subparsers(dest="experiment_cmd", metavar="{run}", required=True)
     q = es.add_parser("run", parents=parents, help="run FILE")
     q.add_argument("file", metavar="FILE")
@@ -115,12 +114,10 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.set_defaults(func=cmd_experiment_run)
 
-    p = sub.add_parser("sim", help="the simulated node: run a scenario, list node presets",
-                       description="Run a scenario (an experiment file) on the simulated node and print "
-                                   "per-policy runtimes, counters and ratios to ideal, writing nothing.",
-                       epilog="examples:\n  huvmctl sim run pyctl/huvm/examples/consolidation.toml\n"
-                              "  huvmctl sim presets",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_verb(sub, "sim", help="the simulated node: run a scenario, list node presets",
+                 description="Run a scenario (an experiment file) on the simulated node and print "
+                             "per-policy runtimes, counters and ratios to ideal, writing nothing.",
+                 examples=["huvmctl sim run pyctl/huvm/examples/consolidation.toml", "huvmctl sim presets"])
     ss = p.add_subparsers(dest="sim_cmd", metavar="{run,presets}", required=True)
     q = ss.add_parser("run", parents=parents, help="run CONFIG and print the comparison")
     q.add_argument("file", metavar="CONFIG")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import threading
 
-from .common import err, open_node
+from .common import add_verb, err, open_node
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -29,12 +29,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("export", parents=parents, help="serve the counters to Prometheus",
-                       description="Serve huvm's counters and gauges on /metrics (Prometheus text format), "
-                                   "named and labelled like dcgm-exporter (gpu, uuid, device, hostname).",
-                       epilog="examples:\n  huvmctl export --port 9400\n"
-                              "  curl -s localhost:9400/metrics | grep huvm_evict_to_peer",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_verb(sub, "export", parents=parents, help="serve the counters to Prometheus",
+                 description="Serve huvm's counters and gauges on /metrics (Prometheus text format), "
+                             "named and labelled like dcgm-exporter (gpu, uuid, device, hostname).",
+                 examples=["huvmctl export --port 9400",
+                           "curl -s localhost:9400/metrics | grep huvm_evict_to_peer"])
     p.add_argument("--port", type=int, default=9400, help="TCP port (default 9400; 0 picks a free one)")
     p.add_argument("--addr", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     p.add_argument("--duration", type=float, metavar="SEC", help=argparse.SUPPRESS)  # tests: stop after SEC

@@ -6,7 +6,7 @@ import argparse
 import time
 
 from .. import render
-from .common import open_node, out, print_json, print_jsonl
+from .common import add_verb, open_node, out, print_json, print_jsonl
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -53,12 +53,11 @@ def _positive(text: str) -> float:
 
 
 def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("stats", parents=parents, help="counters per GPU and per pair; rates with --watch",
-                       description="Counters per GPU (and per pair with --pairs). With --watch SEC, rates per "
-                                   "second every SEC seconds (JSON lines with --json).",
-                       epilog="examples:\n  huvmctl stats\n  huvmctl stats --pairs --all\n"
-                              "  huvmctl stats --watch 1 --count 10 --json",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_verb(sub, "stats", parents=parents, help="counters per GPU and per pair; rates with --watch",
+                 description="Counters per GPU (and per pair with --pairs). With --watch SEC, rates per "
+                             "second every SEC seconds (JSON lines with --json).",
+                 examples=["huvmctl stats", "huvmctl stats --pairs --all",
+                           "huvmctl stats --watch 1 --count 10 --json"])
     p.add_argument("--watch", type=_positive, metavar="SEC", help="print rates every SEC seconds")
     p.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N intervals")
     p.add_argument("--pairs", action="store_true", help="also per GPU pair")

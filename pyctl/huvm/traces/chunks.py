@@ -101,25 +101,27 @@ class CachingAllocator:
         self._by_addr[b.addr] = b
         return b.addr
 
+    def _absorb_next(self, b: _Block) -> None:
+        """Coalesce: b takes over its successor's bytes, and the successor block is gone."""
+        nb = b.next
+        assert nb is not None
+        del self._by_addr[nb.addr]
+        b.size += nb.size
+        b.next = nb.next
+        if nb.next is not None:
+            nb.next.prev = b
+
     def free(self, addr: int) -> None:
         b = self._by_addr[addr]
         assert not b.free, f"double free at {addr:#x}"
         nb = b.next
         if nb is not None and nb.free:
             self._remove_free(nb)
-            del self._by_addr[nb.addr]
-            b.size += nb.size
-            b.next = nb.next
-            if nb.next is not None:
-                nb.next.prev = b
+            self._absorb_next(b)
         pb = b.prev
         if pb is not None and pb.free:
             self._remove_free(pb)
-            del self._by_addr[b.addr]
-            pb.size += b.size
-            pb.next = b.next
-            if b.next is not None:
-                b.next.prev = pb
+            self._absorb_next(pb)
             b = pb
         self._insert_free(b)
 

@@ -126,6 +126,16 @@ def _scaled(spec: GraphSpec) -> tuple[GraphSpec, int]:
     return GraphSpec(f"{spec.name}/{s}", spec.vertices // s, spec.edges // s, spec.b_out, spec.b_in, spec.seed), s
 
 
+def _iteration_count(alg: str, spec: GraphSpec, g: Csr, count: Callable[[Csr], int],
+                     progress: Progress | None) -> tuple[int, GraphSpec]:
+    """Iterations to convergence of ``alg``, counted on ``g`` itself or, above EXACT_EDGES edges, on the
+    scaled-down graph; returns (iterations, the spec they were counted on)."""
+    sspec, scale = _scaled(spec)
+    if progress:
+        progress(f"{alg}: iteration count")
+    return count(g if scale == 1 else make_graph(sspec)), sspec
+
+
 def _blocks(ids: npt.NDArray[np.int32] | npt.NDArray[np.int64], nblocks: int) -> npt.NDArray[np.bool_]:
     return np.bincount(ids >> BLOCK_SHIFT, minlength=nblocks).astype(bool)
 
@@ -205,10 +215,7 @@ def _meta(alg: str, g: Csr, **kw: object) -> dict[str, object]:
 
 def pagerank_trace(spec: GraphSpec, progress: Progress | None = None) -> Tables:
     g = make_graph(spec)
-    sspec, scale = _scaled(spec)
-    if progress:
-        progress("pagerank: iteration count")
-    iters = pagerank_iterations(g if scale == 1 else make_graph(sspec))
+    iters, sspec = _iteration_count("pagerank", spec, g, pagerank_iterations, progress)
     v, nvb = g.v, _nblocks(g.v)
     b = Builder()
     so, si = _graph_storages(b, g)
@@ -298,10 +305,7 @@ def bfs_trace(spec: GraphSpec, progress: Progress | None = None) -> Tables:
 
 def wcc_trace(spec: GraphSpec, progress: Progress | None = None) -> Tables:
     g = make_graph(spec)
-    sspec, scale = _scaled(spec)
-    if progress:
-        progress("wcc: iteration count")
-    iters = wcc_iterations(g if scale == 1 else make_graph(sspec))
+    iters, sspec = _iteration_count("wcc", spec, g, wcc_iterations, progress)
     v, nvb = g.v, _nblocks(g.v)
     b = Builder()
     so, si = _graph_storages(b, g)
