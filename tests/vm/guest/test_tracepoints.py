@@ -181,3 +181,53 @@ def test_bcc_counts_equal_the_counters(node: Any, capsys: pytest.CaptureFixture[
         if e != 5:
             assert nbytes[(e, g, pe, r)] == v * guestlib.CHUNK
     assert sum(v for (e, *_), v in nbytes.items() if e == 5) == (gen - 1) + gen
+
+
+def test_huvm_top_tracepoint_source_counts_what_the_counters_say(node: Any) -> None:
+    """huvm-top's bcc source (huvm_top.sources.bcc, kernel-tracepoint mode) on the real huvm:* tracepoints:
+    its in-kernel per-event counts and its event log both match the module's counters."""
+    pytest.importorskip("bcc", reason="python3-bpfcc is not installed")
+    require_contract_names()
+    from huvm_top.sources.bcc import BccSource
+
+    p = guestlib.node_params()
+    p.gpus[3].free_bytes = 0
+    node.call(lib.HUVM_IOCTL_TEST_SET_NODE, p)
+    pol = guestlib.base_policy(node)
+    pol.policy.preevict_chunks = 8
+    pol.policy.preevict_batch = 8
+    pol.policy.prefetch_mode = lib.HUVM_PREFETCH_MULTIPATH
+    pol.policy.prefetch_chunks = 4
+    pol.policy.prefetch_stride = 1
+    before = node.call(lib.HUVM_IOCTL_GET_STATS)
+    src = BccSource("tracepoint")
+    src.start()
+    try:
+        node.call(lib.HUVM_IOCTL_SET_POLICY, pol)
+        done = traffic(node)
+        logged: Counter[str] = Counter()
+        for _ in range(20):
+            batch = src.poll(50)
+            logged.update(e.name for e in batch)
+            if not batch and sum(logged.values()) >= sum(done.values()):
+                break
+        counts = src.counts()
+    finally:
+        src.close()
+    after = node.call(lib.HUVM_IOCTL_GET_STATS)
+
+    def delta(name: str) -> int:
+        return guestlib.counter_sum(after, name) - guestlib.counter_sum(before, name)
+
+    want = {
+        "evict": delta("evict_to_peer") + delta("evict_to_host") - delta("preevict_to_peer")
+        - delta("preevict_to_host"),
+        "preevict": delta("preevict_to_peer") + delta("preevict_to_host"),
+        "fetch": delta("fetch_from_peer") + delta("fetch_from_host") + delta("remote_map"),
+        "giveback": delta("giveback"),
+        "prefetch": delta("prefetch_local") + delta("prefetch_to_peer"),
+        "policy": 1,
+    }
+    assert all(v > 0 for v in want.values()), want
+    assert {k: counts[k] for k in want} == want
+    assert {k: logged[k] for k in want} == want, "the event log missed records"
