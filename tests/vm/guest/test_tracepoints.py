@@ -105,21 +105,27 @@ def traffic(node: Any) -> dict[str, int]:
     return dict(done)
 
 
-def test_bcc_counts_equal_the_counters(node: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    bcc = pytest.importorskip("bcc", reason="python3-bpfcc is not installed")
-    require_contract_names()
-    # GPU 3 starts full so that pre-eviction has work; reserve 8 chunks, batch 8.
+def busy_node_policy(node: Any) -> Any:
+    """Make GPU 3 of the synthetic node full (so pre-eviction has work) and return SET_POLICY params with an
+    8-chunk reserve (batch 8) and 4-chunk multi-path prefetch, for traffic() to fire every event kind."""
     p = guestlib.node_params()
     p.gpus[3].free_bytes = 0
     node.call(lib.HUVM_IOCTL_TEST_SET_NODE, p)
+    pol = guestlib.base_policy(node)
+    pol.policy.preevict_chunks = 8
+    pol.policy.preevict_batch = 8
+    pol.policy.prefetch_mode = lib.HUVM_PREFETCH_MULTIPATH
+    pol.policy.prefetch_chunks = 4
+    pol.policy.prefetch_stride = 1
+    return pol
+
+
+def test_bcc_counts_equal_the_counters(node: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    bcc = pytest.importorskip("bcc", reason="python3-bpfcc is not installed")
+    require_contract_names()
+    pol = busy_node_policy(node)
     b = bcc.BPF(text=BPF_TEXT.encode())
     try:
-        pol = guestlib.base_policy(node)
-        pol.policy.preevict_chunks = 8
-        pol.policy.preevict_batch = 8
-        pol.policy.prefetch_mode = lib.HUVM_PREFETCH_MULTIPATH
-        pol.policy.prefetch_chunks = 4
-        pol.policy.prefetch_stride = 1
         node.call(lib.HUVM_IOCTL_SET_POLICY, pol)
         pol.policy.generation = 0
         node.call(lib.HUVM_IOCTL_SET_POLICY, pol)
@@ -190,15 +196,7 @@ def test_huvm_top_tracepoint_source_counts_what_the_counters_say(node: Any) -> N
     require_contract_names()
     from huvm_top.sources.bcc import BccSource
 
-    p = guestlib.node_params()
-    p.gpus[3].free_bytes = 0
-    node.call(lib.HUVM_IOCTL_TEST_SET_NODE, p)
-    pol = guestlib.base_policy(node)
-    pol.policy.preevict_chunks = 8
-    pol.policy.preevict_batch = 8
-    pol.policy.prefetch_mode = lib.HUVM_PREFETCH_MULTIPATH
-    pol.policy.prefetch_chunks = 4
-    pol.policy.prefetch_stride = 1
+    pol = busy_node_policy(node)
     before = node.call(lib.HUVM_IOCTL_GET_STATS)
     src = BccSource("tracepoint")
     src.start()
