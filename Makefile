@@ -45,6 +45,7 @@ $(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_bu
 -include driver/core/core.mk
 -include driver/sim/sim.mk
 -include driver/ktest/ktest.mk
+-include driver/softgpu/softgpu.mk
 -include pyctl/pyctl.mk
 -include pyctl/traces.mk
 -include tui/tui.mk

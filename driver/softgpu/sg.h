@@ -1,0 +1,378 @@
+/*
+ * huvm-softgpu: emulated Volta (GV100) GPUs behind nvidia.ko's nvUvmInterface* API.
+ * SPDX-License-Identifier: GPL-2.0 OR MIT
+ *
+ * TEST HARDWARE ONLY. This module stands in for nvidia.ko so that NVIDIA's unmodified nvidia-uvm (and the
+ * huvm-patched one) can run in the qemu test bed. It is never built for, or loaded on, a lab server.
+ *
+ * The shared internal header: the object model every part of the emulator uses. One file per part:
+ *   sg_main.c    module load/unload, parameters, PCI binding, topology, /dev/huvm-softgpu (RM-lite +
+ *                SM access + knobs), the handle table, counters
+ *   sg_rm.c      the nvUvmInterface* exports: sessions, devices, address spaces, RM memory, channels,
+ *                TSGs, caps, P2P, fault/access-counter info, retained (user) channels, refusals
+ *   sg_pma.c     the physical memory allocator (PMA) of each GPU's framebuffer, eviction callbacks
+ *   sg_engine.c  the engines: one scheduler thread, GPFIFO, host (C36F), CE (C3B5) and SW (C076) methods
+ *   sg_mmu.c     physical address resolution (VID/PEER/SYS) and the VER2 page-table walker
+ *   sg_fault.c   the replayable fault unit: buffer, GET/PUT, interrupts into UVM, replay/cancel, the SM
+ *
+ * Semantics come from NVIDIA's open-gpu-kernel-modules 535.261.03 (nv_gpu_ops.c, nv_uvm_interface.h,
+ * the uvm/ sources): they are emulated here, not copied. docs/softgpu.md describes the design.
+ *
+ * Lock order (outer first): sg_node.lock (mutex: objects, registration) -> vas->lock (spinlock: RM map
+ * table, PDB) ; pma->lock (spinlock) is a leaf and is never held while calling into UVM; fault->lock
+ * (raw spinlock, IRQ-safe) is a leaf. The engine thread takes sg_node.chan_lock (spinlock) only to walk
+ * the channel list. No softgpu lock is held while calling any UVM callback (eviction, top half).
+ */
+#ifndef _HUVM_SOFTGPU_SG_H
+#define _HUVM_SOFTGPU_SG_H
+
+#include <linux/types.h>
+#include <linux/atomic.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/kref.h>
+#include <linux/wait.h>
+#include <linux/irq_work.h>
+#include <linux/pci.h>
+
+/* nv_uvm_interface.h includes RM's nv-linux.h outside the UVM build: the kernel headers above are all
+ * the emulator needs, so keep that header out. */
+#define _NV_LINUX_H_
+#include "nvtypes.h"
+#include "nvstatus.h"
+#include "nv_uvm_types.h"
+#include "nv_uvm_interface.h"
+#include "huvm_softgpu_ioctl.h"
+
+#define SG_MAX_GPUS             SOFTGPU_MAX_GPUS
+#define SG_MAX_PEER_IDS         8
+#define SG_PAGE_4K              0x1000ULL
+#define SG_PAGE_64K             0x10000ULL
+#define SG_PAGE_2M              0x200000ULL
+
+/* Emulated GV100 identity (uvm/ctrl2080mc.h, clc36f.h, clc3b5.h, clc076.h). */
+#define SG_ARCH_GV100           0x140
+#define SG_CLASS_HOST           0xC36F      /* VOLTA_CHANNEL_GPFIFO_A */
+#define SG_CLASS_CE             0xC3B5      /* VOLTA_DMA_COPY_A */
+#define SG_CLASS_COMPUTE        0xC3C0      /* VOLTA_COMPUTE_A (reported only) */
+#define SG_CLASS_UVM_SW         0xC076      /* GP100_UVM_SW */
+
+/* VA layout of an RM-managed (kernel) address space: RM hands out VAs in [SG_RM_VA_START, SG_RM_VA_END)
+ * (below max_channel_va = 2^40, never 0). VAs below the RM range size (128 TB) are RM's; above, UVM's
+ * own page tree, walked from the PDB. */
+#define SG_RM_VA_START          (4ULL << 30)
+#define SG_RM_VA_END            (1ULL << 40)
+
+/* Apertures as the CE and MMU see them. */
+enum sg_aperture {
+	SG_AP_VID  = 0,     /* this GPU's framebuffer */
+	SG_AP_PEER = 1,     /* a peer GPU's framebuffer (through the peer id) */
+	SG_AP_SYS  = 2,     /* system memory: a guest physical (= DMA) address */
+};
+
+/* MMU access kinds. */
+enum sg_access {
+	SG_ACC_READ = 0,
+	SG_ACC_WRITE,
+	SG_ACC_ATOMIC,
+	SG_ACC_PREFETCH,
+};
+
+/* Fault types as in the C369 fault packet (uvm/hwref/volta/gv100/dev_fault.h, uvm_fault_type_t). */
+#define SG_FAULT_NONE           (-1)
+#define SG_FAULT_PDE            0x0
+#define SG_FAULT_PDE_SIZE       0x1
+#define SG_FAULT_PTE            0x2
+#define SG_FAULT_VA_LIMIT       0x3
+#define SG_FAULT_PRIV           0x5
+#define SG_FAULT_RO             0x6
+#define SG_FAULT_ATOMIC         0xf
+
+struct sg_gpu;
+struct sg_vaspace;
+struct sg_user_channel;
+
+/* ---- PMA (sg_pma.c) -------------------------------------------------------------------------- */
+struct sg_pma;
+
+NV_STATUS sg_pma_create(struct sg_gpu *gpu);           /* at module load, for [0, gpu->pma_size) */
+void sg_pma_destroy(struct sg_gpu *gpu);
+/* A "foreign" (non-UVM, e.g. another process's cudaMalloc) pinned allocation of whole 2 MiB pages:
+ * allocations without DONT_EVICT, so UVM's eviction callbacks run when PMA is short. */
+NV_STATUS sg_pma_foreign_alloc(struct sg_gpu *gpu, u64 bytes, u64 **pages_out, u64 *npages_out);
+void sg_pma_foreign_free(struct sg_gpu *gpu, u64 *pages, u64 npages);
+void sg_pma_counters(struct sg_gpu *gpu, u64 *free_b, u64 *pinned_b, u64 *unpinned_b);
+
+/* ---- fault unit (sg_fault.c) ----------------------------------------------------------------- */
+/* The "registers" UVM reads and writes through pointers (UvmGpuFaultInfo, UvmGpuAccessCntrInfo,
+ * AddressSpaceCreate's time offsets): plain words in one zeroed page per GPU. */
+struct sg_regs {
+	u32 fault_get;
+	u32 fault_put;
+	u32 fault_info;
+	u32 pmc_intr;
+	u32 pmc_intr_en_set;
+	u32 pmc_intr_en_clear;
+	u32 prefetch_ctrl;
+	u32 ac_get;
+	u32 ac_put;
+	u32 ac_full;
+	u32 ac_hub_intr;
+	u32 ac_en_set;
+	u32 ac_en_clear;
+	u32 pad;
+	u64 time;                     /* TIME_0 (low) / TIME_1 (high) */
+};
+
+struct sg_fault_unit {
+	struct sg_regs *regs;         /* one page, vzalloc'd by sg_main.c */
+	void *buffer;                 /* replayable fault ring: entries * 32 bytes */
+	u32 entries;
+	void *nr_shadow;              /* non-replayable shadow buffer (never filled) */
+	u32 nr_size;
+	void *ac_buffer;              /* access-counter buffer (never filled) */
+	u32 ac_size;
+	bool info_initialised;        /* InitFaultInfo done */
+	bool uvm_owns_intr;           /* OwnPageFaultIntr(TRUE) */
+	bool ac_initialised;
+	raw_spinlock_t lock;          /* fault ring writes, pending list */
+	struct list_head pending;     /* SM accesses parked on a fault (sg_fault.c) */
+	atomic_t replay_gen;          /* bumped by every replay method */
+	wait_queue_head_t wq;         /* parked SM accesses wait here */
+	struct irq_work irq;          /* calls UVM's isrTopHalf in hard-IRQ context */
+	u64 last_irq_ns;
+};
+
+NV_STATUS sg_fault_init(struct sg_gpu *gpu);           /* at module load */
+void sg_fault_fini(struct sg_gpu *gpu);
+/* Called by the engine thread for host MEM_OP / SW methods. */
+void sg_fault_replay(struct sg_gpu *gpu);
+void sg_fault_cancel_va(struct sg_gpu *gpu, u32 pdb_aperture, u64 pdb_pa, u64 va, u32 access_mode);
+void sg_fault_cancel_targeted(struct sg_gpu *gpu, u32 gpc, u32 client);
+void sg_fault_cancel_global(struct sg_gpu *gpu);
+void sg_fault_cancel_inst(struct sg_gpu *gpu, u32 inst_aperture, u64 inst_pa, bool global, u32 gpc,
+                          u32 client);
+/* Raise UVM's top half if the ring holds work (level-triggered emulation, rate-limited). */
+void sg_fault_kick(struct sg_gpu *gpu);
+/* Stop a user channel: fail its parked accesses (StopChannel / ReleaseChannel). */
+void sg_fault_stop_channel(struct sg_gpu *gpu, struct sg_user_channel *uch);
+/* The SM: run a batch of accesses on a user channel in the caller's thread (sg_main.c's ioctl). */
+NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 count, u32 timeout_ms,
+                    u32 *completed);
+
+/* ---- GPU --------------------------------------------------------------------------------------- */
+struct sg_gpu {
+	unsigned index;
+	NvProcessorUuid uuid;
+	char name[SOFTGPU_NAME_LEN];
+	struct pci_dev *pdev;         /* the qemu device this GPU is bound to (DMA API target) */
+
+	u64 fb_size;                  /* whole framebuffer */
+	u64 pma_size;                 /* PMA owns [0, pma_size); RM-reserved FB is [pma_size, fb_size) */
+	u8 *fb;                       /* vmalloc'd backing: VID physical address == offset */
+
+	/* RM-reserved FB allocator (MemoryAllocFB backing), in [pma_size, fb_size): sg_rm.c */
+	struct mutex rm_fb_lock;
+	unsigned long *rm_fb_bitmap;  /* one bit per 4K page of the reserved part */
+
+	struct sg_pma *pma;
+	struct sg_fault_unit fault;
+
+	/* topology (sg_main.c at load) */
+	u32 link_type[SG_MAX_GPUS];   /* SOFTGPU_LINK_* */
+	u32 link_count[SG_MAX_GPUS];
+	int peer_id_of[SG_MAX_GPUS];  /* the 3-bit peer id this GPU uses for GPU j, -1 if none */
+	struct sg_gpu *peer_by_id[SG_MAX_PEER_IDS];
+
+	/* nvUvmInterface state (sg_rm.c, under sg_node.lock) */
+	int registered;               /* RegisterGpu references */
+	struct uvmGpuDevice_tag *device;  /* the one device UVM created, or NULL */
+
+	/* knobs */
+	u64 copy_mbps;
+	u64 link_latency_us;
+	atomic_t fail_pma_alloc;
+
+	atomic64_t ctr[SOFTGPU_CTR_COUNT];
+};
+
+static inline void sg_count(struct sg_gpu *gpu, unsigned ctr, u64 n)
+{
+	atomic64_add(n, &gpu->ctr[ctr]);
+}
+
+/* Says once per (what) in dmesg that something is not emulated, and counts it. */
+void sg_unemulated(struct sg_gpu *gpu, const char *what, u32 a, u32 b);
+
+/* ---- the node (sg_main.c) ---------------------------------------------------------------------- */
+struct sg_node {
+	struct mutex lock;
+	unsigned gpu_count;
+	struct sg_gpu *gpus[SG_MAX_GPUS];
+	struct UvmOpsUvmEvents *ops;  /* RegisterUvmCallbacks; read under RCU by the interrupt path */
+	bool session_open;
+	spinlock_t chan_lock;         /* the engine's channel list */
+	struct list_head channels;
+};
+extern struct sg_node sg_node;
+
+struct sg_gpu *sg_gpu_by_uuid(const NvProcessorUuid *uuid);
+
+/* ---- address spaces ---------------------------------------------------------------------------- */
+/* Backing of an RM allocation (MemoryAllocSys/FB): shared by the owner mapping and its dups. */
+struct sg_rm_backing {
+	struct kref ref;
+	struct sg_gpu *gpu;           /* FB owner (vid) */
+	bool vid;
+	u64 fb_offset;                /* vid: VID physical address */
+	void *kva;                    /* CPU address of the first byte (vid: gpu->fb + fb_offset) */
+	u64 size;                     /* page-rounded */
+};
+
+struct sg_rm_map {
+	struct list_head node;
+	u64 va;
+	u64 size;
+	struct sg_rm_backing *b;
+};
+
+/* A GPU VA space (an RM "FERMI_VASPACE_A" object). Kernel ones come from AddressSpaceCreate (RM manages
+ * [0, rm_va_size)); user ones from /dev/huvm-softgpu CREATE_VASPACE (externally owned, UVM dups them). */
+struct sg_vaspace {
+	struct kref ref;
+	struct sg_gpu *gpu;
+	bool kernel;
+	u64 rm_va_size;               /* kernel: VAs below this are resolved through rm_maps */
+	spinlock_t lock;              /* rm_maps, next_va, PDB */
+	struct list_head rm_maps;
+	u64 next_va;
+	bool pdb_set;
+	u32 pdb_aperture;             /* SG_AP_VID or SG_AP_SYS */
+	u64 pdb_pa;
+};
+
+/* The handle UVM holds (AddressSpaceCreate / DupAddressSpace). */
+struct uvmGpuAddressSpace_tag {
+	struct uvmGpuDevice_tag *device;
+	struct sg_vaspace *vas;
+	bool dup;
+};
+
+struct uvmGpuSession_tag {
+	int unused;
+};
+
+struct uvmGpuDevice_tag {
+	struct uvmGpuSession_tag *session;
+	struct sg_gpu *gpu;
+};
+
+void sg_vaspace_put(struct sg_vaspace *vas);
+struct sg_vaspace *sg_vaspace_create(struct sg_gpu *gpu, bool kernel, u64 rm_va_size);
+/* RM-table lookup for a kernel VA space: CPU pointer for va and the bytes valid from it (0 if none).
+ * Callable from the engine thread (takes vas->lock). */
+void *sg_rm_lookup(struct sg_vaspace *vas, u64 va, u64 *len, struct sg_gpu **owner);
+
+/* ---- MMU (sg_mmu.c) ---------------------------------------------------------------------------- */
+struct sg_xlate {
+	struct sg_gpu *gpu;           /* FB owner for VID/PEER, NULL for SYS */
+	u32 aperture;                 /* after PEER resolution: SG_AP_VID (of gpu), SG_AP_PEER, SG_AP_SYS */
+	u64 pa;
+	void *kva;                    /* CPU pointer to the byte at va */
+	u64 len;                      /* bytes valid from kva (to the end of the page or RM allocation) */
+	u64 page_size;
+	bool read_only;
+	bool atomic_disabled;
+	bool sparse;                  /* reads return 0, writes are dropped */
+};
+
+/* CPU pointer for [pa, pa+len) in an aperture of gpu (SG_AP_VID: gpu's FB bounds-checked; SG_AP_SYS:
+ * guest physical memory through the direct map). NULL when out of range. */
+void *sg_phys_ptr(struct sg_gpu *gpu, u32 aperture, u64 pa, u64 len);
+/* Translate va in vas for an access. ce: a copy-engine access (ignores PRIV; RO violations are RC).
+ * Returns SG_FAULT_NONE with *x filled, or the fault type. */
+int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce, struct sg_xlate *x);
+
+/* ---- channels and the engines (sg_engine.c) ---------------------------------------------------- */
+/* Per-channel execution state; owned by sg_engine.c. */
+struct sg_exec {
+	u32 gp_get;                   /* next GPFIFO entry to execute */
+	u64 seg_va;                   /* current segment (pushbuffer VA) being executed */
+	u32 seg_len;                  /* dwords */
+	u32 seg_pos;                  /* next dword */
+	bool in_segment;
+	u32 method;                   /* pending method header state */
+	u32 count;
+	u32 subch;
+	u32 sec_op;
+	u32 subch_class[8];
+	u32 host[64];                 /* host method registers, by (offset >> 2) for offsets < 0x100 */
+	u32 ce[0x800 >> 2];           /* CE method registers, by (offset >> 2) */
+	u32 sw[0x200 >> 2];           /* SW method registers */
+	bool parked;                  /* waiting on an acquire */
+	u64 acq_va;
+	u32 acq_payload;
+	u32 acq_op;
+};
+
+struct uvmGpuTsg_tag {
+	struct uvmGpuAddressSpace_tag *as;
+	struct sg_vaspace *vas;
+	struct sg_gpu *gpu;
+	u32 engine_type;
+	u32 engine_index;
+	int channels;
+};
+
+struct uvmGpuChannel_tag {
+	struct list_head node;        /* sg_node.channels */
+	struct uvmGpuTsg_tag *tsg;
+	struct sg_gpu *gpu;
+	struct sg_vaspace *vas;       /* the TSG's VA space: pushbuffer and CE virtual addresses */
+	u32 id;
+	u32 num_entries;
+	u64 *gpfifo;                  /* numGpFifoEntries entries, kzalloc'd */
+	u32 *userd;                   /* one page: [0] GP_PUT, [1] GP_GET, [2] doorbell, [3] token */
+	NvNotification *error_notifier;
+	bool stopped;                 /* RC error: executes nothing more */
+	bool dying;                   /* ChannelDestroy in progress: the engine skips it */
+	struct sg_exec exec;
+};
+
+#define SG_USERD_GP_PUT         0
+#define SG_USERD_GP_GET         1
+#define SG_USERD_DOORBELL       2
+#define SG_USERD_TOKEN          3
+#define SG_DOORBELL_IDLE        0xffffffffu
+
+int sg_engine_start(void);
+void sg_engine_stop(void);
+/* Add a channel to the scheduler / remove it (returns once the engine no longer touches it). */
+void sg_engine_add_channel(struct uvmGpuChannel_tag *ch);
+void sg_engine_remove_channel(struct uvmGpuChannel_tag *ch);
+/* Wake the engine (new work hint). */
+void sg_engine_kick(void);
+/* Strictly increasing GPU time in ns (semaphore and fault timestamps, TIME_0/1). */
+u64 sg_gpu_time_ns(void);
+
+/* ---- user objects (/dev/huvm-softgpu, sg_main.c) ----------------------------------------------- */
+/* A GR channel created from user space: what UVM retains (RetainChannel) and the SM runs on. */
+struct sg_user_channel {
+	struct kref ref;
+	u32 handle;
+	u32 client;
+	struct sg_gpu *gpu;
+	struct sg_vaspace *vas;
+	struct page *inst_page;       /* the instance block (4K, sysmem) */
+	u64 inst_pa;
+	bool stopped;                 /* StopChannel: parked accesses fail, new ones are refused */
+	int retained;                 /* RetainChannel references (under sg_node.lock) */
+};
+
+/* Look up user objects by (hClient, handle); take a reference. NULL if not found or wrong type. */
+struct sg_vaspace *sg_obj_get_vaspace(u32 client, u32 handle);
+struct sg_user_channel *sg_obj_get_channel(u32 client, u32 handle);
+void sg_user_channel_put(struct sg_user_channel *uch);
+
+#endif /* _HUVM_SOFTGPU_SG_H */
