@@ -28,7 +28,7 @@ softgpu-clean:
 
 # Compile one object only (while a part is being written): make softgpu-obj OBJ=sg_engine.o
 softgpu-obj:
-	@mkdir -p $(SOFTGPU_BUILD)-obj && rm -f $(SOFTGPU_BUILD)-obj/* 2>/dev/null; \
-	 for f in $(SOFTGPU_SRC)/Kbuild $(SOFTGPU_SRC)/*.c $(SOFTGPU_SRC)/*.h; do ln -sf $$f $(SOFTGPU_BUILD)-obj/; done
-	@$(MAKE) --no-print-directory -C $(KTEST_KDIR) M=$(SOFTGPU_BUILD)-obj HUVM_ROOT=$(ROOT) \
+	@mkdir -p $(SOFTGPU_BUILD)-$(basename $(OBJ)) && rm -f $(SOFTGPU_BUILD)-$(basename $(OBJ))/* 2>/dev/null; \
+	 for f in $(SOFTGPU_SRC)/Kbuild $(SOFTGPU_SRC)/*.c $(SOFTGPU_SRC)/*.h; do ln -sf $$f $(SOFTGPU_BUILD)-$(basename $(OBJ))/; done
+	@$(MAKE) --no-print-directory -C $(KTEST_KDIR) M=$(SOFTGPU_BUILD)-$(basename $(OBJ)) HUVM_ROOT=$(ROOT) \
 	    SOFTGPU_UPSTREAM=$(HUVM_ORIG) $(OBJ)
