@@ -19,9 +19,11 @@
  * the uvm/ sources): they are emulated here, not copied. docs/softgpu.md describes the design.
  *
  * Lock order (outer first): sg_node.lock (mutex: objects, registration) -> vas->lock (spinlock: RM map
- * table, PDB) ; pma->lock (spinlock) is a leaf and is never held while calling into UVM; fault->lock
- * (raw spinlock, IRQ-safe) is a leaf. The engine thread takes sg_node.chan_lock (spinlock) only to walk
- * the channel list. No softgpu lock is held while calling any UVM callback (eviction, top half).
+ * table, PDB) ; pma->lock (spinlock) is a leaf and is never held while calling into UVM;
+ * fault->sm_lock (mutex: parked SM accesses) -> vas->lock and -> fault->lock; fault->tlb_sem (rwsem,
+ * never nested with sm_lock) -> vas->lock; fault->lock (raw spinlock, IRQ-safe) is a leaf; gpu->rm_fb_lock (mutex) is a leaf; sg_main.c's handle-table
+ * spinlock (taken by sg_obj_get_*) is a leaf. The engine thread takes sg_node.chan_lock (spinlock) only
+ * to walk the channel list. No softgpu lock is held while calling any UVM callback (eviction, top half).
  */
 #ifndef _HUVM_SOFTGPU_SG_H
 #define _HUVM_SOFTGPU_SG_H
@@ -32,8 +34,11 @@
 #include <linux/mutex.h>
 #include <linux/spinlock.h>
 #include <linux/kref.h>
+#include <linux/rbtree.h>
 #include <linux/wait.h>
 #include <linux/irq_work.h>
+#include <linux/timer.h>
+#include <linux/rwsem.h>
 #include <linux/pci.h>
 
 /* nv_uvm_interface.h includes RM's nv-linux.h outside the UVM build: the kernel headers above are all
@@ -87,6 +92,7 @@ enum sg_access {
 #define SG_FAULT_VA_LIMIT       0x3
 #define SG_FAULT_PRIV           0x5
 #define SG_FAULT_RO             0x6
+#define SG_FAULT_APERTURE       0xa         /* UNSUPPORTED_APERTURE: no memory behind the PTE (fatal) */
 #define SG_FAULT_ATOMIC         0xf
 
 struct sg_gpu;
@@ -101,10 +107,18 @@ void sg_pma_destroy(struct sg_gpu *gpu);
 /* A "foreign" (non-UVM, e.g. another process's cudaMalloc) pinned allocation of whole 2 MiB pages:
  * allocations without DONT_EVICT, so UVM's eviction callbacks run when PMA is short. */
 NV_STATUS sg_pma_foreign_alloc(struct sg_gpu *gpu, u64 bytes, u64 **pages_out, u64 *npages_out);
+/* Frees the pages and takes back the array too (*pages_out of sg_pma_foreign_alloc); the caller never
+ * frees it. */
 void sg_pma_foreign_free(struct sg_gpu *gpu, u64 *pages, u64 npages);
 void sg_pma_counters(struct sg_gpu *gpu, u64 *free_b, u64 *pinned_b, u64 *unpinned_b);
 
 /* ---- fault unit (sg_fault.c) ----------------------------------------------------------------- */
+/* The interrupt bits UVM writes to pPmcIntrEnSet/EnClear (replayableFaultMask, set by InitFaultInfo) and
+ * to pHubIntrEnSet/EnClear (accessCounterMask, set by InitAccessCntrInfo). Any distinct non-zero bits
+ * work; these mirror the PMC/HUB interrupt positions of the real parts only loosely. */
+#define SG_INTR_REPLAYABLE_FAULT    (1u << 9)
+#define SG_INTR_ACCESS_CNTR         (1u << 27)
+
 /* The "registers" UVM reads and writes through pointers (UvmGpuFaultInfo, UvmGpuAccessCntrInfo,
  * AddressSpaceCreate's time offsets): plain words in one zeroed page per GPU. */
 struct sg_regs {
@@ -136,28 +150,57 @@ struct sg_fault_unit {
 	bool info_initialised;        /* InitFaultInfo done */
 	bool uvm_owns_intr;           /* OwnPageFaultIntr(TRUE) */
 	bool ac_initialised;
-	raw_spinlock_t lock;          /* fault ring writes, pending list */
-	struct list_head pending;     /* SM accesses parked on a fault (sg_fault.c) */
+	raw_spinlock_t lock;          /* fault ring writes (entries, PUT) */
+	struct mutex sm_lock;         /* pending and the state of every parked SM access (sg_fault.c) */
+	struct list_head pending;     /* SM accesses parked on a fault (sg_fault.c), under sm_lock */
 	atomic_t replay_gen;          /* bumped by every replay method */
 	wait_queue_head_t wq;         /* parked SM accesses wait here */
 	struct irq_work irq;          /* calls UVM's isrTopHalf in hard-IRQ context */
 	u64 last_irq_ns;
+	struct timer_list timer;      /* re-raises the interrupt while the ring holds work; GET upkeep */
+	struct rw_semaphore tlb_sem;  /* SM page accesses in flight (read) vs TLB invalidates (write) */
+	bool regs_owned;              /* sg_fault_init allocated regs (sg_main.c had not) */
+	bool shutdown;                /* sg_fault_fini has begun: no more timers or interrupts */
 };
 
 NV_STATUS sg_fault_init(struct sg_gpu *gpu);           /* at module load */
 void sg_fault_fini(struct sg_gpu *gpu);
-/* Called by the engine thread for host MEM_OP / SW methods. */
+/* Called by the engine thread for host MEM_OP / SW methods, in process context (they take a mutex and
+ * translate), with no softgpu spinlock held. Arguments are the raw method fields:
+ * - replay: MEM_OP_C REPLAY START or START_ACK_ALL. Every parked access is translated again before this
+ *   returns: those still faulting write their fault entries again (so they are in the buffer when the
+ *   replay's push completes, as uvm_gpu_replayable_faults.c expects), the others resume.
+ * - cancel_va: REPLAY CANCEL_VA_GLOBAL. pdb_aperture = MEM_OP_C PDB_APERTURE (0 VID, 2/3 SYS), pdb_pa =
+ *   the PDB byte address, va = the target VA (4K page), access_mode = MEM_OP_C ACCESS_TYPE (9:7; 7
+ *   VIRT_ALL, 6 VIRT_WRITE_AND_ATOMIC, 5 ATOMIC_ALL, 2 ATOMIC_STRONG, 1 WRITE, 0 READ).
+ * - cancel_targeted / cancel_global: REPLAY CANCEL_TARGETED (uTLB of gpc/client) / CANCEL_GLOBAL.
+ * - cancel_inst: C076 FAULT_CANCEL_A/B/C: inst_aperture = A[1:0] (0 VID, 2/3 SYS), inst_pa = the
+ *   instance block byte address, global = C.MODE GLOBAL, else gpc = C.GPC_ID and client = C.CLIENT_ID.
+ * Cancelled accesses fail with NV_ERR_INVALID_ADDRESS; UVM replays after cancelling. */
 void sg_fault_replay(struct sg_gpu *gpu);
 void sg_fault_cancel_va(struct sg_gpu *gpu, u32 pdb_aperture, u64 pdb_pa, u64 va, u32 access_mode);
 void sg_fault_cancel_targeted(struct sg_gpu *gpu, u32 gpc, u32 client);
 void sg_fault_cancel_global(struct sg_gpu *gpu);
 void sg_fault_cancel_inst(struct sg_gpu *gpu, u32 inst_aperture, u64 inst_pa, bool global, u32 gpc,
                           u32 client);
-/* Raise UVM's top half if the ring holds work (level-triggered emulation, rate-limited). */
+/* MMU_TLB_INVALIDATE (MEM_OP 9/0xA; before acting on its REPLAY field): returns once no SM access still
+ * uses a translation made before the call, so that UVM may reuse the memory an invalidated PTE mapped.
+ * Process context (engine thread); takes no spinlock. There is no TLB to drop. */
+void sg_fault_tlb_invalidate(struct sg_gpu *gpu);
+/* Raise UVM's top half if the ring holds work (level-triggered emulation, rate-limited; a timer raises
+ * it again while the condition lasts). Any context but hard IRQ. */
 void sg_fault_kick(struct sg_gpu *gpu);
-/* Stop a user channel: fail its parked accesses (StopChannel / ReleaseChannel). */
+/* Stop a user channel: sets uch->stopped and fails its parked accesses (StopChannel / ReleaseChannel /
+ * destruction). Process context. */
 void sg_fault_stop_channel(struct sg_gpu *gpu, struct sg_user_channel *uch);
-/* The SM: run a batch of accesses on a user channel in the caller's thread (sg_main.c's ioctl). */
+/* The SM: run a batch of accesses on a user channel in the caller's thread (sg_main.c's ioctl; process
+ * context, no lock held; sleeps while accesses wait for replays). Unless it returns
+ * NV_ERR_INVALID_ARGUMENT or NV_ERR_NO_MEMORY, every acc[i] gets its results and *completed the number
+ * with status NV_OK (also when it returns NV_ERR_SIGNAL_PENDING). Per-access status: NV_OK;
+ * NV_ERR_INVALID_ADDRESS (cancelled by UVM, or a PREFETCH page that stayed unmapped);
+ * NV_ERR_TIMEOUT (no replay within timeout_ms); NV_ERR_INVALID_CHANNEL (channel stopped);
+ * NV_ERR_BUSY_RETRY (FLAG_NO_WAIT: the fault was reported, the access not retried);
+ * NV_ERR_INVALID_ARGUMENT (bad type/flags/size/alignment or data pointer); NV_ERR_SIGNAL_PENDING. */
 NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 count, u32 timeout_ms,
                     u32 *completed);
 
@@ -231,7 +274,8 @@ struct sg_rm_backing {
 };
 
 struct sg_rm_map {
-	struct list_head node;
+	struct list_head node;        /* vas->rm_maps, sorted by va (first-fit VA search) */
+	struct rb_node rb;            /* vas->rm_tree, keyed by va (sg_rm_lookup) */
 	u64 va;
 	u64 size;
 	struct sg_rm_backing *b;
@@ -244,9 +288,10 @@ struct sg_vaspace {
 	struct sg_gpu *gpu;
 	bool kernel;
 	u64 rm_va_size;               /* kernel: VAs below this are resolved through rm_maps */
-	spinlock_t lock;              /* rm_maps, next_va, PDB */
+	spinlock_t lock;              /* rm_maps, rm_tree, next_va, PDB */
 	struct list_head rm_maps;
-	u64 next_va;
+	struct rb_root rm_tree;       /* the same maps, for O(log n) lookups from the engine thread */
+	u64 next_va;                  /* unused: RM VAs are found first-fit in rm_maps */
 	bool pdb_set;
 	u32 pdb_aperture;             /* SG_AP_VID or SG_AP_SYS */
 	u64 pdb_pa;
@@ -273,6 +318,10 @@ struct sg_vaspace *sg_vaspace_create(struct sg_gpu *gpu, bool kernel, u64 rm_va_
 /* RM-table lookup for a kernel VA space: CPU pointer for va and the bytes valid from it (0 if none).
  * Callable from the engine thread (takes vas->lock). */
 void *sg_rm_lookup(struct sg_vaspace *vas, u64 va, u64 *len, struct sg_gpu **owner);
+/* Per-GPU state of sg_rm.c (the RM-reserved FB allocator): sg_main.c calls sg_rm_gpu_init at GPU
+ * creation (after fb/fb_size/pma_size are set) and sg_rm_gpu_fini at destruction. */
+NV_STATUS sg_rm_gpu_init(struct sg_gpu *gpu);
+void sg_rm_gpu_fini(struct sg_gpu *gpu);
 
 /* ---- MMU (sg_mmu.c) ---------------------------------------------------------------------------- */
 struct sg_xlate {
@@ -291,29 +340,36 @@ struct sg_xlate {
  * guest physical memory through the direct map). NULL when out of range. */
 void *sg_phys_ptr(struct sg_gpu *gpu, u32 aperture, u64 pa, u64 len);
 /* Translate va in vas for an access. ce: a copy-engine access (ignores PRIV; RO violations are RC).
- * Returns SG_FAULT_NONE with *x filled, or the fault type. */
+ * Returns SG_FAULT_NONE with *x filled, or the fault type (SG_FAULT_APERTURE: the PTE names memory that
+ * does not exist). A sparse mapping is SG_FAULT_NONE with x->sparse, x->len and x->page_size only.
+ * Process context, no softgpu spinlock held (takes vas->lock); no TLB: it walks every time. */
 int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce, struct sg_xlate *x);
 
 /* ---- channels and the engines (sg_engine.c) ---------------------------------------------------- */
-/* Per-channel execution state; owned by sg_engine.c. */
+/* Per-channel execution state; owned by sg_engine.c (only the engine thread touches it after
+ * sg_engine_add_channel, which zeroes it). */
 struct sg_exec {
-	u32 gp_get;                   /* next GPFIFO entry to execute */
+	u32 gp_get;                   /* next GPFIFO entry to execute (published to userd[GP_GET]) */
+	u32 gp_put;                   /* last GP_PUT read from userd */
 	u64 seg_va;                   /* current segment (pushbuffer VA) being executed */
 	u32 seg_len;                  /* dwords */
 	u32 seg_pos;                  /* next dword */
 	bool in_segment;
-	u32 method;                   /* pending method header state */
-	u32 count;
+	u32 method;                   /* pending method header state: byte offset of the next data dword */
+	u32 count;                    /* data dwords left */
 	u32 subch;
-	u32 sec_op;
+	u32 sec_op;                   /* NVB06F_DMA_SEC_OP_* */
 	u32 subch_class[8];
 	u32 host[64];                 /* host method registers, by (offset >> 2) for offsets < 0x100 */
 	u32 ce[0x800 >> 2];           /* CE method registers, by (offset >> 2) */
 	u32 sw[0x200 >> 2];           /* SW method registers */
-	bool parked;                  /* waiting on an acquire */
+	bool parked;                  /* waiting on an acquire (the acquire method is already consumed) */
+	bool acq_64;                  /* 64-bit payload (SEM_EXECUTE PAYLOAD_SIZE_64BIT) */
+	bool park_reported;           /* the >10 s watchdog line was printed */
+	u32 acq_op;                   /* sg_engine.c's acquire kind */
 	u64 acq_va;
-	u32 acq_payload;
-	u32 acq_op;
+	u64 acq_payload;
+	u64 park_ns;                  /* when the channel parked (ktime_get_ns) */
 };
 
 struct uvmGpuTsg_tag {
@@ -332,7 +388,7 @@ struct uvmGpuChannel_tag {
 	struct sg_vaspace *vas;       /* the TSG's VA space: pushbuffer and CE virtual addresses */
 	u32 id;
 	u32 num_entries;
-	u64 *gpfifo;                  /* numGpFifoEntries entries, kzalloc'd */
+	u64 *gpfifo;                  /* numGpFifoEntries entries, kvzalloc'd */
 	u32 *userd;                   /* one page: [0] GP_PUT, [1] GP_GET, [2] doorbell, [3] token */
 	NvNotification *error_notifier;
 	bool stopped;                 /* RC error: executes nothing more */
@@ -370,7 +426,10 @@ struct sg_user_channel {
 	int retained;                 /* RetainChannel references (under sg_node.lock) */
 };
 
-/* Look up user objects by (hClient, handle); take a reference. NULL if not found or wrong type. */
+/* Look up user objects by (hClient, handle); take a reference. NULL if not found or wrong type.
+ * Callable with or without sg_node.lock held (process context). DESTROY_OBJECT refuses a channel whose
+ * `retained` > 0, checked under sg_node.lock: RetainChannel should hold sg_node.lock across the lookup
+ * and retained++ so that the two cannot race. sg_user_channel_put may call sg_vaspace_put. */
 struct sg_vaspace *sg_obj_get_vaspace(u32 client, u32 handle);
 struct sg_user_channel *sg_obj_get_channel(u32 client, u32 handle);
 void sg_user_channel_put(struct sg_user_channel *uch);

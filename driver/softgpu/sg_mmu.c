@@ -1,0 +1,386 @@
+/*
+ * huvm-softgpu: the emulated MMU: physical apertures and the VER2 page-table walk.
+ * SPDX-License-Identifier: GPL-2.0 OR MIT
+ *
+ * TEST HARDWARE ONLY (see sg.h). Every access of the emulated engines (the CE in sg_engine.c, the SM in
+ * sg_fault.c) is translated here, one page at a time:
+ *
+ *   - Physical addresses: VID is an offset into a GPU's vmalloc'd framebuffer, PEER is the same on the
+ *     GPU a peer id names, SYS is a guest physical address. Without an IOMMU the DMA API returns the
+ *     guest physical address (dma-direct), and UVM hands the GPU dma_addr - dma_addressable_start, which
+ *     is 0 here (nvUvmInterfaceRegisterGpu's UvmGpuPlatformInfo).
+ *
+ *   - Virtual addresses of a kernel VA space below rm_va_size (128 TB, uvm_volta.c's rm_va_size) belong
+ *     to RM: nvUvmInterfaceSetPageDirectory keeps RM's PDE3[0] in UVM's root and UVM never writes that
+ *     entry, so instead of emulating RM's page tables we resolve them through sg_rm.c's allocation table
+ *     (sg_rm_lookup). A miss is a fault: the caller stops the channel (RC).
+ *
+ *   - Every other VA is walked from the PDB exactly as the hardware would read the tables UVM writes with
+ *     uvm_pascal_mmu.c / uvm_volta_mmu.c, whose bit layout is hwref/volta/gv100/dev_mmu.h (VER2):
+ *
+ *       depth  level                          VA bits        entry   table
+ *       0      PDE3 (the PDB)                 48:47          8 B     4 entries
+ *       1      PDE2                           46:38          8 B     512
+ *       2      PDE1                           37:29          8 B     512
+ *       3      dual PDE0, or a 2M PTE         28:21          16 B    256
+ *       4      64K PTE / 4K PTE               20:16 / 20:12  8 B     32 (256 B) / 512
+ *
+ *     A dual PDE0 points at a big (64K) and a small (4K) table at once; the big PTE wins when it is valid,
+ *     sparse, or "unmapped" (VALID=0 VOL=0 PRIV=1, unmapped_pte_pascal: it hides the 4K PTEs); an invalid
+ *     big PTE otherwise lets the 4K PTE decide (the table in uvm_va_block.h above pte_is_2m). PDEs with an
+ *     invalid aperture and VOL=1 are sparse (the "sparsePde" template of RM's GM20X+ formats); PTEs with
+ *     VALID=0 VOL=1 are sparse (make_sparse_pte_pascal): reads return 0, writes are dropped, no fault.
+ *
+ * There is no TLB: every access walks, which is strictly more coherent than the hardware, so TLB
+ * invalidates need not drop anything (sg_fault_tlb_invalidate only waits for SM accesses in flight).
+ * Page tables are read as the MMU reads them: 8-byte loads from FB or sysmem, never through a lock,
+ * while the CE (the engine thread) may be rewriting them.
+ *
+ * LOCKING: none of its own. sg_mmu_translate takes vas->lock briefly to read the PDB (and sg_rm_lookup
+ * takes it for RM VAs); both are callable from any process context, with no softgpu spinlock held.
+ */
+
+#include <linux/kernel.h>
+#include <linux/mm.h>
+#include <linux/io.h>
+#include <linux/string.h>
+
+#include "sg.h"
+#include "hwref/volta/gv100/dev_mmu.h"
+
+/* Bit ranges "hi:lo" of NVIDIA's hwref headers: the usual ternary trick. */
+#define SG_LO(f)                (0 ? f)
+#define SG_HI(f)                (1 ? f)
+#define SG_MASK(f)              (~0ULL >> (63 - (SG_HI(f) - SG_LO(f))))
+#define SG_WIDTH(f)             (SG_HI(f) - SG_LO(f) + 1)
+/* A field of a 64-bit entry, and a field of the second qword of a 16-byte dual PDE (bits 127:64). */
+#define SG_FLD(v, f)            (((u64)(v) >> SG_LO(f)) & SG_MASK(f))
+#define SG_FLD_HI(v, f)         (((u64)(v) >> (SG_LO(f) - 64)) & SG_MASK(f))
+
+/* VER2 VAs are 49 bits wide (uvm_pascal_mmu.c: num_va_bits_pascal). */
+#define SG_VA_BITS              49
+
+/* No x86-64 physical address is wider (5-level paging's MAX_PHYSMEM_BITS); pfn_valid does the rest. */
+#define SG_PA_BITS_MAX          52
+
+/* ---- physical apertures ------------------------------------------------------------------------- */
+
+void *sg_phys_ptr(struct sg_gpu *gpu, u32 aperture, u64 pa, u64 len)
+{
+    u64 last;
+    unsigned long pfn;
+
+    // A zero-length request still names a byte that must exist.
+    if (len == 0)
+        len = 1;
+    if (pa + len < pa)
+        return NULL;
+    last = pa + len - 1;
+
+    switch (aperture) {
+        case SG_AP_VID:
+        case SG_AP_PEER:
+            // The caller resolved the peer: gpu is the FB owner either way. The RM-reserved top of the FB
+            // is part of the FB.
+            if (!gpu || !gpu->fb || last >= gpu->fb_size)
+                return NULL;
+            return gpu->fb + pa;
+
+        case SG_AP_SYS:
+            // Guest physical memory. x86-64 keeps all RAM in the direct map, so a range of valid pfns is
+            // contiguous there. Reserved pages are refused as well: they include the holes inside a memory
+            // section (pfn_valid but possibly unmapped) and the kernel image, which no DMA mapping names.
+            if (last >> SG_PA_BITS_MAX)
+                return NULL;
+            for (pfn = PHYS_PFN(pa); pfn <= PHYS_PFN(last); pfn++) {
+                if (!pfn_valid(pfn) || PageReserved(pfn_to_page(pfn)))
+                    return NULL;
+            }
+            return phys_to_virt((phys_addr_t)pa);
+
+        default:
+            return NULL;
+    }
+}
+
+/* ---- the walk ----------------------------------------------------------------------------------- */
+
+/* Where a table lives: aperture (VID of the VA space's GPU, or SYS) and physical address. */
+struct sg_table_loc {
+    u32 aperture;
+    u64 pa;
+};
+
+/* Reads n (8 or 16) bytes of a table entry as the MMU would: aligned 8-byte loads. */
+static bool sg_mmu_read_entry(struct sg_vaspace *vas, const struct sg_table_loc *t, u64 offset, u64 *out,
+                              unsigned int n)
+{
+    const u64 *p = sg_phys_ptr(vas->gpu, t->aperture, t->pa + offset, n);
+
+    if (!p) {
+        pr_warn_ratelimited("huvm-softgpu: %s: page-table entry at %s 0x%llx is outside memory\n",
+                            vas->gpu->name, t->aperture == SG_AP_VID ? "VID" : "SYS", t->pa + offset);
+        return false;
+    }
+
+    out[0] = READ_ONCE(p[0]);
+    if (n == 16)
+        out[1] = READ_ONCE(p[1]);
+    return true;
+}
+
+/* A PDE/dual-PDE aperture (0 invalid, 1 VID, 2 SYS coherent, 3 SYS non-coherent) to where its table is.
+ * vid_addr/sys_addr are the already-extracted address fields, shift their scale. */
+static void sg_mmu_pde_target(u64 ap, u64 vid_addr, u64 sys_addr, unsigned int shift, struct sg_table_loc *t)
+{
+    if (ap == NV_MMU_VER2_PDE_APERTURE_VIDEO_MEMORY) {
+        t->aperture = SG_AP_VID;
+        t->pa = vid_addr << shift;
+    }
+    else {
+        t->aperture = SG_AP_SYS;
+        t->pa = sys_addr << shift;
+    }
+}
+
+/* A sparse mapping: no memory behind it. len runs to the end of the sparse region's page. */
+static int sg_mmu_sparse(u64 va, u64 page_size, struct sg_xlate *x)
+{
+    x->sparse = true;
+    x->page_size = page_size;
+    x->len = page_size - (va & (page_size - 1));
+    return SG_FAULT_NONE;
+}
+
+/* The VID/PEER physical address of a PTE: ADDRESS_VID (32:8) holds PA bits 36:12 and, on Volta,
+ * COMPTAGLINE (53:36) the bits above (uvm_volta_mmu.c: make_pte_volta). */
+static u64 sg_mmu_pte_vid_pa(u64 pte)
+{
+    u64 frame = SG_FLD(pte, NV_MMU_VER2_PTE_ADDRESS_VID) |
+                (SG_FLD(pte, NV_MMU_VER2_PTE_COMPTAGLINE) << SG_WIDTH(NV_MMU_VER2_PTE_ADDRESS_VID));
+
+    return frame << NV_MMU_VER2_PTE_ADDRESS_SHIFT;
+}
+
+/* A valid PTE of page_size mapping va: permissions, then the backing. */
+static int sg_mmu_pte(struct sg_vaspace *vas, u64 pte, u64 va, u64 page_size, enum sg_access acc, bool ce,
+                      struct sg_xlate *x)
+{
+    u64 ap = SG_FLD(pte, NV_MMU_VER2_PTE_APERTURE);
+    bool priv = SG_FLD(pte, NV_MMU_VER2_PTE_PRIVILEGE);
+    bool ro = SG_FLD(pte, NV_MMU_VER2_PTE_READ_ONLY);
+    bool atomic_disabled = SG_FLD(pte, NV_MMU_VER2_PTE_ATOMIC_DISABLE);
+    u64 offset = va & (page_size - 1);
+    struct sg_gpu *owner;
+    u32 aperture;
+    u64 base;
+    void *kva;
+
+    // Privileged pages (poisoned_pte_pascal) are out of the SM's reach; the CE is a privileged engine.
+    if (!ce && priv)
+        return SG_FAULT_PRIV;
+    if ((acc == SG_ACC_WRITE || acc == SG_ACC_ATOMIC) && ro)
+        return SG_FAULT_RO;
+    if (acc == SG_ACC_ATOMIC && atomic_disabled)
+        return SG_FAULT_ATOMIC;
+
+    switch (ap) {
+        case NV_MMU_VER2_PTE_APERTURE_VIDEO_MEMORY:
+            owner = vas->gpu;
+            aperture = SG_AP_VID;
+            base = sg_mmu_pte_vid_pa(pte);
+            break;
+
+        case NV_MMU_VER2_PTE_APERTURE_PEER_MEMORY: {
+            u32 id = SG_FLD(pte, NV_MMU_VER2_PTE_ADDRESS_VID_PEER);
+
+            // Peer ids are per GPU (UvmGpuP2PCapsParams.peerIds): the id names a GPU from this VA space's
+            // GPU's point of view.
+            owner = vas->gpu->peer_by_id[id];
+            if (!owner) {
+                pr_warn_ratelimited("huvm-softgpu: %s: PEER PTE for VA 0x%llx names peer id %u, which has no "
+                                    "GPU\n", vas->gpu->name, va, id);
+                return SG_FAULT_APERTURE;
+            }
+            aperture = SG_AP_PEER;
+            base = sg_mmu_pte_vid_pa(pte);
+            break;
+        }
+
+        default:
+            // SYSTEM_COHERENT_MEMORY and SYSTEM_NON_COHERENT_MEMORY: both are plain RAM to the emulator.
+            owner = NULL;
+            aperture = SG_AP_SYS;
+            base = SG_FLD(pte, NV_MMU_VER2_PTE_ADDRESS_SYS) << NV_MMU_VER2_PTE_ADDRESS_SHIFT;
+            break;
+    }
+
+    // The whole rest of the page must exist (the FB of its owner, or RAM); a poisoned PTE
+    // (VID 0x1bad000000) lands beyond any FB here when the CE ignores its PRIV bit.
+    kva = sg_phys_ptr(owner, aperture, base + offset, page_size - offset);
+    if (!kva) {
+        pr_warn_ratelimited("huvm-softgpu: %s: VA 0x%llx maps %s 0x%llx (page %lluK), outside %s\n",
+                            vas->gpu->name, va,
+                            aperture == SG_AP_VID ? "VID" : aperture == SG_AP_PEER ? "PEER" : "SYS",
+                            base + offset, page_size >> 10,
+                            aperture == SG_AP_SYS ? "RAM" : "the framebuffer");
+        return SG_FAULT_APERTURE;
+    }
+
+    x->gpu = owner;
+    x->aperture = aperture;
+    x->pa = base + offset;
+    x->kva = kva;
+    x->len = page_size - offset;
+    x->page_size = page_size;
+    x->read_only = ro;
+    x->atomic_disabled = atomic_disabled;
+    x->sparse = false;
+    return SG_FAULT_NONE;
+}
+
+/* RM's part of a kernel VA space: its allocation table stands in for its page tables. */
+static int sg_mmu_rm(struct sg_vaspace *vas, u64 va, struct sg_xlate *x)
+{
+    struct sg_gpu *owner = NULL;
+    u64 len = 0;
+    void *kva;
+
+    kva = sg_rm_lookup(vas, va, &len, &owner);
+    if (!kva || len == 0)
+        return SG_FAULT_PTE;
+
+    x->gpu = owner;
+    x->kva = kva;
+    x->len = len;
+    x->page_size = SG_PAGE_4K;
+    if (owner) {
+        x->aperture = (owner == vas->gpu) ? SG_AP_VID : SG_AP_PEER;
+        x->pa = (u8 *)kva - owner->fb;
+    }
+    else {
+        // RM sysmem may be vmalloc'd: its physical address is only known for direct-map memory, and no
+        // user of an RM translation needs it.
+        x->aperture = SG_AP_SYS;
+        x->pa = virt_addr_valid(kva) ? (u64)virt_to_phys(kva) : 0;
+    }
+    return SG_FAULT_NONE;
+}
+
+int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce, struct sg_xlate *x)
+{
+    // VA bits consumed by depths 0-2 (PDE3, PDE2, PDE1) and their index masks (index_bits_pascal).
+    static const unsigned int pde_shift[3] = { 47, 38, 29 };
+    static const u64 pde_mask[3] = { 0x3, 0x1ff, 0x1ff };
+    struct sg_table_loc t;
+    struct sg_table_loc big = { 0, 0 }, small = { 0, 0 };
+    u64 big_ap, small_ap;
+    u64 e[2];
+    unsigned int depth;
+    bool pdb_set;
+
+    memset(x, 0, sizeof(*x));
+
+    if (va >> SG_VA_BITS)
+        return SG_FAULT_VA_LIMIT;
+
+    if (vas->kernel && va < vas->rm_va_size)
+        return sg_mmu_rm(vas, va, x);
+
+    spin_lock(&vas->lock);
+    pdb_set = vas->pdb_set;
+    t.aperture = vas->pdb_aperture;
+    t.pa = vas->pdb_pa;
+    spin_unlock(&vas->lock);
+
+    // No page directory yet (UVM has not called SetPageDirectory): nothing beyond RM's range is mapped.
+    if (!pdb_set)
+        return SG_FAULT_PDE;
+
+    for (depth = 0; depth < 3; depth++) {
+        u64 idx = (va >> pde_shift[depth]) & pde_mask[depth];
+        u64 ap;
+
+        if (!sg_mmu_read_entry(vas, &t, idx * NV_MMU_VER2_PDE__SIZE, e, NV_MMU_VER2_PDE__SIZE))
+            return SG_FAULT_PDE;
+
+        // Volta has no PTEs above PDE0 (512M pages are Ampere's, uvm_ampere_mmu.c); UVM never writes one.
+        if (SG_FLD(e[0], NV_MMU_VER2_PDE_IS_PTE) == NV_MMU_VER2_PDE_IS_PTE_TRUE) {
+            sg_unemulated(vas->gpu, "MMU: PTE above PDE0", depth, (u32)(va >> 29));
+            return SG_FAULT_PDE_SIZE;
+        }
+
+        ap = SG_FLD(e[0], NV_MMU_VER2_PDE_APERTURE);
+        if (ap == NV_MMU_VER2_PDE_APERTURE_INVALID) {
+            if (SG_FLD(e[0], NV_MMU_VER2_PDE_VOL) == NV_MMU_VER2_PDE_VOL_TRUE)
+                return sg_mmu_sparse(va, SG_PAGE_4K, x);
+            return SG_FAULT_PDE;
+        }
+
+        sg_mmu_pde_target(ap,
+                          SG_FLD(e[0], NV_MMU_VER2_PDE_ADDRESS_VID),
+                          SG_FLD(e[0], NV_MMU_VER2_PDE_ADDRESS_SYS),
+                          NV_MMU_VER2_PDE_ADDRESS_SHIFT,
+                          &t);
+    }
+
+    // Depth 3: a 2M PTE or a dual PDE (16 bytes).
+    if (!sg_mmu_read_entry(vas, &t, ((va >> 21) & 0xff) * NV_MMU_VER2_DUAL_PDE__SIZE, e,
+                           NV_MMU_VER2_DUAL_PDE__SIZE))
+        return SG_FAULT_PDE;
+
+    if (SG_FLD(e[0], NV_MMU_VER2_DUAL_PDE_IS_PTE) == NV_MMU_VER2_DUAL_PDE_IS_PTE_TRUE)
+        return sg_mmu_pte(vas, e[0], va, SG_PAGE_2M, acc, ce, x);
+
+    big_ap = SG_FLD(e[0], NV_MMU_VER2_DUAL_PDE_APERTURE_BIG);
+    small_ap = SG_FLD_HI(e[1], NV_MMU_VER2_DUAL_PDE_APERTURE_SMALL);
+
+    if (big_ap == NV_MMU_VER2_DUAL_PDE_APERTURE_BIG_INVALID &&
+        small_ap == NV_MMU_VER2_DUAL_PDE_APERTURE_SMALL_INVALID) {
+        // Sparse 2M: the sparse PTE (VALID=0 VOL=1) in the low qword reads as a dual PDE with VOL_BIG set
+        // and no tables.
+        if (SG_FLD(e[0], NV_MMU_VER2_DUAL_PDE_VOL_BIG) == NV_MMU_VER2_DUAL_PDE_VOL_BIG_TRUE)
+            return sg_mmu_sparse(va, SG_PAGE_2M, x);
+        return SG_FAULT_PDE;
+    }
+
+    if (big_ap != NV_MMU_VER2_DUAL_PDE_APERTURE_BIG_INVALID) {
+        u64 pte;
+
+        sg_mmu_pde_target(big_ap,
+                          SG_FLD(e[0], NV_MMU_VER2_DUAL_PDE_ADDRESS_BIG_VID),
+                          SG_FLD(e[0], NV_MMU_VER2_DUAL_PDE_ADDRESS_BIG_SYS),
+                          NV_MMU_VER2_DUAL_PDE_ADDRESS_BIG_SHIFT,
+                          &big);
+        if (!sg_mmu_read_entry(vas, &big, ((va >> 16) & 0x1f) * NV_MMU_VER2_PTE__SIZE, &pte,
+                               NV_MMU_VER2_PTE__SIZE))
+            return SG_FAULT_PDE;
+
+        if (SG_FLD(pte, NV_MMU_VER2_PTE_VALID) == NV_MMU_VER2_PTE_VALID_TRUE)
+            return sg_mmu_pte(vas, pte, va, SG_PAGE_64K, acc, ce, x);
+        // With VALID clear the MMU still reads VOL (sparse) and PRIV (the unmapped pattern, which keeps it
+        // from looking at the 4K PTEs): unmapped_pte_pascal.
+        if (SG_FLD(pte, NV_MMU_VER2_PTE_VOL) == NV_MMU_VER2_PTE_VOL_TRUE)
+            return sg_mmu_sparse(va, SG_PAGE_64K, x);
+        if (SG_FLD(pte, NV_MMU_VER2_PTE_PRIVILEGE) == NV_MMU_VER2_PTE_PRIVILEGE_TRUE)
+            return SG_FAULT_PTE;
+    }
+
+    // An invalid big PTE (or no big table): the 4K PTE decides.
+    if (small_ap == NV_MMU_VER2_DUAL_PDE_APERTURE_SMALL_INVALID)
+        return SG_FAULT_PTE;
+
+    sg_mmu_pde_target(small_ap,
+                      SG_FLD_HI(e[1], NV_MMU_VER2_DUAL_PDE_ADDRESS_SMALL_VID),
+                      SG_FLD_HI(e[1], NV_MMU_VER2_DUAL_PDE_ADDRESS_SMALL_SYS),
+                      NV_MMU_VER2_DUAL_PDE_ADDRESS_SHIFT,
+                      &small);
+    if (!sg_mmu_read_entry(vas, &small, ((va >> 12) & 0x1ff) * NV_MMU_VER2_PTE__SIZE, e, NV_MMU_VER2_PTE__SIZE))
+        return SG_FAULT_PDE;
+
+    if (SG_FLD(e[0], NV_MMU_VER2_PTE_VALID) == NV_MMU_VER2_PTE_VALID_TRUE)
+        return sg_mmu_pte(vas, e[0], va, SG_PAGE_4K, acc, ce, x);
+    if (SG_FLD(e[0], NV_MMU_VER2_PTE_VOL) == NV_MMU_VER2_PTE_VOL_TRUE)
+        return sg_mmu_sparse(va, SG_PAGE_4K, x);
+    return SG_FAULT_PTE;
+}
