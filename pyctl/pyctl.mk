@@ -3,8 +3,10 @@
 #   make demo      run the shipped consolidation experiment on the simulated node into out/demo
 #   make py-test   pytest over tests/python (the TUI's tests run in tui.mk's tui-test)
 #   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top
+#   make uvm-binding   huvm.uvm's cffi binding of NVIDIA's UVM ioctls, compiled against the pinned upstream
+#                  headers (needs `make source`) into $(UVM_BINDING_DIR); not part of the pip install
 
-.PHONY: py-test lint demo-experiment
+.PHONY: py-test lint demo-experiment uvm-binding
 
 PYTEST_ARGS ?=
 DEMO_FILE   ?= $(ROOT)/pyctl/huvm/examples/consolidation.toml
@@ -24,3 +26,14 @@ demo-experiment: | venv
 
 test: py-test lint
 demo: demo-experiment
+
+# huvm.uvm imports the module from here (HUVM_UVM_BINDING overrides); the qemu test bed's softgpu suites
+# need it built on the host, since the guest sees the checkout read-only.
+UVM_BINDING_DIR   := $(BUILD)/pyuvm
+UVM_BINDING_STAMP := $(UVM_BINDING_DIR)/.huvm-uvm-binding
+uvm-binding: $(UVM_BINDING_STAMP)
+
+$(UVM_BINDING_STAMP): $(HUVM_ORIG_STAMP) $(ROOT)/pyctl/huvm/_uvm_build.py | venv
+	@rm -rf $(UVM_BINDING_DIR)
+	@cd $(ROOT) && $(PY) pyctl/huvm/_uvm_build.py --orig $(HUVM_ORIG) --out $(UVM_BINDING_DIR)
+	@touch $@

@@ -329,7 +329,8 @@ struct sg_xlate {
 	u32 aperture;                 /* after PEER resolution: SG_AP_VID (of gpu), SG_AP_PEER, SG_AP_SYS */
 	u64 pa;
 	void *kva;                    /* CPU pointer to the byte at va */
-	u64 len;                      /* bytes valid from kva (to the end of the page or RM allocation) */
+	u64 len;                      /* bytes valid from kva: to the end of the page or RM allocation
+	                               * (SYS pages: of the 4K page, as RAM is checked pfn by pfn) */
 	u64 page_size;
 	bool read_only;
 	bool atomic_disabled;

@@ -39,7 +39,7 @@
  *   fault->tlb_sem (rwsem)        read by the SM around one page's translate + copy, written (and
  *                                 released at once) by sg_fault_tlb_invalidate: a TLB invalidate returns
  *                                 only once no SM access uses an older translation. Never held while
- *                                 touching user memory or taking sm_lock's waiters.
+ *                                 touching user memory, nor together with sm_lock.
  * No lock is held while calling UVM's top half (irq_work, RCU only) or while copying from/to user space.
  */
 
@@ -1007,6 +1007,8 @@ NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 coun
     for (i = 0; i < count; i++) {
         if (acc[i].status == NV_OK)
             ok++;
+        else if (acc[i].status == NV_ERR_SIGNAL_PENDING)
+            interrupted = true;
     }
     *completed = ok;
     sg_count(b.gpu, SOFTGPU_CTR_SM_ACCESSES, ok);

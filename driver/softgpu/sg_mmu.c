@@ -173,7 +173,7 @@ static int sg_mmu_pte(struct sg_vaspace *vas, u64 pte, u64 va, u64 page_size, en
     u64 offset = va & (page_size - 1);
     struct sg_gpu *owner;
     u32 aperture;
-    u64 base;
+    u64 base, len;
     void *kva;
 
     // Privileged pages (poisoned_pte_pascal) are out of the SM's reach; the CE is a privileged engine.
@@ -215,9 +215,14 @@ static int sg_mmu_pte(struct sg_vaspace *vas, u64 pte, u64 va, u64 page_size, en
             break;
     }
 
-    // The whole rest of the page must exist (the FB of its owner, or RAM); a poisoned PTE
-    // (VID 0x1bad000000) lands beyond any FB here when the CE ignores its PRIV bit.
-    kva = sg_phys_ptr(owner, aperture, base + offset, page_size - offset);
+    // The rest of the page must exist: the FB of its owner (one bounds check), or RAM. RAM is checked
+    // pfn by pfn, so a SYS translation only covers the rest of its 4K page: callers walking a large SYS
+    // page 4K at a time (the SM) would otherwise check the whole page again at every step. A poisoned
+    // PTE (VID 0x1bad000000) lands beyond any FB here when the CE ignores its PRIV bit.
+    len = page_size - offset;
+    if (aperture == SG_AP_SYS)
+        len = SG_PAGE_4K - (va & (SG_PAGE_4K - 1));
+    kva = sg_phys_ptr(owner, aperture, base + offset, len);
     if (!kva) {
         pr_warn_ratelimited("huvm-softgpu: %s: VA 0x%llx maps %s 0x%llx (page %lluK), outside %s\n",
                             vas->gpu->name, va,
@@ -231,7 +236,7 @@ static int sg_mmu_pte(struct sg_vaspace *vas, u64 pte, u64 va, u64 page_size, en
     x->aperture = aperture;
     x->pa = base + offset;
     x->kva = kva;
-    x->len = page_size - offset;
+    x->len = len;
     x->page_size = page_size;
     x->read_only = ro;
     x->atomic_disabled = atomic_disabled;

@@ -1243,17 +1243,17 @@ NV_STATUS nvUvmInterfaceInitFaultInfo(uvmGpuDeviceHandle device, UvmGpuFaultInfo
 		mutex_unlock(&sg_node.lock);
 		return NV_ERR_STATE_IN_USE;
 	}
-	f->info_initialised = true;
-	mutex_unlock(&sg_node.lock);
-
 	/* Allocating the buffer object programs a fresh, empty ring: stale entries from an earlier owner
-	 * (a previous nvidia-uvm instance or registration) must not reach the new one. */
+	 * (a previous nvidia-uvm instance or registration) must not reach the new one. The ring is reset
+	 * before the fault unit may write packets (info_initialised), so no packet is wiped. */
 	raw_spin_lock_irqsave(&f->lock, flags);
 	memset(f->buffer, 0, (size_t)f->entries * 32);
 	WRITE_ONCE(f->regs->fault_get, 0);
 	WRITE_ONCE(f->regs->fault_put, 0);
 	WRITE_ONCE(f->regs->fault_info, 0);
+	WRITE_ONCE(f->info_initialised, true);
 	raw_spin_unlock_irqrestore(&f->lock, flags);
+	mutex_unlock(&sg_node.lock);
 
 	memset(pFaultInfo, 0, sizeof(*pFaultInfo));
 	pFaultInfo->replayable.pFaultBufferGet = &f->regs->fault_get;

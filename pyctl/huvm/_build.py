@@ -8,6 +8,9 @@ against the real header: a drift fails the build.
 * ABI: the text between ``/* HUVM_ABI_BEGIN */`` and ``/* HUVM_ABI_END */`` of
   ``driver/include/uapi/uvm_huvm_ioctl.h``. ``#define NAME <integer literal>`` stays as it is (cffi checks
   the value); any other ``#define`` becomes ``#define NAME ...`` (value taken from the compiler).
+* Software-GPU ABI (the qemu test bed's emulated GPUs, :mod:`huvm.softgpu`): the text between
+  ``/* SOFTGPU_ABI_BEGIN */`` and ``/* SOFTGPU_ABI_END */`` of ``driver/include/uapi/huvm_softgpu_ioctl.h``,
+  by the same rules.
 * Core API: the text between ``HUVM_CORE_API_BEGIN`` and ``HUVM_CORE_API_END`` of
   ``driver/core/huvm_core.h`` (structs fully declared, so their layout is checked too).
 * Simulator: ``driver/sim/huvm_sim_cdef.h``, a C header that is both ``#include``d by the extension and fed
@@ -30,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = Path(os.environ.get("HUVM_ROOT", HERE.parent.parent)).resolve()
 DRIVER = ROOT / "driver"
 ABI_HEADER = DRIVER / "include" / "uapi" / "uvm_huvm_ioctl.h"
+SOFTGPU_HEADER = DRIVER / "include" / "uapi" / "huvm_softgpu_ioctl.h"
 CORE_HEADER = DRIVER / "core" / "huvm_core.h"
 SIM_CDEF_HEADER = DRIVER / "sim" / "huvm_sim_cdef.h"
 
@@ -84,6 +88,11 @@ def abi_cdef() -> str:
     return to_cdef(_between(ABI_HEADER.read_text(), "HUVM_ABI_BEGIN", "HUVM_ABI_END", ABI_HEADER))
 
 
+def softgpu_cdef() -> str:
+    text = SOFTGPU_HEADER.read_text()
+    return to_cdef(_between(text, "SOFTGPU_ABI_BEGIN", "SOFTGPU_ABI_END", SOFTGPU_HEADER))
+
+
 def core_cdef() -> str:
     text = _between(CORE_HEADER.read_text(), "HUVM_CORE_API_BEGIN", "HUVM_CORE_API_END", CORE_HEADER)
     return to_cdef(text) + "\nextern uint64_t huvm_port_assert_failures;\n"
@@ -109,11 +118,11 @@ def literal_checks(cdef: str) -> str:
 
 def make_ffibuilder() -> FFI:
     builder = FFI()
-    cdefs = [abi_cdef(), core_cdef(), sim_cdef()]
+    cdefs = [abi_cdef(), softgpu_cdef(), core_cdef(), sim_cdef()]
     for text in cdefs:
         if text:
             builder.cdef(text)
-    includes = ['#include "uvm_huvm_ioctl.h"', '#include "huvm_core.h"']
+    includes = ['#include "uvm_huvm_ioctl.h"', '#include "huvm_softgpu_ioctl.h"', '#include "huvm_core.h"']
     if SIM_CDEF_HEADER.exists():
         includes.append(f'#include "{SIM_CDEF_HEADER.name}"')
     builder.set_source(

@@ -55,6 +55,22 @@ class NotSupported(HuvmError):
     """The module does not support this (NV_ERR_NOT_SUPPORTED, INVALID_COMMAND)."""
 
 
+class NoMemory(HuvmError):
+    """Out of memory (NV_ERR_NO_MEMORY), e.g. no framebuffer left for an allocation."""
+
+
+class InvalidAddress(InvalidValue):
+    """An address or range is not valid for the call (NV_ERR_INVALID_ADDRESS)."""
+
+
+class InvalidState(HuvmError):
+    """The call is not allowed in the current state (NV_ERR_INVALID_STATE, ILLEGAL_ACTION, IN_USE)."""
+
+
+class Timeout(HuvmError):
+    """The driver gave up waiting (NV_ERR_TIMEOUT)."""
+
+
 class DeviceUnavailable(HuvmError):
     """No usable backend: ``reason`` says why (no device, stock module, ABI, permission)."""
 
@@ -62,6 +78,10 @@ class DeviceUnavailable(HuvmError):
         super().__init__(message, **kw)
         self.reason = reason
         self.hint = hint
+
+
+class BindingMissing(DeviceUnavailable):
+    """An optional compiled binding is not built (huvm.uvm's needs `make uvm-binding`)."""
 
 
 class UsageError(HuvmError):
@@ -187,6 +207,44 @@ def from_status(status: int, command: str, error_field: int = 0, module_abi_vers
     if status in (lib.HUVM_NV_ERR_NOT_SUPPORTED, lib.HUVM_NV_ERR_INVALID_COMMAND):
         return NotSupported(text + ": not supported by this module", **kw)
     return HuvmError(text, **kw)
+
+
+def nv_status_name(status: int) -> str:
+    """NV_STATUS value -> name ("NV_ERR_INVALID_ADDRESS"): the full table of NVIDIA's nvstatuscodes.h when
+    huvm.uvm's binding is built, else the subset of the huvm ABI, else hex."""
+    from . import uvm
+
+    return uvm.status_names().get(status) or status_name(status)
+
+
+# NV_STATUS name -> typed exception for calls into NVIDIA's UVM and the software GPU (names, not values:
+# the values live in the upstream headers).
+_NV_CLASSES: dict[str, type[HuvmError]] = {
+    "NV_ERR_INSUFFICIENT_PERMISSIONS": PermissionDenied,
+    "NV_ERR_GPU_UUID_NOT_FOUND": UnknownGpu,
+    "NV_ERR_INVALID_DEVICE": UnknownGpu,
+    "NV_ERR_INVALID_ADDRESS": InvalidAddress,
+    "NV_ERR_INVALID_ARGUMENT": InvalidValue,
+    "NV_ERR_INVALID_PARAMETER": InvalidValue,
+    "NV_ERR_OUT_OF_RANGE": InvalidValue,
+    "NV_ERR_INVALID_OBJECT_HANDLE": InvalidValue,
+    "NV_ERR_NOT_SUPPORTED": NotSupported,
+    "NV_ERR_INVALID_COMMAND": NotSupported,
+    "NV_ERR_NO_MEMORY": NoMemory,
+    "NV_ERR_INVALID_STATE": InvalidState,
+    "NV_ERR_ILLEGAL_ACTION": InvalidState,
+    "NV_ERR_IN_USE": InvalidState,
+    "NV_ERR_STATE_IN_USE": InvalidState,
+    "NV_ERR_TIMEOUT": Timeout,
+}
+
+
+def from_nv_status(status: int, command: str, name: str | None = None) -> HuvmError:
+    """The exception for an NV_STATUS that NVIDIA's UVM or the software GPU returned in rmStatus; the
+    message names the command and the status (``UVM_MIGRATE: NV_ERR_INVALID_ADDRESS``)."""
+    name = name or nv_status_name(status)
+    cls = _NV_CLASSES.get(name, HuvmError)
+    return cls(f"{command}: {name}", status=status, command=command)
 
 
 def check(cmd: int, params: Any) -> Any:

@@ -1,0 +1,249 @@
+"""Helpers of the software-GPU guest suite (tests/vm/softgpu): environment, the UVM session, data
+patterns, and the result tables written at the end of the session.
+
+Everything here runs inside the qemu guest, on NVIDIA's real nvidia-uvm loaded over huvm-softgpu.ko.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+from huvm import errors, softgpu, uvm
+
+MIB = 1 << 20
+CHUNK = 2 * MIB      # UVM's VA block / root chunk
+PAGE = uvm.PAGE_SIZE
+
+
+# ---- environment (set by tests/vm/guest/run-guest.sh) --------------------------------------------------------
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value, 0) if value.strip() else default
+
+
+VARIANT = os.environ.get("HUVM_UVM_VARIANT", "unknown")       # stock-release, patched-release, patched-debug
+GPUS_EXPECTED = env_int("HUVM_SOFTGPU_GPUS", 0)                # 0: take what GET_INFO says
+FB_MIB = env_int("HUVM_SOFTGPU_FB_MIB", 0)
+OUT = os.environ.get("HUVM_OUT", "")
+
+
+# ---- the UVM session: GPUs registered, GPU VA spaces and channels --------------------------------------------
+
+@dataclass
+class Session:
+    """One UVM VA space (an initialised /dev/nvidia-uvm) with every emulated GPU registered and, when
+    ``va_spaces``, a GPU VA space (softgpu CREATE_VASPACE -> UVM_REGISTER_GPU_VASPACE) and a registered
+    SM channel per GPU; PCIe peer pairs enabled (NVLink pairs are enabled by registration)."""
+
+    sg: softgpu.SoftGpu
+    uvm: uvm.Uvm
+    gpus: tuple[softgpu.GpuInfo, ...]
+    va_spaces: list[softgpu.VaSpace] = field(default_factory=list)
+    channels: list[softgpu.Channel] = field(default_factory=list)
+    peers_enabled: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def client(self) -> int:
+        return self.sg.client
+
+    def pairs(self, link: str | None = None) -> list[tuple[softgpu.GpuInfo, softgpu.GpuInfo]]:
+        """GPU pairs (i < j) joined by a link (of that type: "pcie", "nvlink2")."""
+        out = []
+        for a in self.gpus:
+            for b in self.gpus[a.index + 1 :]:
+                t = a.link_to(b).type
+                if t != "none" and (link is None or t == link):
+                    out.append((a, b))
+        return out
+
+
+def open_session(sg: softgpu.SoftGpu, *, va_spaces: bool) -> Session:
+    """Build a Session step by step; a failing step raises naming itself (the GPU, the call)."""
+    u = uvm.Uvm.open()
+    s = Session(sg, u, sg.gpus)
+    client = sg.client
+    try:
+        for g in s.gpus:
+            _step(f"UVM_REGISTER_GPU {g.name} ({g.uuid_str})", partial(u.register_gpu, g, client))
+        for a, b in s.pairs("pcie"):
+            _step(f"UVM_ENABLE_PEER_ACCESS {a.name} <-> {b.name} (PCIe)", partial(u.enable_peer_access, a, b))
+            s.peers_enabled.append((a.index, b.index))
+        if va_spaces:
+            for g in s.gpus:
+                vas: softgpu.VaSpace = _step(f"SOFTGPU_CREATE_VASPACE {g.name}", partial(sg.create_vaspace, g))
+                _step(f"UVM_REGISTER_GPU_VASPACE {g.name}", partial(u.register_gpu_va_space, g, client, vas.handle))
+                s.va_spaces.append(vas)
+            for g, vas in zip(s.gpus, s.va_spaces, strict=True):
+                chan: softgpu.Channel = _step(f"SOFTGPU_CREATE_CHANNEL {g.name}", partial(sg.create_channel, vas))
+                _step(f"UVM_REGISTER_CHANNEL {g.name}", partial(u.register_channel, g, client, chan.handle))
+                s.channels.append(chan)
+    except BaseException:
+        u.close()
+        raise
+    return s
+
+
+def close_session(s: Session) -> None:
+    """Undo open_session with UVM's own unregister calls (each is exercised), then close the fds. Every
+    step runs; the failures are raised together at the end."""
+    failures: list[str] = []
+
+    def attempt(what: str, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except errors.HuvmError as exc:
+            failures.append(f"{what}: {exc}")
+
+    u, client = s.uvm, s.client
+    for g, chan in zip(s.gpus, s.channels, strict=False):
+        attempt(f"UVM_UNREGISTER_CHANNEL {g.name}", partial(u.unregister_channel, g, client, chan.handle))
+    for g in s.gpus[: len(s.va_spaces)]:
+        attempt(f"UVM_UNREGISTER_GPU_VASPACE {g.name}", partial(u.unregister_gpu_va_space, g))
+    for a, b in s.peers_enabled:
+        attempt(f"UVM_DISABLE_PEER_ACCESS {a} <-> {b}", partial(u.disable_peer_access, s.gpus[a], s.gpus[b]))
+    for g in s.gpus:
+        attempt(f"UVM_UNREGISTER_GPU {g.name}", partial(u.unregister_gpu, g))
+    u.close()
+    objects: list[softgpu.Channel | softgpu.VaSpace] = [*s.channels, *s.va_spaces]
+    for obj in objects:
+        attempt(f"SOFTGPU_DESTROY_OBJECT {obj.handle}", partial(s.sg.destroy, obj))
+    if failures:
+        raise errors.HuvmError("session teardown: " + "; ".join(failures))
+
+
+def _step(what: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except errors.HuvmError as exc:
+        raise errors.HuvmError(f"session setup: {what}: {exc}", status=exc.status, command=exc.command) from exc
+
+
+# ---- data ---------------------------------------------------------------------------------------------------
+
+def pattern(va: int, nbytes: int, seed: int) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    """The software GPU's pattern: the 8-byte word at VA a is seed ^ a."""
+    words = np.arange(nbytes // 8, dtype=np.uint64) * np.uint64(8) + np.uint64(va)
+    return words ^ np.uint64(seed)
+
+
+def words(region: uvm.ManagedRegion, offset: int = 0, nbytes: int | None = None) -> np.ndarray[Any, Any]:
+    """region's bytes as uint64 words (a live view: CPU accesses go through UVM's CPU fault path)."""
+    return np.frombuffer(region.view(offset, nbytes), dtype=np.uint64)
+
+
+#: pattern work in slices of this many bytes (bounded temporary memory in a small guest)
+SLICE = 16 * MIB
+
+
+def fill_pattern(region: uvm.ManagedRegion, seed: int, offset: int = 0, nbytes: int | None = None) -> None:
+    end = region.size if nbytes is None else offset + nbytes
+    for off in range(offset, end, SLICE):
+        n = min(SLICE, end - off)
+        words(region, off, n)[:] = pattern(region.base + off, n, seed)
+
+
+def pattern_mismatches(region: uvm.ManagedRegion, seed: int, offset: int = 0,
+                       nbytes: int | None = None) -> tuple[int, int]:
+    """(words that differ from the pattern, VA of the first one or 0)."""
+    end = region.size if nbytes is None else offset + nbytes
+    count, first = 0, 0
+    for off in range(offset, end, SLICE):
+        n = min(SLICE, end - off)
+        bad = np.flatnonzero(words(region, off, n) != pattern(region.base + off, n, seed))
+        if bad.size and not count:
+            first = region.base + off + int(bad[0]) * 8
+        count += int(bad.size)
+    return count, first
+
+
+def random_bytes(nbytes: int, seed: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+def same_bytes(region: uvm.ManagedRegion, expected: np.ndarray[Any, Any]) -> tuple[bool, int]:
+    """(region == expected byte for byte, offset of the first difference or -1)."""
+    got = np.frombuffer(region.view(), dtype=np.uint8)
+    diff = np.flatnonzero(got != expected)
+    return (diff.size == 0), (int(diff[0]) if diff.size else -1)
+
+
+def sample_offsets(size: int) -> list[int]:
+    """Pages to check residency of: the first and the last page of every 2 MiB block."""
+    out: list[int] = []
+    for start in range(0, size, CHUNK):
+        out.append(start)
+        last = min(start + CHUNK, size) - PAGE
+        if last != start:
+            out.append(last)
+    return out
+
+
+def resident_exactly_on(u: uvm.Uvm, region: uvm.ManagedRegion, proc: uvm.Processor) -> list[str]:
+    """Sampled pages of region not resident on proc alone: one line each (empty when all are)."""
+    want = uvm.uuid_bytes(proc)
+    bad = []
+    for off in sample_offsets(region.size):
+        r = u.va_residency_info(region.base + off)
+        if r.resident_on != (want,):
+            bad.append(f"+0x{off:x}: {r.describe()}")
+    return bad
+
+
+# ---- timing and the result tables ------------------------------------------------------------------------
+
+@contextmanager
+def timed() -> Iterator[list[float]]:
+    """with timed() as t: ...; t[0] is the elapsed seconds afterwards."""
+    box: list[float] = []
+    start = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box.append(time.perf_counter() - start)
+
+
+@dataclass
+class BuiltinResult:
+    name: str
+    stage: int
+    group: str
+    result: str = "not run"        # passed | failed | not run
+    reason: str = ""
+    seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        why = f" ({self.reason})" if self.reason else ""
+        return f"UVM_TEST_{self.name}: {self.result}{why}"
+
+
+#: filled by test_builtin.py at import (its table), updated by conftest's report hook
+BUILTIN_RESULTS: dict[str, BuiltinResult] = {}
+#: the emulated GPUs as SOFTGPU_GET_INFO described them (filled by the sg fixture), for the JSON files
+GPUS: list[dict[str, Any]] = []
+#: perf figures: name -> {"value": x, "unit": u, ...}
+PERF: dict[str, dict[str, Any]] = {}
+
+
+def perf(name: str, value: float, unit: str, **extra: Any) -> None:
+    PERF[name] = {"value": round(value, 3), "unit": unit, **extra}
+    print(f"perf: {name} = {value:.1f} {unit} {extra if extra else ''}".rstrip())
+
+
+def write_json(name: str, payload: dict[str, Any]) -> str | None:
+    if not OUT or not os.path.isdir(OUT):
+        return None
+    path = os.path.join(OUT, name)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=False)
+        f.write("\n")
+    return path

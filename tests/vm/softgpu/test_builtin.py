@@ -1,0 +1,462 @@
+"""NVIDIA's built-in UVM tests (UVM_TEST_*, uvm_enable_builtin_tests=1) on the software GPU.
+
+One pytest case per test, in the ordered target list's stage order (each stage proves one layer):
+  1 pure CPU (module load, no GPU)           2 RM API (UVM_REGISTER_GPU done: init pushes, PMA)
+  3 host / CE / channels                     4 MMU, uvm_mem, PMM (with GPU VA spaces)
+  5 peers (>= 2 GPUs)                        6 managed memory, residency, eviction
+  7 faults (registered SM channels)
+Each case fills the params its test reads (see NVIDIA's uvm_*_test.c) and requires rmStatus == NV_OK,
+plus the outputs it can check. Tests declared "not run" are listed with their reason and skipped, never
+counted as passed; every other UVM_TEST_* of uvm_test_ioctl.h is listed as not in this suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import sglib
+from huvm import softgpu, uvm
+
+MIB = sglib.MIB
+
+
+@dataclass
+class Ctx:
+    """What a built-in test runs with: the UVM file (a session's, or the CPU-only one), the GPUs."""
+
+    u: uvm.Uvm
+    sg: softgpu.SoftGpu | None
+    session: sglib.Session | None
+    managed: list[uvm.ManagedRegion] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> tuple[softgpu.GpuInfo, ...]:
+        return self.session.gpus if self.session else ()
+
+    @property
+    def client(self) -> int:
+        assert self.sg is not None
+        return self.sg.client
+
+    def alloc(self, size: int, **kw: Any) -> uvm.ManagedRegion:
+        r = self.u.alloc_managed(size, **kw)
+        self.managed.append(r)
+        return r
+
+    def run(self, name: str, **fields: Any) -> Any:
+        return self.u.run_test(name, **fields)
+
+
+Params = Callable[[Ctx], Iterable[dict[str, Any]]]
+Check = Callable[[Ctx, dict[str, Any], Any], None]
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    stage: int
+    group: str
+    fd: str = "session"                  # uvm_cpu (no GPU), uvm_gpus (GPUs, no VA space), session (all)
+    params: Params | None = None         # one run per dict; default one run without fields
+    check: Check | None = None           # checks of the outputs of each run
+    run: Callable[[Ctx], None] | None = None   # a whole scenario instead of params/check
+    min_gpus: int = 0
+    not_run: str = ""
+
+    def __repr__(self) -> str:  # the pytest id
+        return self.name
+
+
+# ---- params and checks --------------------------------------------------------------------------------------
+
+def per_gpu(fn: Callable[[Ctx, softgpu.GpuInfo], dict[str, Any]]) -> Params:
+    return lambda ctx: [fn(ctx, g) for g in ctx.gpus]
+
+
+def per_pair(fn: Callable[[Ctx, softgpu.GpuInfo, softgpu.GpuInfo], dict[str, Any]], link: str | None = None
+             ) -> Params:
+    def gen(ctx: Ctx) -> list[dict[str, Any]]:
+        assert ctx.session is not None
+        return [fn(ctx, a, b) for a, b in ctx.session.pairs(link)]
+    return gen
+
+
+def each(*runs: dict[str, Any]) -> Params:
+    return lambda ctx: list(runs)
+
+
+def gpu_uuid(ctx: Ctx, g: softgpu.GpuInfo) -> dict[str, Any]:
+    return {"gpu_uuid": g}
+
+
+def expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise AssertionError(what)
+
+
+def check_ref_count(ctx: Ctx, f: dict[str, Any], p: Any) -> None:
+    expect(p.ref_count >= 1, f"GPU {uvm.uuid_str(uvm.uuid_bytes(f['gpu_uuid']))}: ref_count {p.ref_count} < 1")
+
+
+def check_gpu_time(ctx: Ctx, f: dict[str, Any], p: Any) -> None:
+    first = int(p.timestamp_ns)
+    again = int(ctx.run("GET_GPU_TIME", **f).timestamp_ns)
+    expect(first > 0 and again >= first, f"GPU time not monotonic: {first} then {again}")
+
+
+def check_pmm_query(ctx: Ctx, f: dict[str, Any], p: Any) -> None:
+    # gpu->pmm.chunk_sizes[USER]: a mask of chunk sizes; 2 MiB root chunks and 4 KiB are always in it
+    expect(bool(p.value & (2 * MIB)) and bool(p.value & 4096), f"user chunk sizes 0x{p.value:x}")
+
+
+def check_pma_stats(ctx: Ctx, f: dict[str, Any], p: Any) -> None:
+    g = f["gpu_uuid"]
+    free64k, free2m = int(p.pma_stats.numFreePages64k), int(p.pma_stats.numFreePages2m)
+    expect(0 < free64k * 65536 <= g.pma_bytes, f"{g.name}: PMA free 64K pages {free64k} vs {g.pma_bytes} bytes")
+    expect(free2m * 2 * MIB <= free64k * 65536, f"{g.name}: free 2M pages {free2m} > free 64K pages allow")
+    ctx.details[g.name] = {"free_64k_pages": free64k, "free_2m_pages": free2m}
+
+
+def check_positive(field_name: str) -> Check:
+    def check(ctx: Ctx, f: dict[str, Any], p: Any) -> None:
+        expect(int(getattr(p, field_name)) > 0, f"{field_name} = {getattr(p, field_name)}")
+    return check
+
+
+def check_leak(ctx: Ctx, f: dict[str, Any], p: Any) -> None:
+    g = f["gpu_uuid"]
+    n = int(p.allocated)
+    expect(n > 0, f"{g.name}: no 2 MiB chunk could be allocated")
+    ctx.details[g.name] = {"allocated_2m_chunks": n}
+
+
+# ---- scenarios ----------------------------------------------------------------------------------------------
+
+def run_perf_module_sanity(ctx: Ctx) -> None:
+    # Two VA blocks must exist (uvm_perf_module_test.c: test_module_replace looks both up).
+    r = ctx.alloc(4 * MIB)
+    r.write(0, b"\1")
+    r.write(2 * MIB, b"\1")
+    ctx.run("PERF_MODULE_SANITY", range_address=r.base, range_size=r.size)
+
+
+def run_range_group_tree(ctx: Ctx) -> None:
+    groups = [ctx.u.create_range_group() for _ in range(4)]
+    try:
+        ctx.run("RANGE_GROUP_TREE", rangeGroupIds=groups)
+    finally:
+        for grp in groups:
+            ctx.u.destroy_range_group(grp)
+
+
+def run_invalidate_tlb(ctx: Ctx) -> None:
+    lib = uvm.lib()
+    combos = [
+        (lib.UvmTargetVaModeAll, lib.UvmInvalidatePageTableLevelAll, lib.UvmInvalidateTlbMemBarSys),
+        (lib.UvmTargetVaModeAll, lib.UvmInvalidatePageTableLevelPde3, lib.UvmInvalidateTlbMemBarLocal),
+        (lib.UvmTargetVaModeTargeted, lib.UvmInvalidatePageTableLevelPte, lib.UvmInvalidateTlbMemBarNone),
+        (lib.UvmTargetVaModeTargeted, lib.UvmInvalidatePageTableLevelPde0, lib.UvmInvalidateTlbMemBarSys),
+    ]
+    for g in ctx.gpus:
+        for mode, level, membar in combos:
+            ctx.run("INVALIDATE_TLB", gpu_uuid=g, va=0x7F0000200000, target_va_mode=mode, page_table_level=level,
+                    membar=membar, disable_gpc_invalidate=0)
+
+
+def run_pmm_sanity(ctx: Ctx) -> None:
+    lib = uvm.lib()
+    ctx.run("PMM_SANITY", mode=lib.UvmTestPmmSanityModeBasic)
+    ctx.run("PMM_SANITY", mode=lib.UvmTestPmmSanityModeFull)
+
+
+def run_channel_stress(ctx: Ctx) -> None:
+    lib = uvm.lib()
+    ctx.run("CHANNEL_STRESS", mode=lib.UVM_TEST_CHANNEL_STRESS_MODE_NOOP_PUSH, iterations=200, seed=1)
+    ctx.run("CHANNEL_STRESS", mode=lib.UVM_TEST_CHANNEL_STRESS_MODE_UPDATE_CHANNELS, iterations=200, seed=2)
+    ctx.run("CHANNEL_STRESS", mode=lib.UVM_TEST_CHANNEL_STRESS_MODE_STREAM, iterations=8, num_streams=2, seed=3)
+
+
+def run_pmm_sysmem(ctx: Ctx) -> None:
+    # uvm_pmm_sysmem_test.c: range_address1 is a whole 2 MiB VA block; range_address2 starts a 2 MiB
+    # stretch of four 512 KiB VA ranges (one VA block each). The blocks must exist: touch them.
+    r1 = ctx.alloc(2 * MIB)
+    r2 = ctx.alloc(2 * MIB, pieces=[512 << 10] * 4)
+    for off in range(0, r1.size, sglib.PAGE):
+        r1.write(off, b"\1")
+    for off in range(0, r2.size, 512 << 10):
+        r2.write(off, b"\1")
+    ctx.run("PMM_SYSMEM", range_address1=r1.base, range_address2=r2.base)
+
+
+def run_evict_chunk(ctx: Ctx) -> None:
+    """A managed 2 MiB block migrated to each GPU, evicted by VA to the CPU: evicted, now resident on the
+    CPU, data intact."""
+    for g in ctx.gpus:
+        r = ctx.alloc(2 * MIB)
+        sglib.fill_pattern(r, seed=0xE71C7 + g.index)
+        r.migrate(g)
+        bad = sglib.resident_exactly_on(ctx.u, r, g)
+        expect(not bad, f"{g.name}: after UVM_MIGRATE: " + "; ".join(bad))
+        res = ctx.u.evict_chunk(g, r.base, "virtual")
+        expect(res.evicted, f"{g.name}: EVICT_CHUNK reported no eviction")
+        expect(res.chunk_size_backing_virtual > 0, f"{g.name}: chunk_size_backing_virtual 0")
+        after = ctx.u.va_residency_info(r.base)
+        expect(after.on_cpu and not after.is_resident_on(g), f"{g.name}: after eviction: {after.describe()}")
+        n, first = sglib.pattern_mismatches(r, seed=0xE71C7 + g.index)
+        expect(n == 0, f"{g.name}: {n} words differ after eviction, first at 0x{first:x}")
+        ctx.details[g.name] = {"evicted_pa": res.evicted_physical_address,
+                               "chunk_size": res.chunk_size_backing_virtual}
+
+
+def run_pma_alloc_free(ctx: Ctx) -> None:
+    for g in ctx.gpus:
+        ctx.run("PMA_ALLOC_FREE", gpu_uuid=g, page_size=64 << 10, contiguous=0, num_pages=16)
+        ctx.run("PMA_ALLOC_FREE", gpu_uuid=g, page_size=2 * MIB, contiguous=1, num_pages=2)
+
+
+def run_pmm_reverse_map(ctx: Ctx) -> None:
+    # uvm_pmm_test.c: range_address1 is a 2 MiB VA block resident on the GPU in one 2 MiB chunk;
+    # [range_address2, + range_size2) holds VA ranges of different sizes populated on the GPU in order.
+    g = ctx.gpus[0]
+    r1 = ctx.alloc(2 * MIB)
+    r1.migrate(g)
+    sizes = [64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 * MIB]
+    r2 = ctx.alloc(sum(sizes), pieces=sizes)
+    off = 0
+    for size in sizes:
+        r2.migrate(g, off, size)
+        off += size
+    ctx.run("PMM_REVERSE_MAP", gpu_uuid=g, range_address1=r1.base, range_address2=r2.base, range_size2=2 * MIB)
+
+
+def _touched(ctx: Ctx) -> uvm.ManagedRegion:
+    """4 MiB of managed memory (one VA range, two VA blocks) with one page written by the CPU at +3 MiB."""
+    r = ctx.alloc(4 * MIB)
+    r.write(3 * MIB, b"x")
+    return r
+
+
+def run_va_range_info(ctx: Ctx) -> None:
+    r = _touched(ctx)
+    rng = ctx.run("VA_RANGE_INFO", lookup_address=r.base + 3 * MIB)
+    expect(rng.type == uvm.lib().UVM_TEST_VA_RANGE_TYPE_MANAGED, f"range type {rng.type}")
+    expect((rng.va_range_start, rng.va_range_end) == (r.base, r.end - 1),
+           f"range [0x{rng.va_range_start:x}, 0x{rng.va_range_end:x}] vs the mapping [0x{r.base:x}, 0x{r.end:x})")
+    expect(bool(rng.managed.owned_by_calling_process) and not rng.managed.is_zombie, "managed range ownership")
+
+
+def run_va_block_info(ctx: Ctx) -> None:
+    r = _touched(ctx)
+    blk = ctx.run("VA_BLOCK_INFO", lookup_address=r.base + 3 * MIB)
+    expect((blk.va_block_start, blk.va_block_end) == (r.base + 2 * MIB, r.base + 4 * MIB - 1),
+           f"block [0x{blk.va_block_start:x}, 0x{blk.va_block_end:x}]")
+
+
+def run_va_residency_info(ctx: Ctx) -> None:
+    r = _touched(ctx)
+    res = ctx.u.va_residency_info(r.base + 3 * MIB)
+    expect(res.resident_on == (uvm.CPU_UUID,), f"CPU-touched page: {res.describe()}")
+    expect(uvm.CPU_UUID in res.mapped_on, f"CPU-touched page not mapped on the CPU: {res.describe()}")
+    g = ctx.gpus[0]
+    r.migrate(g, 2 * MIB, 2 * MIB)
+    res = ctx.u.va_residency_info(r.base + 3 * MIB)
+    expect(res.resident_on == (g.uuid,), f"after UVM_MIGRATE to {g.name}: {res.describe()}")
+
+
+def run_get_reenable_lapse(ctx: Ctx) -> None:
+    ctx.details["reenable_lapse_ms"] = int(ctx.run("GET_PREFETCH_FAULTS_REENABLE_LAPSE").reenable_lapse)
+
+
+def run_set_reenable_lapse(ctx: Ctx) -> None:
+    lapse = int(ctx.run("GET_PREFETCH_FAULTS_REENABLE_LAPSE").reenable_lapse)
+    ctx.run("SET_PREFETCH_FAULTS_REENABLE_LAPSE", reenable_lapse=lapse + 1)
+    now = int(ctx.run("GET_PREFETCH_FAULTS_REENABLE_LAPSE").reenable_lapse)
+    ctx.run("SET_PREFETCH_FAULTS_REENABLE_LAPSE", reenable_lapse=lapse)
+    expect(now == lapse + 1, f"reenable lapse set to {lapse + 1}, read back {now}")
+
+
+def run_check_channel_va_space(ctx: Ctx) -> None:
+    assert ctx.session is not None
+    for g, chan in zip(ctx.gpus, ctx.session.channels, strict=True):
+        ctx.run("CHECK_CHANNEL_VA_SPACE", gpu_uuid=g, rm_ctrl_fd=-1, client=ctx.client, channel=chan.handle,
+                ve_id=0, va_space_fd=ctx.u.fd)
+
+
+def run_nvlink_toggle(name: str) -> Callable[[Ctx], None]:
+    def run(ctx: Ctx) -> None:
+        assert ctx.session is not None
+        pairs = ctx.session.pairs("nvlink2")
+        if not pairs:
+            pytest.skip("no NVLink pair among the emulated GPUs")
+        for a, b in pairs:
+            ctx.run(name, gpuUuidA=a, gpuUuidB=b)
+    return run
+
+
+# ---- the table, in stage order ----------------------------------------------------------------------------
+
+NO_CC = "needs Confidential Computing (SEC2, CSL): the software GPU runs with CC off"
+NO_NUMA = "needs GPU memory onlined as a NUMA node: the software GPU reports numaEnabled=0"
+NO_ACCESS_COUNTERS = "needs access-counter notifications, which the software GPU does not raise"
+NO_HMM = "HMM/ATS only: the Debian 6.1 guest kernel has no CONFIG_DEVICE_PRIVATE, x86 has no ATS"
+
+BUILTINS: list[Builtin] = [
+    # 1. pure CPU: module load, UVM_INITIALIZE, no GPU
+    Builtin("RNG_SANITY", 1, "pure CPU", "uvm_cpu"),
+    Builtin("RANGE_TREE_DIRECTED", 1, "pure CPU", "uvm_cpu"),
+    Builtin("RANGE_TREE_RANDOM", 1, "pure CPU", "uvm_cpu", each(dict(
+        seed=1, main_iterations=300, verbose=0, high_probability=80, add_remove_shrink_group_probability=50,
+        shrink_probability=20, collision_checks=8, iterator_checks=8, max_end=(1 << 20) - 1, max_ranges=64,
+        max_batch_count=8, max_attempts=16))),
+    Builtin("LOCK_SANITY", 1, "pure CPU", "uvm_cpu"),
+    Builtin("PERF_UTILS_SANITY", 1, "pure CPU", "uvm_cpu"),
+    Builtin("KVMALLOC", 1, "pure CPU", "uvm_cpu"),
+    Builtin("PERF_EVENTS_SANITY", 1, "pure CPU", "uvm_cpu"),
+    Builtin("PERF_MODULE_SANITY", 1, "pure CPU", "uvm_cpu", run=run_perf_module_sanity),
+    Builtin("RANGE_ALLOCATOR_SANITY", 1, "pure CPU", "uvm_cpu", each(dict(verbose=0, seed=1, iters=200))),
+    Builtin("NV_KTHREAD_Q", 1, "pure CPU", "uvm_cpu"),
+    Builtin("RANGE_GROUP_TREE", 1, "pure CPU", "uvm_cpu", run=run_range_group_tree),
+    Builtin("THREAD_CONTEXT_SANITY", 1, "pure CPU", "uvm_cpu", each(dict(iterations=100))),
+    Builtin("THREAD_CONTEXT_PERF", 1, "pure CPU", "uvm_cpu", each(dict(iterations=100, delay_us=0))),
+    Builtin("RB_TREE_DIRECTED", 1, "pure CPU", "uvm_cpu"),
+    Builtin("RB_TREE_RANDOM", 1, "pure CPU", "uvm_cpu",
+            each(dict(iterations=2000, range_max=(1 << 20) - 1, node_limit=64, seed=1))),
+    Builtin("PAGE_TREE", 1, "pure CPU", "uvm_cpu"),
+    Builtin("GET_USER_SPACE_END_ADDRESS", 1, "pure CPU", "uvm_cpu", check=check_positive("user_space_end_address")),
+    Builtin("GET_CPU_CHUNK_ALLOC_SIZES", 1, "pure CPU", "uvm_cpu", check=check_positive("alloc_size_mask")),
+    # 2. RM API only: UVM_REGISTER_GPU (init pushes, semaphores, page-tree memset, PMA) is the fixture
+    Builtin("GET_GPU_REF_COUNT", 2, "RM API", "uvm_gpus", per_gpu(lambda c, g: {"gpu_uuid": g, "swizz_id": 0}),
+            check_ref_count),
+    Builtin("RM_MEM_SANITY", 2, "RM API", "uvm_gpus"),
+    Builtin("GPU_SEMAPHORE_SANITY", 2, "RM API", "uvm_gpus"),
+    Builtin("GET_GPU_TIME", 2, "RM API", "uvm_gpus", per_gpu(gpu_uuid), check_gpu_time),
+    Builtin("PMM_QUERY", 2, "RM API", "uvm_gpus",
+            per_gpu(lambda c, g: {"gpu_uuid": g, "key": uvm.lib().UVM_TEST_CHUNK_SIZE_GET_USER_SIZE}),
+            check_pmm_query),
+    Builtin("PMM_QUERY_PMA_STATS", 2, "RM API", "uvm_gpus", per_gpu(gpu_uuid), check_pma_stats),
+    Builtin("PMA_GET_BATCH_SIZE", 2, "RM API", "uvm_gpus", per_gpu(gpu_uuid), check_positive("pma_batch_size")),
+    Builtin("NUMA_GET_CLOSEST_CPU_NODE_TO_GPU", 2, "RM API", "uvm_gpus",
+            per_gpu(lambda c, g: {"gpu_uuid": g, "client": c.client, "smc_part_ref": 0})),
+    # 3. host, CE and channels
+    Builtin("HOST_SANITY", 3, "host/CE/channels", "uvm_gpus"),
+    Builtin("CE_SANITY", 3, "host/CE/channels", "uvm_gpus", each(dict(skipTimestampTest=0))),
+    Builtin("TRACKER_SANITY", 3, "host/CE/channels", "uvm_gpus"),
+    Builtin("PUSH_SANITY", 3, "host/CE/channels", "uvm_gpus", each(dict(skipTimestampTest=0))),
+    Builtin("CHANNEL_SANITY", 3, "host/CE/channels", "uvm_gpus"),
+    Builtin("CHANNEL_STRESS", 3, "host/CE/channels", "uvm_gpus", run=run_channel_stress),
+    # 4. GPU VA spaces registered: MMU, uvm_mem, PMM
+    Builtin("MEM_SANITY", 4, "MMU/uvm_mem"),
+    Builtin("INVALIDATE_TLB", 4, "MMU/uvm_mem", run=run_invalidate_tlb),
+    Builtin("PMM_SANITY", 4, "PMM/PMA", run=run_pmm_sanity),
+    Builtin("PMM_CHECK_LEAK", 4, "PMM/PMA", "session",
+            per_gpu(lambda c, g: {"gpu_uuid": g, "chunk_size": 2 * MIB, "alloc_limit": -1}), check_leak),
+    Builtin("PMM_ASYNC_ALLOC", 4, "PMM/PMA", "session",
+            per_gpu(lambda c, g: {"gpu_uuid": g, "num_chunks": 8, "num_work_iterations": 4})),
+    Builtin("PMM_ALLOC_FREE_ROOT", 4, "PMM/PMA", "session",
+            per_gpu(lambda c, g: {"gpu_uuid": g, "nap_us_before_free": 0})),
+    Builtin("PMM_RELEASE_FREE_ROOT_CHUNKS", 4, "PMM/PMA", "session", per_gpu(gpu_uuid)),
+    Builtin("PMM_SYSMEM", 4, "PMM/PMA", run=run_pmm_sysmem),
+    Builtin("CPU_CHUNK_API", 4, "PMM/PMA"),
+    Builtin("VA_BLOCK", 4, "MMU/uvm_mem"),
+    Builtin("GET_KERNEL_VIRTUAL_ADDRESS", 4, "MMU/uvm_mem", check=check_positive("addr")),
+    # 5. peers (>= 2 GPUs)
+    Builtin("PEER_IDENTITY_MAPPINGS", 5, "peers", params=per_pair(lambda c, a, b: {"gpuA": a, "gpuB": b}),
+            min_gpus=2),
+    Builtin("PEER_REF_COUNT", 5, "peers", params=per_pair(lambda c, a, b: {"gpu_uuid_1": a, "gpu_uuid_2": b}),
+            min_gpus=2),
+    Builtin("DISABLE_NVLINK_PEER_ACCESS", 5, "peers", run=run_nvlink_toggle("DISABLE_NVLINK_PEER_ACCESS"),
+            min_gpus=2),
+    Builtin("ENABLE_NVLINK_PEER_ACCESS", 5, "peers", run=run_nvlink_toggle("ENABLE_NVLINK_PEER_ACCESS"),
+            min_gpus=2),
+    # 6. managed memory: residency, eviction, PMA with eviction
+    Builtin("VA_RANGE_INFO", 6, "residency/VA", run=run_va_range_info),
+    Builtin("VA_BLOCK_INFO", 6, "residency/VA", run=run_va_block_info),
+    Builtin("VA_RESIDENCY_INFO", 6, "residency/VA", run=run_va_residency_info),
+    Builtin("EVICT_CHUNK", 6, "PMM/PMA", run=run_evict_chunk),
+    Builtin("PMA_ALLOC_FREE", 6, "PMM/PMA", run=run_pma_alloc_free),
+    Builtin("PMM_REVERSE_MAP", 6, "PMM/PMA", run=run_pmm_reverse_map),
+    Builtin("FLUSH_DEFERRED_WORK", 6, "residency/VA", "session",
+            each(dict(work_type=1))),  # UvmTestDeferredWorkTypeAcessedByMappings
+    Builtin("GET_PAGE_THRASHING_POLICY", 6, "residency/VA"),
+    # 7. faults
+    Builtin("FAULT_BUFFER_FLUSH", 7, "faults", "session", each(dict(iterations=10))),
+    Builtin("CHECK_CHANNEL_VA_SPACE", 7, "faults", run=run_check_channel_va_space),
+    Builtin("DRAIN_REPLAYABLE_FAULTS", 7, "faults", "session",
+            per_gpu(lambda c, g: {"gpu_uuid": g, "timeout_ns": 10**9})),
+    Builtin("TOOLS_FLUSH_REPLAY_EVENTS", 7, "faults", "session", per_gpu(lambda c, g: {"gpuUuid": g})),
+    Builtin("GET_PREFETCH_FAULTS_REENABLE_LAPSE", 7, "faults", run=run_get_reenable_lapse),
+    Builtin("SET_PREFETCH_FAULTS_REENABLE_LAPSE", 7, "faults", run=run_set_reenable_lapse),
+    # declared not run
+    Builtin("SEC2_SANITY", 8, "out of scope", not_run=NO_CC),
+    Builtin("SEC2_CPU_GPU_ROUNDTRIP", 8, "out of scope", not_run=NO_CC),
+    Builtin("GET_RM_PTES", 8, "out of scope",
+            not_run="needs RM external allocations (nvUvmInterfaceGetExternalAllocPtes is not emulated)"),
+    Builtin("PMM_INDIRECT_PEERS", 8, "out of scope", not_run=NO_NUMA),
+    Builtin("NUMA_CHECK_AFFINITY", 8, "out of scope", not_run=NO_NUMA),
+    Builtin("PMM_CHUNK_WITH_ELEVATED_PAGE", 8, "out of scope", not_run=NO_NUMA),
+    Builtin("RECONFIGURE_ACCESS_COUNTERS", 8, "out of scope", not_run=NO_ACCESS_COUNTERS),
+    Builtin("RESET_ACCESS_COUNTERS", 8, "out of scope", not_run=NO_ACCESS_COUNTERS),
+    Builtin("SET_IGNORE_ACCESS_COUNTERS", 8, "out of scope", not_run=NO_ACCESS_COUNTERS),
+    Builtin("ACCESS_COUNTERS_ENABLED_BY_DEFAULT", 8, "out of scope", not_run=NO_ACCESS_COUNTERS),
+    Builtin("SKIP_MIGRATE_VMA", 8, "out of scope", not_run=NO_HMM),
+    Builtin("GET_PAGEABLE_MEM_ACCESS_TYPE", 8, "out of scope", not_run=NO_HMM),
+    Builtin("REGISTER_UNLOAD_STATE_BUFFER", 8, "out of scope",
+            not_run="reports at module unload, which this suite does not do"),
+    Builtin("INJECT_TOOLS_EVENT", 8, "out of scope", not_run="tools event queues are not part of this suite"),
+    Builtin("INCREMENT_TOOLS_COUNTER", 8, "out of scope", not_run="tools counters are not part of this suite"),
+    Builtin("DESTROY_GPU_VA_SPACE_DELAY", 8, "out of scope", not_run="a race-window knob for other tests"),
+    Builtin("SPLIT_INVALIDATE_DELAY", 8, "out of scope", not_run="a race-window knob for other tests"),
+    Builtin("CGROUP_ACCOUNTING_SUPPORTED", 8, "out of scope", not_run="cgroup accounting is not emulated here"),
+]
+
+NOT_IN_SUITE = "not in this suite: needs a dedicated scenario"
+
+
+def _register_table() -> None:
+    names = [b.name for b in BUILTINS]
+    assert len(names) == len(set(names)), "a built-in test is listed twice"
+    for b in BUILTINS:
+        sglib.BUILTIN_RESULTS[b.name] = sglib.BuiltinResult(b.name, b.stage, b.group,
+                                                            reason=b.not_run or "not reached: deselected or stopped")
+    # Every other UVM_TEST_* the binding knows is listed too (never passed).
+    try:
+        known = uvm.test_names()
+    except Exception:  # the binding is missing: the tests themselves will say so
+        return
+    for name in known:
+        if name not in sglib.BUILTIN_RESULTS:
+            sglib.BUILTIN_RESULTS[name] = sglib.BuiltinResult(name, 9, "not in suite", reason=NOT_IN_SUITE)
+
+
+_register_table()
+
+
+@pytest.mark.parametrize("builtin", BUILTINS, ids=repr)
+def test_builtin(builtin: Builtin, request: pytest.FixtureRequest) -> None:
+    if builtin.not_run:
+        pytest.skip(builtin.not_run)
+    if builtin.fd == "uvm_cpu":
+        ctx = Ctx(request.getfixturevalue("uvm_cpu"), None, None)
+    else:
+        s: sglib.Session = request.getfixturevalue(builtin.fd)
+        ctx = Ctx(s.uvm, s.sg, s)
+        if len(s.gpus) < builtin.min_gpus:
+            pytest.skip(f"needs >= {builtin.min_gpus} GPUs, the software GPU has {len(s.gpus)}")
+    try:
+        if builtin.run is not None:
+            builtin.run(ctx)
+        else:
+            runs = list(builtin.params(ctx)) if builtin.params else [{}]
+            for fields in runs:
+                params = ctx.run(builtin.name, **fields)
+                if builtin.check is not None:
+                    builtin.check(ctx, fields, params)
+    finally:
+        for r in ctx.managed:
+            r.close()
+        if ctx.details:
+            sglib.BUILTIN_RESULTS[builtin.name].details = ctx.details
