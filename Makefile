@@ -41,15 +41,15 @@ $(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_bu
 	@$(PY) -m pip install -q -e "$(ROOT)/pyctl[dev,traces]" -e "$(ROOT)/tui[dev]"
 	@touch $@
 
--include driver/build.mk
--include driver/core/core.mk
--include driver/sim/sim.mk
--include driver/ktest/ktest.mk
--include driver/softgpu/softgpu.mk
--include pyctl/pyctl.mk
--include pyctl/traces.mk
--include tui/tui.mk
--include tests/vm/vm.mk
+include $(ROOT)/driver/build.mk
+include $(ROOT)/driver/core/core.mk
+include $(ROOT)/driver/sim/sim.mk
+include $(ROOT)/driver/ktest/ktest.mk
+include $(ROOT)/driver/softgpu/softgpu.mk
+include $(ROOT)/pyctl/pyctl.mk
+include $(ROOT)/pyctl/traces.mk
+include $(ROOT)/tui/tui.mk
+include $(ROOT)/tests/vm/vm.mk
 
 # Umbrella targets; the fragments add their parts as prerequisites of these.
 test: | venv

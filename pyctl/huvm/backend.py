@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno as _errno
 import fcntl
 import os
+import stat
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,6 +106,10 @@ class KernelBackend:
             self.ioctl(cmd, params)
             errors.check(cmd, params)
         except errors.NotSupported as exc:
+            if os.path.exists(self.path) and not stat.S_ISCHR(os.stat(self.path).st_mode):
+                raise errors.DeviceUnavailable(
+                    f"{self.path} is not a device node (ioctl: {os.strerror(exc.errno or 0)})", reason="open-failed",
+                    hint="--device takes /dev/nvidia-uvm or /dev/huvm_ktest") from None
             raise errors.DeviceUnavailable(
                 f"{self.path}: the loaded nvidia-uvm is the stock module (GET_INFO is unknown to it: "
                 f"{exc})", reason="stock-module",

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from .errors import ConfigError, HuvmError
+from .tomlpos import read_text
+
 HEADER_NAME = "uvm_huvm_ioctl.h"
 BEGIN_MARK = "/* HUVM_ABI_BEGIN */"
 END_MARK = "/* HUVM_ABI_END */"
@@ -49,22 +52,28 @@ def candidates() -> list[Path]:
     return paths
 
 
+class HeaderNotFound(HuvmError):
+    """No ABI header where it is looked for (an incomplete install)."""
+
+
 @cache
 def header_path() -> Path:
     for path in candidates():
         if path.is_file():
             return path
     tried = ", ".join(str(p) for p in candidates())
-    raise FileNotFoundError(f"huvm ABI header {HEADER_NAME} not found (tried {tried})")
+    raise HeaderNotFound(f"huvm ABI header {HEADER_NAME} not found (tried {tried}); reinstall huvm or set "
+                         "$HUVM_ABI_HEADER")
 
 
 @cache
 def abi_text() -> str:
-    """The text between the ABI markers."""
-    text = header_path().read_text(encoding="utf-8")
+    """The text between the ABI markers; ConfigError naming the file when it is not the ABI header."""
+    path = header_path()
+    text = read_text(path)
     start, end = text.find(BEGIN_MARK), text.find(END_MARK)
     if start < 0 or end < start:
-        raise ValueError(f"{header_path()}: ABI markers not found")
+        raise ConfigError(f"not huvm's ABI header: no {BEGIN_MARK} ... {END_MARK} block", file=str(path))
     return text[start + len(BEGIN_MARK) : end]
 
 
@@ -84,7 +93,10 @@ def defines() -> dict[str, int]:
         expr = re.sub(r"(?<=[0-9a-fA-F])[uU]?[lL]{0,2}\b", "", m.group("value"))
         expr = re.sub(r"\b[A-Z_][A-Z0-9_]*\b", lambda t: str(out.get(t.group(0), t.group(0))), expr)
         if re.fullmatch(r"[0-9a-fA-FxX()<>|&+\-* ]+", expr):
-            out[m.group("name")] = int(eval(expr, {"__builtins__": {}}))  # noqa: S307 - digits/operators only
+            try:
+                out[m.group("name")] = int(eval(expr, {"__builtins__": {}}))  # noqa: S307 - digits/operators only
+            except (SyntaxError, ValueError, TypeError, ArithmeticError):
+                continue  # not an integer expression: not one of ours
     return out
 
 
@@ -115,7 +127,19 @@ def struct_fields() -> dict[str, tuple[StructField, ...]]:
                     comment += " " + part.replace("*/", "").strip()
                     if "*/" in part:
                         break
-            dims = tuple(_dim(d, consts) for d in re.findall(r"\[([^\]]+)\]", fm.group("dims") or ""))
+            try:
+                dims = tuple(_dim(d, consts) for d in re.findall(r"\[([^\]]+)\]", fm.group("dims") or ""))
+            except ValueError:
+                raise ConfigError(f"not huvm's ABI header: array size of {fm.group('name')} is not a number",
+                                  file=str(header_path())) from None
             fields.append(StructField(sm.group("name"), fm.group("name"), fm.group("type"), dims, comment.strip()))
         out[sm.group("name")] = tuple(fields)
     return out
+
+
+def fields_of(struct: str) -> tuple[StructField, ...]:
+    """The fields of one struct of the ABI block; ConfigError naming the header when it lacks the struct."""
+    fields = struct_fields()
+    if struct not in fields:
+        raise ConfigError(f"not huvm's ABI header: no struct {struct}", file=str(header_path()))
+    return fields[struct]

@@ -76,9 +76,8 @@ def _label_for(field: str, length: int) -> tuple[str, tuple[str, ...]]:
 
 def _build() -> tuple[Metric, ...]:
     out: list[Metric] = []
-    fields = header.struct_fields()
     for scope, struct in STRUCTS.items():
-        for f in fields[struct]:
+        for f in header.fields_of(struct):
             m = _COMMENT_RE.match(f.comment)
             if not m:
                 continue

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from . import abi, header
 from .errors import PolicyError, PolicyFileError
 from .info import NodeInfo
-from .units import format_size, parse_size
+from .units import format_size, parse_count, parse_size
 
 Kind = Literal["enum", "bool", "int", "bytes"]
 
@@ -48,7 +48,7 @@ def _display(name: str) -> str:
 
 
 def _help(struct: str, fld: str) -> str:
-    for f in header.struct_fields()[struct]:
+    for f in header.fields_of(struct):
         if f.name == fld:
             return f.comment
     return ""
@@ -272,41 +272,56 @@ def _error(msg: str, key: str, origin: Origin | None) -> PolicyError:
 
 
 def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = None) -> int:
-    """Type-check and range-check one value (str from the command line, or a TOML value)."""
+    """Type-check and range-check one value.
+
+    From the command line (``origin`` without a file) the value is text in :mod:`huvm.units`' grammar:
+    decimal integers (no ``+``, ``_``, ``0x``/``0b``), sizes with an IEC or SI unit. From a file (TOML) it
+    keeps its TOML type, which must be the key's: an integer for int keys (``"16"`` is refused), a boolean
+    for bool keys, a string for enums, an integer or a size string for sizes."""
+    typed = origin is not None and origin.file is not None
     if spec.kind == "enum":
         choices = spec.choices()
-        text = str(raw).strip().lower().replace("_", "-") if isinstance(raw, str) else None
+        text = raw.strip().lower().replace("_", "-") if isinstance(raw, str) else None
         if text is None or text not in choices:
             raise _error(f"expected one of {', '.join(choices)}, got {raw!r}", key, origin)
         return choices[text]
     if spec.kind == "bool":
         if isinstance(raw, bool):
             return int(raw)
-        text = str(raw).strip().lower() if isinstance(raw, str) else None
+        text = raw.strip().lower() if isinstance(raw, str) and not typed else None
         if text in ("1", "true", "yes", "on"):
             return 1
         if text in ("0", "false", "no", "off"):
             return 0
         raise _error(f"expected a boolean (true/false), got {raw!r}", key, origin)
     if spec.kind == "int":
-        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)) or (typed and isinstance(raw, str)):
             raise _error(f"expected an integer, got {raw!r}", key, origin)
         try:
-            value = int(raw.strip(), 0) if isinstance(raw, str) else raw
+            value = parse_count(raw) if isinstance(raw, str) else raw
         except ValueError:
-            raise _error(f"expected an integer, got {raw!r}", key, origin) from None
+            raise _error(f"expected an integer (decimal digits), got {raw!r}", key, origin) from None
     else:  # bytes
         if isinstance(raw, str) and spec.unlimited and raw.strip().lower() in ("unlimited", "inf", "none"):
             return abi.UNLIMITED
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):
             raise _error(f"expected a size (bytes, or e.g. \"8GiB\"), got {raw!r}", key, origin)
+        if isinstance(raw, str) and raw.strip().startswith("-"):
+            raise _error(f"{raw.strip()} is out of range: a size is at least 0", key, origin)
         try:
             value = parse_size(raw) if isinstance(raw, str) else raw
         except ValueError as exc:
             raise _error(str(exc), key, origin) from None
     if not spec.lo <= value <= spec.hi:
-        raise _error(f"{value} is out of range [{spec.lo}, {spec.hi}]", key, origin)
+        raise _error(f"{value} is out of range [{spec.lo}, {_bound(spec, spec.hi)}]", key, origin)
     return value
+
+
+def _bound(spec: KeySpec, value: int) -> str:
+    """A range bound as a user would write it."""
+    if spec.kind == "bytes":
+        return "unlimited" if spec.unlimited and value == abi.UNLIMITED else format_size(value)
+    return str(value)
 
 
 def _gpu_indices(sel: str, info: NodeInfo, key: str, origin: Origin | None) -> list[int]:

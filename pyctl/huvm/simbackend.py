@@ -42,7 +42,7 @@ class SimBackend:
     def from_config(cls, sim_config: str | None = None) -> SimBackend:
         from .sim.config import NodeConfig
         from .sim.errors import SimConfigError
-        from .sim.node import SimNode
+        from .sim.node import PRESET_IDS, SimNode
 
         policy_preset = "huvm"
         try:
@@ -56,12 +56,15 @@ class SimBackend:
                 if not isinstance(table, dict):
                     raise doc.error("expected a [node] table", "node")
                 table = dict(table)
-                policy_preset = str(table.pop("policy_preset", policy_preset))
+                path = ("node",) if "node" in doc.data else ()
+                policy_preset = table.pop("policy_preset", policy_preset)
+                if not isinstance(policy_preset, str) or policy_preset not in PRESET_IDS:
+                    raise doc.error(f"expected one of {', '.join(PRESET_IDS)}, got {policy_preset!r}",
+                                    *path, "policy_preset")
                 try:
                     cfg = NodeConfig.from_dict(table)
                 except SimConfigError as exc:
-                    path = ("node",) if "node" in doc.data else ()
-                    raise doc.error(str(exc), *path, *(str(exc.field).split(".")[:1] if exc.field else ())) from None
+                    raise doc.error(exc.reason, *path, *exc.path) from None
             return cls(SimNode(cfg, preset=policy_preset))
         except SimConfigError as exc:
             raise ConfigError(f"simulated node: {exc}") from None

@@ -41,6 +41,21 @@ def key_lines(text: str) -> dict[tuple[str, ...], int]:
     return out
 
 
+def read_text(path: str | Path, error_cls: type[ConfigError] = ConfigError) -> str:
+    """A text file's contents; error_cls (file, line) when it cannot be read or is not UTF-8 (TOML's
+    encoding)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise error_cls(exc.strerror or str(exc), file=str(path)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error_cls(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+                        file=str(path), line=line) from None
+
+
 class TomlDoc:
     """A parsed TOML file that can say where each key is."""
 
@@ -48,15 +63,14 @@ class TomlDoc:
                  error_cls: type[ConfigError] = ConfigError) -> None:
         self.path = str(path)
         self.error_cls = error_cls
-        try:
-            self.text = Path(path).read_text(encoding="utf-8") if text is None else text
-        except OSError as exc:
-            raise error_cls(exc.strerror or str(exc), file=self.path) from None
+        self.text = read_text(path, error_cls) if text is None else text
         try:
             self.data: dict[str, Any] = tomllib.loads(self.text)
         except tomllib.TOMLDecodeError as exc:
             m = re.search(r"line (\d+)", str(exc))
             raise error_cls(f"TOML syntax: {exc}", file=self.path, line=int(m.group(1)) if m else None) from None
+        except RecursionError:
+            raise error_cls("TOML syntax: arrays or tables nested too deeply", file=self.path) from None
         self._lines = key_lines(self.text)
 
     def line(self, *path: str) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -119,7 +120,7 @@ def test_policy_save_diff_apply(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         (["policy", "set", "prefetch_chunks"], "expected KEY=VALUE"),
         (["policy", "preset", "turbo"], "unknown preset"),
         (["policy", "apply", "/nonexistent/p.toml"], "No such file"),
-        (["stats", "--watch", "0"], "must be > 0"),
+        (["stats", "--watch", "0"], "must be more than 0"),
         (["no-such-verb"], "invalid choice"),
         (["policy"], "required"),
     ],
@@ -328,3 +329,54 @@ def test_watch(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     assert rc == 0
     assert [(e["kind"], e["action"]) for e in events] == [("module", "add"), ("device", "add"),
                                                           ("module", "remove"), ("device", "remove")]
+
+
+def test_unexpected_exception_is_one_line_and_debug_adds_the_traceback(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from huvm.cli import status
+
+    def broken(args: object) -> int:
+        raise RuntimeError("something broke\nsecond line")
+
+    monkeypatch.setattr(status, "cmd_status", broken)
+    rc, out, err = run(capsys, *SIM, "status")
+    assert rc == 1 and out == ""
+    assert err == ("huvmctl: error: internal error: RuntimeError: something broke (a huvm bug: please report it "
+                   "with the command line; --debug prints the traceback)\n")
+    rc, out, err = run(capsys, *SIM, "status", "--debug")
+    assert rc == 1 and "Traceback (most recent call last)" in err and "RuntimeError: something broke" in err
+    assert err.splitlines()[-1].startswith("huvmctl: error: internal error: RuntimeError: something broke")
+    assert "--debug prints" not in err
+
+
+def test_export_port_in_use_names_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc, out, err = run(capsys, *SIM, "export", "--port", str(port), "--addr", "127.0.0.1", "--duration", "1")
+    assert rc == 1 and err.count("\n") == 1
+    assert f"cannot listen on --addr 127.0.0.1 --port {port}: Address already in use" in err
+
+
+def test_sim_config_sizes_use_the_unit_grammar(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # gpu_memory_bytes = "3GiB" raised ValueError; sizes in node files now take the one size grammar
+    f = tmp_path / "node.toml"
+    f.write_text('[node]\npreset = "aws-p3.8xlarge"\ngpu_memory_bytes = "3GiB"\ngpu_reserved_bytes = "256MiB"\n')
+    d = run_json(capsys, *SIM, "--sim-config", str(f), "status")
+    assert isinstance(d, dict) and {g["memory_bytes"] for g in d["info"]["gpus"]} == {(3 << 30) - (256 << 20)}
+    f.write_text('[node]\npreset = "aws-p3.8xlarge"\ngpu_reserved_bytes = "256MiB"\n')  # alone: no longer ignored
+    d = run_json(capsys, *SIM, "--sim-config", str(f), "status")
+    assert isinstance(d, dict) and {g["memory_bytes"] for g in d["info"]["gpus"]} == {(16 << 30) - (256 << 20)}
+
+
+def test_trace_info_prints_sizes_in_the_unit_grammar(capsys: pytest.CaptureFixture[str]) -> None:
+    from huvm.units import UNITS
+
+    rc, out, _ = run(capsys, "trace", "info", "bundled:lender-steady")
+    assert rc == 0
+    sizes = re.findall(r"\d(?:\.\d+)? ?([A-Za-z]*B)\b", out)
+    assert len(sizes) >= 4  # size on disk, peak live, reserved, static
+    assert all(unit in UNITS for unit in sizes), sizes  # "11.6 KB" was printed before: KB is not a unit

@@ -30,7 +30,7 @@ def sent(fake: CoreNode) -> int:
 
 def test_set_typed_values(node: Node) -> None:
     before, after = node.set(["prefetch_chunks=32", "peer_select=fewest-lent", "nvlink_only=false",
-                              "hysteresis_ms=0x10", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
+                              "hysteresis_ms=16", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
                               "gpu.all.lend_reserve=512MiB"])
     info = node.info()
     s = after.settings(info)
@@ -56,6 +56,13 @@ def test_gpu_by_uuid_prefix(node: Node) -> None:
         ("gpu.0.colour=red", "unknown key"),
         ("role=lender", "per-GPU key"),
         ("prefetch_chunks=many", "expected an integer"),         # wrong type
+        ("prefetch_chunks=+8", "decimal digits"),                # one integer grammar: decimal digits only
+        ("prefetch_chunks=1_0", "decimal digits"),
+        ("prefetch_chunks=0b11", "decimal digits"),
+        ("hysteresis_ms=0x10", "decimal digits"),
+        ("gpu.0.lend_limit=8gb", "ambiguous unit 'gb'"),        # one size grammar: KiB.. or kB.., nothing else
+        ("gpu.0.lend_limit=8G", "ambiguous unit 'G'"),
+        ("gpu.0.lend_limit=1e9", "not a size"),
         ("nvlink_only=maybe", "expected a boolean"),
         ("peer_select=fastest", "expected one of"),
         ("gpu.0.lend_limit=lots", "not a size"),

@@ -178,7 +178,7 @@ def test_version_and_schema_checks(small_trace: Path, tmp_path: Path) -> None:
     with pytest.raises(T.TraceFormatError, match="'chunks', row schema"):
         T.load(bad2)
     (bad2 / "segments.parquet").unlink()
-    with pytest.raises(T.TraceFormatError, match="'segments', row -: file missing"):
+    with pytest.raises(T.TraceFormatError, match="table 'segments': file missing"):
         T.load(bad2)
 
 

@@ -68,10 +68,15 @@ def event_names() -> tuple[str, ...]:
     """The events of ``driver/core/huvm_events.h`` (tracepoints and USDT probes), in order."""
     import re
 
-    path = header.header_path().parent.parent.parent / "core" / "huvm_events.h"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
+    here = header.header_path().parent
+    # next to the ABI header in huvm/data/ (a wheel install), else in the source tree's driver/core/
+    for path in (here / "huvm_events.h", here.parent.parent / "core" / "huvm_events.h"):
+        try:
+            text = path.read_text(encoding="utf-8")
+            break
+        except (OSError, UnicodeDecodeError):
+            continue
+    else:
         return ("evict", "preevict", "fetch", "giveback", "prefetch", "policy")
     block = text.split("#define HUVM_EVENTS(X)", 1)[-1].split("#define HUVM_EVENT_ARGS", 1)[0]
     return tuple(re.findall(r"X\((\w+)\)", block))

@@ -311,6 +311,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except cli.CliError as exc:
         sys.stderr.write(f"huvm-top: error: {exc}\n")
         return exc.status
+    except Exception as exc:  # last resort: a bug, not bad input (that is a CliError above)
+        if opts.debug:
+            import traceback
+
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        sys.stderr.write(f"huvm-top: error: internal error: {type(exc).__name__}{': ' + first if first else ''} "
+                         f"(a huvm bug: please report it with the command line"
+                         f"{'' if opts.debug else '; --debug prints the traceback'})\n")
+        return 1
     recorder = None
     if opts.record:
         try:

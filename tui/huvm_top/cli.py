@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from huvm import argtypes
+
 from huvm_top.model import SourceError
 from huvm_top.sources.base import EventSource, StatsSource
 
@@ -69,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bcc", action="store_true",
                    help="trace huvm events with bcc: the kernel tracepoints, or the simulator's USDT probes "
                         "(needs root and python3-bpfcc)")
-    p.add_argument("--pid", type=int, metavar="PID",
+    p.add_argument("--pid", type=argtypes.count(1, 1 << 22), metavar="PID",
                    help="with --bcc: trace the USDT probes of this process (e.g. a running huvmctl sim run)")
     p.add_argument("--record", metavar="FILE",
                    help="also write every snapshot to FILE (JSON lines) for --replay")
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="play back a --record file, one snapshot per refresh (read-only)")
     p.add_argument("--interval", type=_interval, default=1.0, metavar="SEC",
                    help="refresh interval in seconds (default 1)")
+    p.add_argument("--debug", action="store_true", help="on an internal error (a bug), also print the traceback")
     return p
 
 

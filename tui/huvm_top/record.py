@@ -82,8 +82,12 @@ class Recorder:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SourceError(f"{path}:{n}: not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
             if line.strip():
                 try:
                     obj = json.loads(line)

@@ -2,7 +2,8 @@
 
 Exit status: 0 success; 1 runtime error (device, module refusal, simulation failure); 2 usage error (bad
 arguments, bad key/value, bad file, found before anything was sent). Errors are one line on stderr:
-``huvmctl: error: ...``.
+``huvmctl: error: ...``; so is an unexpected exception (a bug: "internal error ... please report it", exit
+status 1), whose traceback ``--debug`` prints.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
 from .. import errors
-from ..client import BACKENDS
 
 EPILOG = """examples:
   huvmctl status                              # the patched module on /dev/nvidia-uvm
@@ -30,7 +31,8 @@ backend selection: --backend auto (default, or $HUVM_BACKEND) uses the kernel mo
 module answers, else fails saying why; add --sim-fallback (or HUVM_SIM_FALLBACK=1) to fall back to the
 simulated node with a note. --sim is short for --backend sim.
 
-exit status: 0 ok, 1 runtime error, 2 usage error (nothing was sent)."""
+exit status: 0 ok, 1 runtime error, 2 usage error (nothing was sent). An internal error (a bug) is one
+line too, exit status 1; --debug adds its traceback."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,6 +42,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..client import BACKENDS
     from . import experiment, export, policy, stats, status, trace, watch
 
     # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
@@ -58,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sim-fallback", action="store_true", default=argparse.SUPPRESS,
                    help="with --backend auto: use the simulated node if the module is not usable")
     g.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="on an internal error (a bug), also print the traceback")
 
     parser = _Parser(prog="huvmctl", description="Control and observe huvm, the peer-GPU eviction tier of "
                      "nvidia-uvm, on a real node or a simulated one.", epilog=EPILOG, parents=[common],
@@ -88,12 +93,14 @@ _DEFAULTS = {"backend": None, "device": None, "sim_config": None, "sim_fallback"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    for k, v in _DEFAULTS.items():
-        if not hasattr(args, k):
-            setattr(args, k, v)
+    words = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in words  # known before parsing: the parser itself may be what fails
     try:
+        # Inside the try: building the parser imports the package, which reads the ABI header.
+        args = build_parser().parse_args(words)
+        for k, v in _DEFAULTS.items():
+            if not hasattr(args, k):
+                setattr(args, k, v)
         rc: int = args.func(args)
         return rc
     except errors.UsageError as exc:
@@ -110,7 +117,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as exc:
-        _fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}")
+        _fail(f"{str(exc.filename) + ': ' if exc.filename else ''}{exc.strerror or exc}")
+        return 1
+    except ImportError as exc:  # huvm's C extension not built, an optional package missing
+        _fail(str(exc))
+        return 1
+    except Exception as exc:  # last resort: a bug in huvm, not bad input (that is a UsageError above)
+        if debug:
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        _fail(f"internal error: {type(exc).__name__}{': ' + first if first else ''} (a huvm bug: please report it "
+              f"with the command line{'' if debug else '; --debug prints the traceback'})")
         return 1
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import threading
 
+from .. import argtypes
+from ..errors import HuvmError, UsageError
 from .common import add_verb, err, open_node
 
 
@@ -12,7 +15,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..exporter import serve
 
     node = open_node(args)
-    server, _thread = serve(node, args.port, args.addr)
+    try:
+        server, _thread = serve(node, args.port, args.addr)
+    except socket.gaierror as exc:
+        node.close()
+        raise UsageError(f"--addr {args.addr}: not an address of this host ({exc.strerror})") from None
+    except OSError as exc:
+        node.close()
+        raise HuvmError(f"cannot listen on --addr {args.addr} --port {args.port}: {exc.strerror or exc}") from None
     err.print(f"huvmctl: serving huvm metrics of {node.backend.description} on "
               f"http://{args.addr}:{server.server_port}/metrics; Ctrl-C to end", markup=False)
     try:
@@ -34,7 +44,8 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                              "named and labelled like dcgm-exporter (gpu, uuid, device, hostname).",
                  examples=["huvmctl export --port 9400",
                            "curl -s localhost:9400/metrics | grep huvm_evict_to_peer"])
-    p.add_argument("--port", type=int, default=9400, help="TCP port (default 9400; 0 picks a free one)")
+    p.add_argument("--port", type=argtypes.port, default=9400, help="TCP port (default 9400; 0 picks a free one)")
     p.add_argument("--addr", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    p.add_argument("--duration", type=float, metavar="SEC", help=argparse.SUPPRESS)  # tests: stop after SEC
+    # tests: stop after SEC
+    p.add_argument("--duration", type=argtypes.seconds(86400), metavar="SEC", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_export)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from .. import render
+from .. import argtypes, render
+from ..errors import UsageError
 from .common import add_verb, open_node, out, print_json, print_jsonl
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    if args.count is not None and args.watch is None:
+        raise UsageError("--count goes with --watch SEC")
     with open_node(args) as node:
         if args.reset:
             node.reset_stats()
@@ -45,21 +48,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
 
 
-def _positive(text: str) -> float:
-    v = float(text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
-    return v
-
-
 def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
     p = add_verb(sub, "stats", parents=parents, help="counters per GPU and per pair; rates with --watch",
                  description="Counters per GPU (and per pair with --pairs). With --watch SEC, rates per "
                              "second every SEC seconds (JSON lines with --json).",
                  examples=["huvmctl stats", "huvmctl stats --pairs --all",
                            "huvmctl stats --watch 1 --count 10 --json"])
-    p.add_argument("--watch", type=_positive, metavar="SEC", help="print rates every SEC seconds")
-    p.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N intervals")
+    p.add_argument("--watch", type=argtypes.seconds(86400), metavar="SEC",
+                   help="print rates every SEC seconds (0 < SEC <= 86400)")
+    p.add_argument("--count", type=argtypes.count(1, 10**9), metavar="N", help="with --watch: stop after N intervals")
     p.add_argument("--pairs", action="store_true", help="also per GPU pair")
     p.add_argument("--all", action="store_true", help="every counter, zeros included")
     p.add_argument("--reset", action="store_true", help="reset the counters first (gauges stay)")

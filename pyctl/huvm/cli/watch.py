@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from .. import argtypes
 from .common import out, print_jsonl
 
 
@@ -34,5 +35,6 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                                    "unloaded, and report the device node (--device) appearing or vanishing.",
                        epilog="examples:\n  huvmctl watch\n  huvmctl watch --device /dev/huvm_ktest --json",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--timeout", type=float, metavar="SEC", help="stop after SEC seconds without a udev event")
+    p.add_argument("--timeout", type=argtypes.seconds(86400 * 365), metavar="SEC",
+                   help="stop after SEC seconds without a udev event")
     p.set_defaults(func=cmd_watch)

@@ -19,6 +19,7 @@ from ..metrics import GPU_METRICS, PAIR_METRICS
 from ..policy import Origin, Setting, parse_setting
 from ..policyfile import parse as parse_policy_table
 from ..simbackend import SimBackend
+from ..units import format_size, parse_size
 from .results import CounterRow, ExperimentResult, RunKey, RunResult, SampleRow, TenantRow, TrafficRow
 from .spec import ExperimentSpec, PolicySpec, TenantSpec
 
@@ -48,6 +49,66 @@ def plan(spec: ExperimentSpec) -> list[PlannedRun]:
     return runs
 
 
+def check_tenants(spec: ExperimentSpec, config: Any) -> None:
+    """Refuse, before anything runs, tenants the node cannot hold: a GPU index beyond the node, or static
+    footprints that do not fit. The simulator pins (cudaMallocs) a tenant's static bytes, in whole 2 MiB
+    chunks, for the whole run, so on each GPU their sum must fit the usable memory (capacity less the
+    reserve), with a chunk to spare when a tenant there runs a trace; every sweep point is checked too."""
+    for t in spec.tenants:
+        if t.gpu >= config.gpu_count:
+            raise ConfigError(f"GPU {t.gpu} is not in 0..{config.gpu_count - 1} of {config.name}",
+                              file=spec.path, line=t.key_line(spec.doc, "gpu"), key=f"tenant[{t.index}].gpu")
+    variants: list[tuple[Any, list[TenantSpec]]] = [(None, list(spec.tenants))]
+    sweep = spec.sweep
+    if sweep is not None and sweep.key.startswith("tenant.") and sweep.key.endswith(".static"):
+        variants += [(v, _with_sweep_value(spec, v)) for v in sweep.values]
+    from ..sim.config import CHUNK_BYTES as chunk
+
+    def chunks(t: TenantSpec) -> int:
+        return (t.static_bytes + chunk - 1) // chunk * chunk
+
+    for value, tenants in variants:
+        for gpu in range(config.gpu_count):
+            usable = int(config.usable_bytes(gpu))
+            on_gpu = [t for t in tenants if t.gpu == gpu]
+            traced = [t for t in on_gpu if t.trace]
+            limit = usable - (chunk if traced else 0)
+            pinned = sum(chunks(t) for t in on_gpu)
+            if pinned <= limit:
+                continue
+            total = 0
+            for culprit in on_gpu:  # the tenant whose static footprint goes over
+                total += chunks(culprit)
+                if total > limit:
+                    break
+            g = config.gpus[gpu]
+            room = (f"more than its usable {format_size(usable)} ({format_size(g.memory_bytes)} less "
+                    f"{format_size(g.reserved_bytes)} reserved)" if pinned > usable else
+                    f"all of its usable memory, none left for tenant {traced[0].name!r}'s trace")
+            msg = f"static footprints on GPU {gpu} add up to {format_size(pinned)}: {room}"
+            if value is None or sweep is None:
+                raise ConfigError(msg, file=spec.path, line=culprit.key_line(spec.doc, "static"),
+                                  key=f"tenant[{culprit.index}].static")
+            raise spec.doc.error(f"{sweep.key} = {value!r}: {msg}", "sweep", "values")
+
+
+def _with_sweep_value(spec: ExperimentSpec, value: Any) -> list[TenantSpec]:
+    """The tenants with a tenant.NAME.static|steps sweep point applied."""
+    from dataclasses import replace
+
+    out = list(spec.tenants)
+    sweep = spec.sweep
+    if sweep and sweep.key.startswith("tenant.") and value is not None:
+        _, name, field = sweep.key.split(".")
+        for i, t in enumerate(out):
+            if t.name == name:
+                if field == "static":
+                    out[i] = replace(t, static_bytes=parse_size(value) if isinstance(value, str) else value)
+                else:
+                    out[i] = replace(t, steps=int(value))
+    return out
+
+
 class Runner:
     def __init__(self, spec: ExperimentSpec) -> None:
         if spec.real_node:
@@ -61,13 +122,8 @@ class Runner:
         try:
             self.config = NodeConfig.from_dict({"preset": spec.node_preset, **spec.node_options})
         except SimConfigError as exc:
-            key = str(exc.field or "preset").split(".")[0].split("[")[0]
-            msg = str(exc.args[0]).removeprefix(f"{exc.field}: ")
-            raise spec.doc.error(msg, "node", key) from None
-        for t in spec.tenants:
-            if t.gpu >= self.config.gpu_count:
-                raise ConfigError(f"GPU {t.gpu} is not in 0..{self.config.gpu_count - 1} of {self.config.name}",
-                                  file=spec.path, line=t.key_line(spec.doc, "gpu"), key=f"tenant[{t.index}].gpu")
+            raise spec.doc.error(exc.reason, "node", *(exc.path or ("preset",))) from None
+        check_tenants(spec, self.config)
         self._traces: dict[str, Any] = {}
 
     # -- inputs --
@@ -88,21 +144,7 @@ class Runner:
         return self._traces[t.trace]
 
     def _tenants(self, value: Any) -> list[TenantSpec]:
-        from dataclasses import replace
-
-        out = list(self.spec.tenants)
-        sweep = self.spec.sweep
-        if sweep and sweep.key.startswith("tenant.") and value is not None:
-            _, name, field = sweep.key.split(".")
-            from ..units import parse_size
-
-            for i, t in enumerate(out):
-                if t.name == name:
-                    if field == "static":
-                        out[i] = replace(t, static_bytes=parse_size(value) if isinstance(value, str) else value)
-                    else:
-                        out[i] = replace(t, steps=int(value))
-        return out
+        return _with_sweep_value(self.spec, value)
 
     def _settings(self, node: Node, run: PlannedRun) -> tuple[str, list[Setting]]:
         """(base preset, settings) of a run's policy, checked against the simulated node: the tenants' GPU

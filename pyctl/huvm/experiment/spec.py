@@ -42,9 +42,13 @@ from typing import Any
 from ..errors import ConfigError
 from ..policy import GPU_KEYS, KEYS, NODE_KEYS, preset_names
 from ..tomlpos import TomlDoc
-from ..units import parse_size
+from ..units import format_size, parse_size
 
 BASELINE_ORDER = ("stock", "huvm-atc22", "huvm")
+#: the simulator's limits (driver/sim/huvm_sim_internal.h): SIM_MAX_STEPS; times and sizes below 2^48
+MAX_STEPS = 1_000_000
+MAX_START_MS = (1 << 48) // 1_000_000
+MAX_STATIC_BYTES = 1 << 48
 TENANT_SWEEP_KEYS = ("static", "steps")
 
 
@@ -135,14 +139,13 @@ def _check_keys(doc: TomlDoc, table: dict[str, Any], allowed: tuple[str, ...], p
 def _size(doc: TomlDoc, v: Any, path: tuple[str, ...]) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, str)):
         raise doc.error(f"expected a size, got {v!r}", *path)
-    if isinstance(v, int):
-        if v < 0:
-            raise doc.error(f"must be >= 0, got {v}", *path)
-        return v
     try:
-        return parse_size(v)
+        n = parse_size(v) if isinstance(v, str) else int(v)
     except ValueError as exc:
         raise doc.error(str(exc), *path) from None
+    if not 0 <= n <= MAX_STATIC_BYTES:
+        raise doc.error(f"must be 0..{format_size(MAX_STATIC_BYTES)}, got {n}", *path)
+    return n
 
 
 def _trace_ref(doc: TomlDoc, ref: str) -> str:
@@ -192,10 +195,12 @@ def parse(doc: TomlDoc) -> ExperimentSpec:
         if gpu < 0:
             raise _tenant_error(doc, i, "gpu", f"must be >= 0, got {gpu}")
         steps = _get(doc, t, "steps", int, path, 1)
-        if steps < 0:
-            raise _tenant_error(doc, i, "steps", f"must be >= 0, got {steps}")
+        if not 0 <= steps <= MAX_STEPS:
+            raise _tenant_error(doc, i, "steps", f"must be 0..{MAX_STEPS}, got {steps}")
         static = _size(doc, t.get("static", 0), path + ("static",))
         start_ms = _get(doc, t, "start_ms", (int, float), path, 0)
+        if not 0 <= start_ms <= MAX_START_MS:  # also refuses nan
+            raise _tenant_error(doc, i, "start_ms", f"must be 0..{MAX_START_MS} (ms), got {start_ms}")
         trace = _get(doc, t, "trace", str, path, "")
         if not trace and static == 0:
             raise _tenant_error(doc, i, "trace", "a tenant needs a trace or a static footprint")
@@ -251,8 +256,8 @@ def parse(doc: TomlDoc) -> ExperimentSpec:
             for v in values:
                 if parts[2] == "static":
                     _size(doc, v, ("sweep", "values"))
-                elif isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                    raise doc.error(f"expected integers >= 0, got {v!r}", "sweep", "values")
+                elif isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_STEPS:
+                    raise doc.error(f"expected integers 0..{MAX_STEPS}, got {v!r}", "sweep", "values")
         elif key not in NODE_KEYS and not (len(parts) == 3 and parts[0] == "gpu" and parts[2] in GPU_KEYS):
             raise doc.error(f"unknown sweep key (policy keys: {', '.join(KEYS)}; or tenant.NAME.static|steps)",
                             "sweep", "key")

@@ -44,7 +44,7 @@ class Costs:
 class GpuSpec:
     name: str
     memory_bytes: int
-    reserved_bytes: int = 512 * MIB     # CUDA context and driver (shared/research/dnn-traces.md: ~0.5 GB)
+    reserved_bytes: int = 512 * MIB     # CUDA context and driver (docs/simulator.md, "Constants")
     pcie_mbyte_per_s: int = 12_000
 
 
@@ -127,7 +127,7 @@ class NodeConfig:
             raise SimConfigError(f"{n} GPUs; a node has 1..16", field="gpus")
         for i, g in enumerate(self.gpus):
             if not isinstance(g.memory_bytes, int) or g.memory_bytes < CHUNK_BYTES or g.memory_bytes > 1 << 50:
-                raise SimConfigError(f"memory {g.memory_bytes!r} bytes is not in 2 MiB..1 PiB",
+                raise SimConfigError(f"memory {g.memory_bytes!r} bytes is not in 2MiB..1024TiB",
                                      field=f"gpus[{i}].memory_bytes")
             if not isinstance(g.reserved_bytes, int) or g.reserved_bytes < 0:
                 raise SimConfigError(f"reserve {g.reserved_bytes!r} bytes is negative",
@@ -198,20 +198,32 @@ class NodeConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NodeConfig:
-        """Build from a mapping (a TOML table): ``preset`` plus overrides, or every field."""
+        """Build from a mapping (a TOML table): ``preset`` plus overrides, or every field. Every value must
+        have its field's type (no coercion: ``gpu_count = "4"``, ``4.7`` or ``true`` is refused); sizes are
+        integers or strings in :mod:`huvm.units`' grammar (``"16GiB"``). Errors name the key."""
         d = dict(d)
-        base = cls.preset(str(d.pop("preset"))) if "preset" in d else None
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) | set(_OVERRIDE_KEYS) | {"preset"}
         for k in d:
-            if k not in known and k not in ("gpu_memory_bytes", "gpu_reserved_bytes", "gpu_count"):
+            if k not in known:
                 raise SimConfigError(f"unknown node key {k!r}", field=k)
+        for k, v in d.items():
+            kind = _NODE_TYPES.get(k)
+            if kind is not None:
+                d[k] = _typed(v, kind, k)
+        base = cls.preset(d.pop("preset")) if "preset" in d else None
         gpus = d.pop("gpus", None)
         costs = d.pop("costs", None)
         mem = d.pop("gpu_memory_bytes", None)
         res = d.pop("gpu_reserved_bytes", None)
         count = d.pop("gpu_count", None)
         if "topology" in d:
-            d["topology"] = tuple(tuple(str(x) for x in r) for r in d["topology"])
+            d["topology"] = _topology(d["topology"])
+        if "gpu_preset" in d:
+            from ..traces.roofline import PRESETS as GPU_PRESETS
+
+            if d["gpu_preset"] not in GPU_PRESETS:
+                raise SimConfigError(f"unknown GPU preset {d['gpu_preset']!r}; known: {', '.join(GPU_PRESETS)}",
+                                     field="gpu_preset")
         if base is None:
             if gpus is None or "topology" not in d or "name" not in d:
                 raise SimConfigError("a node needs 'preset', or 'name', 'gpus' and 'topology'", field="preset")
@@ -219,21 +231,92 @@ class NodeConfig:
         else:
             cfg = replace(base, **d)
         if gpus is not None:
-            try:
-                cfg = replace(cfg, gpus=tuple(GpuSpec(**g) for g in gpus))
-            except TypeError as exc:
-                raise SimConfigError(str(exc), field="gpus") from None
+            cfg = replace(cfg, gpus=tuple(_gpu_spec(g, i) for i, g in enumerate(gpus)))
         if costs is not None:
-            try:
-                cfg = replace(cfg, costs=replace(cfg.costs, **costs))
-            except TypeError as exc:
-                raise SimConfigError(str(exc), field="costs") from None
+            if not isinstance(costs, Mapping):
+                raise SimConfigError(f"expected a table, got {costs!r}", field="costs")
+            for k, v in costs.items():
+                if k not in Costs.__dataclass_fields__:
+                    raise SimConfigError(f"unknown cost {k!r} (known: {', '.join(Costs.__dataclass_fields__)})",
+                                         field=f"costs.{k}")
+                _typed(v, "int", f"costs.{k}")
+            cfg = replace(cfg, costs=replace(cfg.costs, **costs))
         if count is not None:
-            cfg = cfg.subset(int(count))
+            if not 1 <= count <= cfg.gpu_count:
+                raise SimConfigError(f"{count} is not in 1..{cfg.gpu_count} (the GPUs of {cfg.name})",
+                                     field="gpu_count")
+            cfg = cfg.subset(count)
         if mem is not None:
-            cfg = cfg.with_gpu_memory(int(mem), None if res is None else int(res))
-        cfg.validate()
+            cfg = cfg.with_gpu_memory(mem, res)
+        elif res is not None:
+            cfg = replace(cfg, gpus=tuple(replace(g, reserved_bytes=res) for g in cfg.gpus))
+        try:
+            cfg.validate()
+        except SimConfigError as exc:
+            # a GPU field set for every GPU by an override: name the key that was written
+            overrides = {"memory_bytes": ("gpu_memory_bytes", mem), "reserved_bytes": ("gpu_reserved_bytes", res)}
+            key, given = overrides.get(exc.path[-1] if exc.path[:1] == ("gpus",) else "", ("", None))
+            if given is not None:
+                raise SimConfigError(exc.reason, field=key) from None
+            raise
         return cfg
+
+
+#: keys of a node table beyond NodeConfig's fields: overrides applied to every GPU, and the GPU count
+_OVERRIDE_KEYS = ("gpu_memory_bytes", "gpu_reserved_bytes", "gpu_count")
+_NODE_TYPES: dict[str, str] = {
+    "preset": "str", "name": "str", "source": "str", "gpu_preset": "str",
+    "gpu_count": "int", "nvlink_generation": "int", "nvlink_mbyte_per_s_per_link": "int", "nvswitch_links": "int",
+    "nvswitch": "bool",
+    "gpu_memory_bytes": "size", "gpu_reserved_bytes": "size", "host_memory_bytes": "size",
+    "gpus": "list", "topology": "list",
+}
+_GPU_TYPES: dict[str, str] = {"name": "str", "memory_bytes": "size", "reserved_bytes": "size",
+                              "pcie_mbyte_per_s": "int"}
+_KIND_NAMES = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list",
+               "size": "a size (bytes, or a string such as \"16GiB\")"}
+
+
+def _typed(v: Any, kind: str, field: str) -> Any:
+    """v checked to be of kind (sizes converted to bytes); SimConfigError naming field otherwise."""
+    ok = {"str": isinstance(v, str), "bool": isinstance(v, bool), "list": isinstance(v, (list, tuple)),
+          "int": isinstance(v, int) and not isinstance(v, bool),
+          "size": isinstance(v, (int, str)) and not isinstance(v, bool)}[kind]
+    if not ok:
+        raise SimConfigError(f"expected {_KIND_NAMES[kind]}, got {v!r}", field=field)
+    if kind == "size":
+        if isinstance(v, str):
+            from ..units import parse_size
+
+            try:
+                v = parse_size(v)
+            except ValueError as exc:
+                raise SimConfigError(str(exc), field=field) from None
+        if v < 0:
+            raise SimConfigError(f"{v} is negative", field=field)
+    return v
+
+
+def _gpu_spec(g: Any, i: int) -> GpuSpec:
+    where = f"gpus[{i}]"
+    if not isinstance(g, Mapping):
+        raise SimConfigError(f"expected a table (name, memory_bytes, reserved_bytes, pcie_mbyte_per_s), got {g!r}",
+                             field=where)
+    kw: dict[str, Any] = {}
+    for k, v in g.items():
+        if k not in _GPU_TYPES:
+            raise SimConfigError(f"unknown GPU key {k!r} (known: {', '.join(_GPU_TYPES)})", field=f"{where}.{k}")
+        kw[k] = _typed(v, _GPU_TYPES[k], f"{where}.{k}")
+    for k in ("name", "memory_bytes"):
+        if k not in kw:
+            raise SimConfigError(f"missing key {k!r}", field=f"{where}.{k}")
+    return GpuSpec(**kw)
+
+
+def _topology(rows: Any) -> tuple[tuple[str, ...], ...]:
+    if not all(isinstance(r, (list, tuple)) and all(isinstance(x, str) for x in r) for r in rows):
+        raise SimConfigError("expected a list of rows of labels such as [\"X\", \"NV2\"]", field="topology")
+    return tuple(tuple(r) for r in rows)
 
 
 def _matrix(rows: str) -> tuple[tuple[str, ...], ...]:
@@ -260,7 +343,8 @@ def _uniform(n: int, label: str) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple("X" if a == b else label for b in range(n)) for a in range(n))
 
 
-# anchors-mission.md section 1.2: GPU0-GPU3, GPU1-GPU2, GPU2-GPU3 NV2; the other pairs NV1.
+# The HUVM artifact's docs/README.md (github.com/casys-kaist/HUVM): GPU0-GPU3, GPU1-GPU2, GPU2-GPU3 NV2; the
+# other pairs NV1.
 _P3_TOPO = _matrix("""
       GPU0 GPU1 GPU2 GPU3
 GPU0  X    NV1  NV1  NV2

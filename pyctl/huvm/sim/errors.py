@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..errors import HuvmError, InvalidValue
@@ -21,6 +22,13 @@ class SimConfigError(InvalidValue, ValueError):
         super().__init__(f"{field}: {message}" if field and not message.startswith(field) else message,
                          field=field, **kw)
         self.record = record
+        #: the message without the field in front (for errors that name the field their own way)
+        self.reason = message.removeprefix(f"{field}: ") if field else message
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The field as a key path: "gpus[0].memory_bytes" -> ("gpus", "0", "memory_bytes")."""
+        return tuple(re.findall(r"[^.\[\]]+", self.field or ""))
 
 
 class SimTraceError(SimConfigError):

@@ -188,7 +188,7 @@ def training_step(n_layers: int, params: int, act_bytes: int, ops_per_layer: int
 
 def llama7b_step(gpu_flops_per_s: float = 989.5e12 * 0.5, hbm_bytes_per_s: float = 3.35e12,
                  ops_per_layer: int = 24) -> SimTrace:
-    """A Llama-7B-sized step: 6.738 B parameters (107.8 GB fp32 AdamW state, shared/research/dnn-traces.md),
+    """A Llama-7B-sized step: 6.738 B parameters (107.8 GB fp32 AdamW state: 16 B per parameter),
     ~50 GB of activations (157.2 GB peak with amp minus the static state), 32 layers, 8192 tokens; default
     compute: H100 bf16 at 50 % of peak."""
     return training_step(32, 6_738_000_000, 50 * 10**9, ops_per_layer=ops_per_layer, tokens=8192,

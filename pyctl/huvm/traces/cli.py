@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import argtypes
+from ..units import human_bytes
 from .gen import BUNDLED, LARGE, generate, generate_set, info
 from .schema import TraceFormatError
 from .trace import TraceInfo
@@ -18,14 +20,17 @@ def add_gen_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="gpt2-xl, llama-7b, llama-13b, bert-large, resnet152, ... | pagerank, bfs, "
                                  "wcc | lender-idle, lender-steady, lender-rising")
     p.add_argument("out", type=Path, help="output trace directory (NAME.trace)")
-    p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--seq", type=int, default=None, help="sequence length (transformers) or image side (CNNs)")
+    p.add_argument("--batch", type=argtypes.count(1, 65536), default=None, help="batch size (1..65536)")
+    p.add_argument("--seq", type=argtypes.count(1, 1 << 20), default=None,
+                   help="sequence length (transformers) or image side (CNNs)")
     p.add_argument("--amp", choices=["bf16", "fp16"], default=None, help="emulated autocast dtype")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "adamw-loop", "sgd"])
     p.add_argument("--graph", default=None, help="graph for pagerank/bfs/wcc: tiny, small, twitter")
-    p.add_argument("--mem-gib", type=float, default=16.0, help="lender GPU memory")
-    p.add_argument("--seconds", type=float, default=60.0, help="lender trace length")
+    p.add_argument("--mem-gib", type=argtypes.number(0, 1024, "GiB"), default=16.0,
+                   help="lender GPU memory in GiB (default 16, at most 1024)")
+    p.add_argument("--seconds", type=argtypes.seconds(3600), default=60.0,
+                   help="lender trace length in seconds (default 60, at most 3600)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -37,8 +42,9 @@ def cli_gen(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.2f} GB"
+def _bytes(n: float) -> str:
+    """Bytes as every huvm output writes them (:func:`huvm.units.human_bytes`: IEC units)."""
+    return human_bytes(n)
 
 
 def cli_info(path: Path | str) -> dict[str, Any]:
@@ -53,12 +59,12 @@ def print_info(i: TraceInfo) -> None:
     t = Table(title=f"{i.path}", show_header=False)
     rows = [
         ("kind / model", f"{i.kind} / {i.model}"),
-        ("size on disk", f"{i.size_bytes / 1e3:.1f} KB"),
+        ("size on disk", _bytes(i.size_bytes)),
         ("ops / storages / accesses", f"{i.n_ops} / {i.n_storages} / {i.n_accesses}"),
         ("chunk touches / chunks", f"{i.n_touches} / {i.n_chunks} (2 MiB)"),
-        ("peak live", f"{_gb(i.peak_live_bytes)} at op {i.peak_op} ({i.peak_phase})"),
-        ("reserved (footprint)", _gb(i.reserved_bytes)),
-        ("static (param+grad+opt)", _gb(i.static_bytes)),
+        ("peak live", f"{_bytes(i.peak_live_bytes)} at op {i.peak_op} ({i.peak_phase})"),
+        ("reserved (footprint)", _bytes(i.reserved_bytes)),
+        ("static (param+grad+opt)", _bytes(i.static_bytes)),
         ("params", f"{i.params:,}"),
         ("FLOPs", f"{i.flops / 1e12:.2f} TFLOP"),
         ("est. time", ", ".join(f"{k.upper()} {v:.3f} s" for k, v in i.est_time_s.items())),
@@ -96,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, secs, csecs, i in generate_set(specs, ns.outdir, progress=not ns.no_progress, only=ns.only):
             total += secs
             cpu += csecs
-            print(f"{name:22s} {secs:7.1f} s wall {csecs:7.1f} s cpu  {i.size_bytes / 1e3:9.1f} KB"
-                  f"  peak {_gb(i.peak_live_bytes):>10s}  chunks {i.n_chunks:7d}  touches {i.n_touches:8d}"
+            print(f"{name:22s} {secs:7.1f} s wall {csecs:7.1f} s cpu  {_bytes(i.size_bytes):>10s}"
+                  f"  peak {_bytes(i.peak_live_bytes):>10s}  chunks {i.n_chunks:7d}  touches {i.n_touches:8d}"
                   f"  ops {i.n_ops:6d}", flush=True)
         print(f"total {total:.1f} s wall, {cpu:.1f} s cpu")
         return 0

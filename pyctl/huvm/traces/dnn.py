@@ -1,6 +1,6 @@
 """Training-step memory traces of PyTorch models on the meta device (needs the ``traces`` extra).
 
-Recipe (shared/research/dnn-traces.md): build the model on ``meta``, run one untraced warm-up step
+Recipe (docs/traces.md, "Generators"): build the model on ``meta``, run one untraced warm-up step
 (creates the optimizer state), then trace one steady-state step -- forward, backward, optimizer step,
 ``zero_grad(set_to_none=True)`` -- under a ``TorchDispatchMode`` that records every kernel-like aten op,
 the byte ranges of its tensor arguments and the allocation and free points of every storage.

@@ -108,7 +108,10 @@ class TraceFormatError(ValueError):
         self.table = table
         self.row = row
         self.msg = msg
-        super().__init__(f"{self.path}: table {table!r}, row {row}: {msg}")
+        parts = [self.path]
+        if table != "-":
+            parts.append(f"table {table!r}" + (f", row {row}" if row != "-" else ""))
+        super().__init__(": ".join([*parts, msg]))
 
 
 @dataclass

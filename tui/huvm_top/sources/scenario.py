@@ -46,7 +46,7 @@ def _is_experiment(path: Path) -> bool:
     try:
         with path.open("rb") as f:
             data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, ValueError):  # TOMLDecodeError, UnicodeDecodeError
         return False  # huvm's loaders report the problem with file and line
     return "experiment" in data or "tenant" in data
 
