@@ -60,7 +60,8 @@ class Builtin:
     name: str
     stage: int
     group: str
-    fd: str = "session"                  # uvm_cpu (no GPU), uvm_gpus (GPUs, no VA space), session (all)
+    fd: str = "session"                  # uvm_cpu (no GPU), uvm_gpus (GPUs, no VA space), session (all),
+                                         # fresh (GPUs registered for this test alone)
     params: Params | None = None         # one run per dict; default one run without fields
     check: Check | None = None           # checks of the outputs of each run
     run: Callable[[Ctx], None] | None = None   # a whole scenario instead of params/check
@@ -329,6 +330,11 @@ BUILTINS: list[Builtin] = [
     Builtin("GET_USER_SPACE_END_ADDRESS", 1, "pure CPU", "uvm_cpu", check=check_positive("user_space_end_address")),
     Builtin("GET_CPU_CHUNK_ALLOC_SIZES", 1, "pure CPU", "uvm_cpu", check=check_positive("alloc_size_mask")),
     # 2. RM API only: UVM_REGISTER_GPU (init pushes, semaphores, page-tree memset, PMA) is the fixture
+    # CHANNEL_SANITY ends with test_rc, which destroys and re-creates each GPU's channel manager: work
+    # tracked by the old channels (e.g. in PMM's free chunks) would then name channels that no longer
+    # exist, so it runs first, on GPUs registered for it alone (as NVIDIA's test runner does), and the GPUs
+    # are torn down after it.
+    Builtin("CHANNEL_SANITY", 3, "host/CE/channels", "fresh"),
     Builtin("GET_GPU_REF_COUNT", 2, "RM API", "uvm_gpus", per_gpu(lambda c, g: {"gpu_uuid": g, "swizz_id": 0}),
             check_ref_count),
     Builtin("RM_MEM_SANITY", 2, "RM API", "uvm_gpus"),
@@ -346,7 +352,6 @@ BUILTINS: list[Builtin] = [
     Builtin("CE_SANITY", 3, "host/CE/channels", "uvm_gpus", each(dict(skipTimestampTest=0))),
     Builtin("TRACKER_SANITY", 3, "host/CE/channels", "uvm_gpus"),
     Builtin("PUSH_SANITY", 3, "host/CE/channels", "uvm_gpus", each(dict(skipTimestampTest=0))),
-    Builtin("CHANNEL_SANITY", 3, "host/CE/channels", "uvm_gpus"),
     Builtin("CHANNEL_STRESS", 3, "host/CE/channels", "uvm_gpus", run=run_channel_stress),
     # 4. GPU VA spaces registered: MMU, uvm_mem, PMM
     Builtin("MEM_SANITY", 4, "MMU/uvm_mem"),
@@ -441,8 +446,12 @@ def test_builtin(builtin: Builtin, request: pytest.FixtureRequest) -> None:
         pytest.skip(builtin.not_run)
     if builtin.fd == "uvm_cpu":
         ctx = Ctx(request.getfixturevalue("uvm_cpu"), None, None)
+    elif builtin.fd == "fresh":
+        s = sglib.open_session(request.getfixturevalue("sg"), va_spaces=False)
+        request.addfinalizer(lambda: sglib.close_session(s))
+        ctx = Ctx(s.uvm, s.sg, s)
     else:
-        s: sglib.Session = request.getfixturevalue(builtin.fd)
+        s = request.getfixturevalue(builtin.fd)
         ctx = Ctx(s.uvm, s.sg, s)
         if len(s.gpus) < builtin.min_gpus:
             pytest.skip(f"needs >= {builtin.min_gpus} GPUs, the software GPU has {len(s.gpus)}")
