@@ -30,6 +30,8 @@ def env_int(name: str, default: int) -> int:
     return int(value, 0) if value.strip() else default
 
 
+# The long suite (make vm-test VM_SOFTGPU_LONG=1): tests whose full modes take minutes under TCG.
+LONG = os.environ.get("HUVM_SOFTGPU_LONG", "") == "1"
 VARIANT = os.environ.get("HUVM_UVM_VARIANT", "unknown")       # stock-release, patched-release, patched-debug
 GPUS_EXPECTED = env_int("HUVM_SOFTGPU_GPUS", 0)                # 0: take what GET_INFO says
 FB_MIB = env_int("HUVM_SOFTGPU_FB_MIB", 0)

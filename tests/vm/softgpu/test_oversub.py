@@ -80,8 +80,15 @@ def test_oversubscribed_sm_writes(session: sglib.Session, managed: Any) -> None:
     r = managed(size)
     seed = 0x5A11
     step = 2 * MIB
-    accesses = [softgpu.Access.write(r.base + off, step, seed=seed) for off in range(0, size, step)]
-    s.sg.sm_access(s.channels[g.index], accesses, check=True)
+    # A kernel sweeping its array: batches of a few 2 MiB writes in flight at a time (each batch's faults
+    # reach UVM together), the whole working set in order.
+    batch = 4
+    with sglib.timed() as t:
+        for base in range(0, size, step * batch):
+            accesses = [softgpu.Access.write(r.base + off, step, seed=seed)
+                        for off in range(base, min(size, base + step * batch), step)]
+            s.sg.sm_access(s.channels[g.index], accesses, check=True, timeout_ms=60_000)
+    sglib.perf("oversub_sm_write", size / MIB / t[0] if t[0] else 0.0, "MiB/s", bytes=size)
     on_gpu, on_cpu, _ = _where(s, r.base, size, g.uuid)
     assert on_cpu > 0 and on_gpu > 0, f"after SM writes of {size >> 20} MiB: {on_gpu} blocks on GPU, {on_cpu} on CPU"
     n_bad, first = sglib.pattern_mismatches(r, seed)
