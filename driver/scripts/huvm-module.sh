@@ -2,6 +2,9 @@
 # huvm-module.sh: build nvidia-uvm.ko (upstream work tree + huvm) in a build tree OUTDIR.
 #   huvm-module.sh OUTDIR            build (UVM_BUILD_TYPE from the environment, default release)
 #   huvm-module.sh --sparse OUTDIR   run sparse (C=2) over huvm's objects in an already built OUTDIR
+#   huvm-module.sh --stock OUTDIR    build NVIDIA's UNPATCHED nvidia-uvm.ko from $ORIG instead (no huvm
+#                                    files, no patches): the qemu test bed's baseline, linked against the
+#                                    software GPU's Module.symvers (NVIDIA_SYMVERS=); see docs/testing.md
 #
 # OUTDIR is a tree of per-file symlinks: upstream files -> $WORK, huvm/{core,uvm,include/uapi}/* -> the
 # repository's driver/ files; objects are written next to the links, so release and debug builds do not
@@ -19,11 +22,21 @@ JOBS=${JOBS:-$(nproc)}
 die() { echo "huvm-module: $*" >&2; exit 1; }
 log() { echo "huvm-module: $*"; }
 
-SPARSE=0
-if [ "${1:-}" = --sparse ]; then SPARSE=1; shift; fi
-OUT=${1:?usage: huvm-module.sh [--sparse] OUTDIR}
+SPARSE=0; STOCK=0
+case "${1:-}" in
+    --sparse) SPARSE=1; shift ;;
+    --stock) STOCK=1; shift ;;
+esac
+OUT=${1:?usage: huvm-module.sh [--sparse|--stock] OUTDIR}
 case $TYPE in release|debug|develop) ;; *) die "UVM_BUILD_TYPE=$TYPE: expected release, debug or develop";; esac
-[ -f "$WORK/.huvm-patches/applied" ] || die "no patched upstream tree in $WORK (run: make patch)"
+if [ $STOCK = 1 ]; then
+    # The source of the link tree: the pristine upstream tree and its own stamp file.
+    SRC=$ORIG; SRC_SKIP=./.huvm-upstream
+    [ -f "$ORIG/.huvm-upstream" ] || die "no upstream tree in $ORIG (run: make source)"
+else
+    SRC=$WORK; SRC_SKIP=./.huvm-patches
+    [ -f "$WORK/.huvm-patches/applied" ] || die "no patched upstream tree in $WORK (run: make patch)"
+fi
 
 eval "$("$HERE/huvm-kernel.sh")"
 
@@ -31,28 +44,34 @@ eval "$("$HERE/huvm-kernel.sh")"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 # Upstream: a link per file (cp -s); links whose target went away are removed.
-(cd "$WORK" && find . -path ./.huvm-patches -prune -o -type f -print) | while read -r f; do
-    if [ ! -L "$OUT/$f" ] || [ "$(readlink "$OUT/$f")" != "$WORK/${f#./}" ]; then
+(cd "$SRC" && find . -path "$SRC_SKIP" -prune -o -type f -print) | while read -r f; do
+    if [ ! -L "$OUT/$f" ] || [ "$(readlink "$OUT/$f")" != "$SRC/${f#./}" ]; then
         mkdir -p "$OUT/$(dirname "$f")"
-        ln -sfn "$WORK/${f#./}" "$OUT/$f"
+        ln -sfn "$SRC/${f#./}" "$OUT/$f"
     fi
 done
-# huvm: driver/core/*.[ch], driver/uvm/*.{c,h,Kbuild}, driver/include/uapi/*.h
-mkdir -p "$OUT/huvm/core" "$OUT/huvm/uvm" "$OUT/huvm/include/uapi"
-for pat in "core/*.c" "core/*.h" "uvm/*.c" "uvm/*.h" "uvm/*.Kbuild" "include/uapi/*.h"; do
-    for f in $DRIVER/$pat; do
-        [ -f "$f" ] || continue
-        rel=${f#$DRIVER/}
-        [ "$(readlink "$OUT/huvm/$rel" 2>/dev/null)" = "$f" ] || ln -sfn "$f" "$OUT/huvm/$rel"
+if [ $STOCK = 1 ]; then
+    # Nothing of huvm's: a tree that had huvm links (an OUTDIR reused) loses them and their objects.
+    [ ! -e "$OUT/huvm" ] || { log "removing huvm files from the stock tree $OUT"; rm -rf "$OUT/huvm"; }
+    find "$OUT" -xtype l -print0 | while IFS= read -r -d '' l; do rm -f "$l" "${l%.c}.o"; done
+else
+    # huvm: driver/core/*.[ch], driver/uvm/*.{c,h,Kbuild}, driver/include/uapi/*.h
+    mkdir -p "$OUT/huvm/core" "$OUT/huvm/uvm" "$OUT/huvm/include/uapi"
+    for pat in "core/*.c" "core/*.h" "uvm/*.c" "uvm/*.h" "uvm/*.Kbuild" "include/uapi/*.h"; do
+        for f in $DRIVER/$pat; do
+            [ -f "$f" ] || continue
+            rel=${f#$DRIVER/}
+            [ "$(readlink "$OUT/huvm/$rel" 2>/dev/null)" = "$f" ] || ln -sfn "$f" "$OUT/huvm/$rel"
+        done
     done
-done
-# links into another driver/ (DRIVER= changed) count as gone, like dangling ones
-find "$OUT/huvm" -type l ! -lname "$DRIVER/*" -print0 | while IFS= read -r -d '' l; do rm -f "$l"; ln -s /nonexistent "$l"; done
-find "$OUT" -xtype l -print0 | while IFS= read -r -d '' l; do
-    # a huvm source that was removed: drop the link and its object so modpost does not see it
-    rm -f "$l" "${l%.c}.o" "$(dirname "$l")/.$(basename "${l%.c}").o.cmd"
-done
-[ -f "$OUT/huvm/uvm/huvm.Kbuild" ] || die "driver/uvm/huvm.Kbuild is missing"
+    # links into another driver/ (DRIVER= changed) count as gone, like dangling ones
+    find "$OUT/huvm" -type l ! -lname "$DRIVER/*" -print0 | while IFS= read -r -d '' l; do rm -f "$l"; ln -s /nonexistent "$l"; done
+    find "$OUT" -xtype l -print0 | while IFS= read -r -d '' l; do
+        # a huvm source that was removed: drop the link and its object so modpost does not see it
+        rm -f "$l" "${l%.c}.o" "$(dirname "$l")/.$(basename "${l%.c}").o.cmd"
+    done
+    [ -f "$OUT/huvm/uvm/huvm.Kbuild" ] || die "driver/uvm/huvm.Kbuild is missing"
+fi
 
 # --- kbuild ------------------------------------------------------------------------------------------
 ARGS=(NV_KERNEL_MODULES=nvidia-uvm "SYSSRC=$KERNEL_SRC" "SYSOUT=$KERNEL_OUT" "UVM_BUILD_TYPE=$TYPE")
@@ -71,6 +90,18 @@ if [ -n "$symvers" ]; then
 else
     ARGS+=(KBUILD_MODPOST_WARN=1)
     symnote="no nvidia.ko Module.symvers (nvUvmInterface* resolved at load time; set NVIDIA_SYMVERS= to check)"
+fi
+if [ $STOCK = 1 ]; then
+    # nvidia-uvm.ko alone (NV_KERNEL_MODULES=nvidia-uvm) would leave out the conftests that only
+    # nvidia/nvidia.Kbuild registers, though UVM and common/inc test their macros; NVIDIA builds the two
+    # together. Register the same list, as the patched tree's huvm.Kbuild does, but through the
+    # environment: kbuild's `NV_CONFTEST_*_COMPILE_TESTS += ...` appends to an inherited variable, so the
+    # upstream files stay untouched and the conftest headers equal those of a combined build.
+    while read -r var test; do
+        export "$var=${!var:-} $test"
+    done < <(sed -n 's/^[[:space:]]*\(NV_CONFTEST_[A-Z]*_COMPILE_TESTS\)[[:space:]]*+=[[:space:]]*\([A-Za-z0-9_]*\).*/\1 \2/p' \
+             "$OUT/nvidia/nvidia.Kbuild")
+    symnote="$symnote; UNPATCHED upstream ($ORIG)"
 fi
 
 if [ $SPARSE = 1 ]; then
@@ -96,8 +127,9 @@ fi
 
 # The conftest headers depend on the kernel, the Kbuild files and conftest.sh, not on UVM_BUILD_TYPE:
 # seed a fresh tree from a sibling build whose inputs are the same (saves ~300 compile tests).
-key=$( (cat "$OUT/Kbuild" "$OUT/conftest.sh" "$OUT/nvidia-uvm/nvidia-uvm.Kbuild" "$OUT/nvidia/nvidia.Kbuild" \
-        "$OUT/huvm/uvm/huvm.Kbuild" "$KERNEL_OUT/.config" "$KERNEL_OUT/include/generated/utsrelease.h";
+kbuilds=("$OUT/Kbuild" "$OUT/conftest.sh" "$OUT/nvidia-uvm/nvidia-uvm.Kbuild" "$OUT/nvidia/nvidia.Kbuild")
+[ $STOCK = 1 ] || kbuilds+=("$OUT/huvm/uvm/huvm.Kbuild")
+key=$( (cat "${kbuilds[@]}" "$KERNEL_OUT/.config" "$KERNEL_OUT/include/generated/utsrelease.h";
         echo "$KERNEL_OUT $KERNEL_SRC") | sha256sum | cut -d' ' -f1)
 if [ ! -f "$OUT/conftest/uts_release" ]; then
     for d in "$(dirname "$OUT")"/*/; do
@@ -108,6 +140,14 @@ if [ ! -f "$OUT/conftest/uts_release" ]; then
     done
 fi
 echo "$key" > "$OUT/.huvm-conftest-key"
+
+# kbuild reruns modpost when an object changed, not when KBUILD_EXTRA_SYMBOLS did: a new CRC or export in
+# that file would leave nvidia-uvm.ko with stale symbol versions (insmod: "disagrees about version of
+# symbol"). Drop modpost's output when the file's content changed since the last build.
+symkey=$( (echo "$symvers"; [ -z "$symvers" ] || cat "$symvers") | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$OUT/.huvm-extra-symbols" 2>/dev/null)" != "$symkey" ]; then
+    rm -f "$OUT/Module.symvers" "$OUT/nvidia-uvm.mod.c"
+fi
 
 log "building nvidia-uvm.ko ($TYPE) for $KVER in $OUT; $symnote"
 start=$(date +%s)
@@ -123,6 +163,11 @@ if [ -n "$undef" ]; then
     rm -f "$OUT/nvidia-uvm.ko"
     die "undefined symbols in nvidia-uvm.ko (not from nvidia.ko): $(echo $undef) (log: $OUT/build.log)"
 fi
+echo "$symkey" > "$OUT/.huvm-extra-symbols"
 # Warnings in huvm files are errors already (-Werror); show any others on huvm's behalf too.
 grep -E '(^|/)huvm/[^:]+:[0-9]+:[0-9]+: warning' "$OUT/build.log" | sed "s|$OUT/||" || true
-log "built $OUT/nvidia-uvm.ko in $(( $(date +%s) - start ))s: $(modinfo -F vermagic "$OUT/nvidia-uvm.ko" | awk '{print $1}'), version $(modinfo -F version "$OUT/nvidia-uvm.ko"), huvm $(modinfo -F huvm_version "$OUT/nvidia-uvm.ko") (ABI $(modinfo -F huvm_abi "$OUT/nvidia-uvm.ko"))"
+ko=$OUT/nvidia-uvm.ko
+if [ $STOCK = 1 ]; then what="stock (unpatched)"
+else what="huvm $(modinfo -F huvm_version "$ko") (ABI $(modinfo -F huvm_abi "$ko"))"; fi
+deps=$(modinfo -F depends "$ko")
+log "built $ko in $(( $(date +%s) - start ))s: $(modinfo -F vermagic "$ko" | awk '{print $1}'), version $(modinfo -F version "$ko"), $what${deps:+, depends: $deps}"

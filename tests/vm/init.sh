@@ -48,5 +48,23 @@ mkdir -p $R/run/huvm-out
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 results $R/run/huvm-out || {
     echo "init: cannot mount the results share"; finish 92; }
 cp /pytest.args $R/tmp/pytest.args
+cp /softgpu-pytest.args $R/tmp/softgpu-pytest.args 2>/dev/null
+# Watchdog: shortly before the host's timeout kills qemu, dump every task's stack (sysrq t) and the CPUs'
+# (sysrq l) into dmesg-hang.log and exit with 124, so that a hang (a lost GPU completion in the softgpu
+# phase waits forever) leaves the kernel's view of it behind. sysrq output goes to dmesg, not the console.
+if [ -f /timeout ]; then
+    delay=$(( $(cat /timeout) - 25 - $(cut -d. -f1 /proc/uptime) ))
+    if [ "$delay" -gt 10 ]; then
+        (
+            sleep "$delay"
+            echo "init: guest watchdog: the VM is about to time out; task stacks in dmesg-hang.log"
+            echo l > /proc/sysrq-trigger
+            echo t > /proc/sysrq-trigger
+            sleep 2
+            dmesg > $R/run/huvm-out/dmesg-hang.log
+            finish 124
+        ) &
+    fi
+fi
 chroot $R /usr/bin/env -i $(cat /guest.env) /bin/bash "$(cat /runner.path)"
 finish $?

@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
 # huvm qemu test bed: boot Debian's stock kernel (the version of the installed linux-headers-amd64) under
-# qemu TCG, load the huvm test module, run the guest pytest tree as root and as an unprivileged user, and
-# turn the outcome into an exit code. docs/testing.md describes the design and the timings.
+# qemu TCG and run two phases in the guest, then turn the outcome into an exit code:
+#   ktest    load the huvm test module, run the guest pytest tree as root and as an unprivileged user;
+#   softgpu  for each nvidia-uvm variant (--uvm): load the software GPU (huvm-softgpu.ko, one qemu
+#            pci-testdev per emulated GPU) and that REAL nvidia-uvm.ko on top of it, run tests/vm/softgpu,
+#            unload both.
+# docs/testing.md describes the design and the timings.
 #
-# usage: tests/vm/run-vm.sh --ko PATH/huvm-ktest.ko [--out DIR] [--work DIR] [--python PY] [--pytest-args ARGS]
-#   --ko      the test module to load in the guest (a host path; the guest sees host / read-only)
-#   --out     results: console.log, dmesg.log, junit-root.xml, junit-user.xml, summary (default $BUILD/vm/out)
+# usage: tests/vm/run-vm.sh [--ko PATH/huvm-ktest.ko] [--softgpu-ko PATH --uvm VARIANT=PATH ...]
+#                           [--phases LIST] [--out DIR] [--work DIR] [--python PY] [--pytest-args ARGS]
+#   --ko      the test module of the ktest phase (a host path; the guest sees host / read-only)
+#   --softgpu-ko  huvm-softgpu.ko for the softgpu phase
+#   --uvm     VARIANT=PATH: an nvidia-uvm.ko of the softgpu phase (linked against huvm-softgpu's symbols);
+#             repeat for several, run in the order given (e.g. stock-release=build/module/stock-release/nvidia-uvm.ko)
+#   --phases  the phases to run, comma-separated: ktest, softgpu (default: ktest, plus softgpu when
+#             --softgpu-ko is given)
+#   --out     results: console.log, dmesg.log, junit-root.xml, junit-user.xml, junit-softgpu-<variant>.xml,
+#             dmesg-softgpu-<variant>.log, softgpu-results, summary, the .ko files that ran (default $BUILD/vm/out)
 #   --work    cache for the kernel image and the initramfs (default $BUILD/vm)
 #   --python  the python that runs pytest in the guest (default $PY, the project venv)
-#   --pytest-args  extra arguments for both pytest runs (e.g. "-k policy")
-#   --guest-cmd    debugging: run this shell command in the guest instead of the tests
+#   --pytest-args  extra arguments for the ktest phase's pytest runs (e.g. "-k policy")
+#   --softgpu-pytest-args  extra arguments for the softgpu phase's pytest runs (e.g. "-k ce_sanity -x")
+#   --guest-cmd    debugging: run this shell command in the guest instead of the phases (nothing loaded)
+#   --softgpu-cmd  debugging: in the softgpu phase, run this shell command for each variant after the
+#                  modules are loaded and the device nodes made, instead of pytest (e.g. 'dmesg | tail')
 #   --preflight    only check the prerequisites (exit 0, or 77 / 1 as below) and stop
-# env: VM_TIMEOUT (seconds for the whole VM, default 240), VM_MEM (MiB, default 1024),
+# env: VM_TIMEOUT (seconds for the whole VM, default 240 for the ktest phase alone; with the softgpu phase
+#      240 (60 without ktest) + (VM_SOFTGPU_TIMEOUT + 60) per variant),
+#      VM_GPUS (emulated GPUs = pci-testdev devices, default 4), VM_FB_MIB (framebuffer per GPU, default 128),
+#      VM_MEM (MiB, default 1024, or 1536 + VM_GPUS * VM_FB_MIB with the softgpu phase),
+#      VM_SMP (vCPUs, default 1, or 2 with the softgpu phase: the emulator's engine thread runs beside
+#      UVM's waiters), VM_SOFTGPU_TIMEOUT (seconds per variant's pytest run, default 900),
 #      CI (when "true", a missing prerequisite is an error instead of a skip), HUVM_KVER (override).
 # exit: 0 pass, 1 setup error (or a missing prerequisite under CI=true), 2 guest tests failed, 3 kernel
 #       report (oops, warning, lockdep, taint), 4 timeout or crash, 77 skipped (a prerequisite is missing
@@ -22,9 +41,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${BUILD:-$root/build}
 ko=""; out=""; work=""; python=${PY:-$root/.venv/bin/python}; pytest_args=""; guest_cmd=""; preflight=0
+softgpu_ko=""; uvms=(); phases=""; softgpu_cmd=""; softgpu_pytest_args=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --ko) ko=$2; shift 2 ;;
+        --softgpu-ko) softgpu_ko=$2; shift 2 ;;
+        --uvm) uvms+=("$2"); shift 2 ;;
+        --phases) phases=$2; shift 2 ;;
+        --softgpu-cmd) softgpu_cmd=$2; shift 2 ;;
+        --softgpu-pytest-args) softgpu_pytest_args=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --work) work=$2; shift 2 ;;
         --python) python=$2; shift 2 ;;
@@ -71,10 +96,46 @@ kpkgver=$(dpkg-query -W -f='${Version}' "linux-headers-$kver" 2>/dev/null || tru
 [ -e "/lib/modules/$kver/build/Makefile" ] || missing "no kernel build tree at /lib/modules/$kver/build"
 [ "$preflight" = 0 ] || exit 0
 
-[ -n "$ko" ] && [ -f "$ko" ] || { echo "run-vm: no module at '--ko $ko' (make ktest-module)" >&2; exit 1; }
-ko=$(readlink -f "$ko")
-modinfo_vermagic=$(modinfo -F vermagic "$ko" | awk '{print $1}')
-[ "$modinfo_vermagic" = "$kver" ] || { echo "run-vm: $ko is built for $modinfo_vermagic, not $kver" >&2; exit 1; }
+phases=${phases:-ktest${softgpu_ko:+,softgpu}}
+phases=${phases//,/ }
+has_phase() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+for p in $phases; do
+    case $p in ktest|softgpu) ;; *) echo "run-vm: unknown phase '$p' (--phases ktest,softgpu)" >&2; exit 1 ;; esac
+done
+# A module for this kernel, or exit 1.
+check_ko() {  # what path hint
+    [ -n "$2" ] && [ -f "$2" ] || { echo "run-vm: no $1 at '$2' ($3)" >&2; exit 1; }
+    local vm
+    vm=$(modinfo -F vermagic "$2" | awk '{print $1}')
+    [ "$vm" = "$kver" ] || { echo "run-vm: $2 is built for $vm, not $kver" >&2; exit 1; }
+}
+if has_phase ktest; then
+    check_ko "module" "$ko" "--ko: make ktest-module"
+    ko=$(readlink -f "$ko")
+fi
+gpus=${VM_GPUS:-4}
+fb_mib=${VM_FB_MIB:-128}
+sg_timeout=${VM_SOFTGPU_TIMEOUT:-900}
+case "$sg_timeout" in [1-9]*) ;; *) echo "run-vm: VM_SOFTGPU_TIMEOUT=$sg_timeout: expected seconds" >&2; exit 1 ;; esac
+variants=()
+if has_phase softgpu; then
+    check_ko "software GPU module" "$softgpu_ko" "--softgpu-ko: make softgpu-module"
+    softgpu_ko=$(readlink -f "$softgpu_ko")
+    [ ${#uvms[@]} -gt 0 ] || { echo "run-vm: the softgpu phase needs at least one --uvm VARIANT=PATH" >&2; exit 1; }
+    case "$gpus" in [1-9]|[1-9][0-9]) ;; *) echo "run-vm: VM_GPUS=$gpus: expected 1-99" >&2; exit 1 ;; esac
+    case "$fb_mib" in [1-9]*) ;; *) echo "run-vm: VM_FB_MIB=$fb_mib: expected a number of MiB" >&2; exit 1 ;; esac
+    for u in "${uvms[@]}"; do
+        v=${u%%=*}; p=${u#*=}
+        case "$v" in ''|*[!a-z0-9-]*|"$u") echo "run-vm: --uvm $u: expected VARIANT=PATH" >&2; exit 1 ;; esac
+        check_ko "nvidia-uvm.ko ($v)" "$p" "make uvm-stock-module / uvm-patched-module"
+        # Its nvUvmInterface* imports must come from the software GPU (KBUILD_EXTRA_SYMBOLS), not nvidia.ko.
+        case ",$(modinfo -F depends "$p")," in
+            *,huvm-softgpu,*|*,huvm_softgpu,*) ;;
+            *) echo "run-vm: $p ($v) does not depend on huvm-softgpu (built without its Module.symvers?)" >&2; exit 1 ;;
+        esac
+        variants+=("$v")
+    done
+fi
 
 # ---- 1. the kernel: vmlinux (PVH boot, no decompression under TCG) and the virtio/9p modules ----
 kdir=$work/kernel-$kver
@@ -118,8 +179,12 @@ fi
 rm -rf "$out"
 mkdir -p "$out"
 chmod 755 "$out"
-# The guest loads this copy (host paths under /tmp are hidden by the guest's tmpfs).
-cp "$ko" "$out/huvm-ktest.ko"
+# The guest loads these copies (host paths under /tmp are hidden by the guest's tmpfs).
+if has_phase ktest; then cp "$ko" "$out/huvm-ktest.ko"; fi
+if has_phase softgpu; then
+    cp "$softgpu_ko" "$out/huvm-softgpu.ko"
+    for u in "${uvms[@]}"; do cp "${u#*=}" "$out/nvidia-uvm-${u%%=*}.ko"; done
+fi
 ird=$work/initramfs
 rm -rf "$ird"
 mkdir -p "$ird"/{bin,dev,proc,sys,newroot,mods}
@@ -144,7 +209,16 @@ HUVM_KO=/run/huvm-out/huvm-ktest.ko
 HUVM_OUT=/run/huvm-out
 HUVM_PY=$python
 CI=${CI:-}
+HUVM_PHASES=${phases// /,}
+HUVM_SOFTGPU_KO=/run/huvm-out/huvm-softgpu.ko
+HUVM_UVM_VARIANTS=$(IFS=,; echo "${variants[*]}")
+HUVM_SOFTGPU_GPUS=$gpus
+HUVM_SOFTGPU_FB_MIB=$fb_mib
+HUVM_SOFTGPU_TIMEOUT=$sg_timeout
 ENV
+if [ -n "$softgpu_cmd" ]; then
+    printf '%s\n' "$softgpu_cmd" > "$out/softgpu-cmd.sh"
+fi
 if [ -n "$guest_cmd" ]; then
     # Debugging: run this shell command in the guest instead of the test runner.
     printf '%s\n' "$guest_cmd" > "$out/guest-cmd.sh"
@@ -153,23 +227,40 @@ else
     echo "$root/tests/vm/guest/run-guest.sh" > "$ird/runner.path"
 fi
 printf '%s\n' "$pytest_args" > "$ird/pytest.args"
-(cd "$ird" && find . | cpio -o -H newc --quiet) | gzip -1 > "$work/initramfs.gz"
-t_prep=$(now)
+printf '%s\n' "$softgpu_pytest_args" > "$ird/softgpu-pytest.args"
 
 # ---- 3. boot ----
-timeout_s=${VM_TIMEOUT:-240}
-echo "vm-test: booting $kver under qemu TCG (timeout ${timeout_s}s), module $ko"
+# The softgpu phase: one pci-testdev (1b36:0005, no Linux driver) per emulated GPU, the pci_dev that
+# huvm-softgpu binds and hands to UVM for the DMA API; no vIOMMU (DMA address == guest physical). The
+# framebuffers are vmalloc'd guest RAM: VM_MEM leaves 1.5 GiB beside them.
+devs=()
+if has_phase softgpu; then
+    for _ in $(seq "$gpus"); do devs+=(-device pci-testdev); done
+    # Each variant's pytest run is bounded by sg_timeout, so one hang costs that variant only.
+    base=60; if has_phase ktest; then base=240; fi
+    timeout_s=${VM_TIMEOUT:-$((base + ${#variants[@]} * (sg_timeout + 60)))}
+    mem=${VM_MEM:-$((1536 + gpus * fb_mib))}; smp=${VM_SMP:-2}
+else
+    timeout_s=${VM_TIMEOUT:-240}; mem=${VM_MEM:-1024}; smp=${VM_SMP:-1}
+fi
+echo "$timeout_s" > "$ird/timeout"
+(cd "$ird" && find . | cpio -o -H newc --quiet) | gzip -1 > "$work/initramfs.gz"
+t_prep=$(now)
+echo "vm-test: booting $kver under qemu TCG (timeout ${timeout_s}s, $smp vCPU, $mem MiB), phases: $phases"
+has_phase ktest && echo "vm-test:   ktest: $ko"
+has_phase softgpu && echo "vm-test:   softgpu: $softgpu_ko, $gpus GPUs x $fb_mib MiB, nvidia-uvm: ${uvms[*]}"
 set +e
 timeout --kill-after=5 "$timeout_s" qemu-system-x86_64 \
-    -M pc -accel tcg -cpu max -smp 1 -m "${VM_MEM:-1024}" \
+    -M pc -accel tcg -cpu max -smp "$smp" -m "$mem" \
     -nographic -no-reboot -nic none \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+    "${devs[@]}" \
     -kernel "$kdir/vmlinux" -initrd "$work/initramfs.gz" \
     -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
     -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
     -fsdev local,id=results,path="$out",security_model=none,multidevs=remap \
     -device virtio-9p-pci,fsdev=results,mount_tag=results \
-    -append "console=ttyS0 loglevel=4 printk.time=1 panic=-1 oops=panic panic_on_warn=1 preempt=full quiet" \
+    -append "console=ttyS0 loglevel=4 printk.time=1 log_buf_len=4M panic=-1 oops=panic panic_on_warn=1 preempt=full quiet" \
     < /dev/null 2>&1 | tee "$out/console.log"
 qrc=${PIPESTATUS[0]}
 set -e
@@ -183,23 +274,42 @@ if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
     verdict=4; why="timeout: the VM ran past ${timeout_s}s"
 elif [ $((qrc & 1)) = 1 ]; then
     grc=$((qrc >> 1))
-    [ "$grc" = 0 ] || { verdict=2; why="guest tests failed (guest rc $grc)"; }
+    if [ "$grc" = 124 ]; then
+        verdict=4; why="timeout: the guest watchdog fired before ${timeout_s}s (task stacks: dmesg-hang.log)"
+    elif [ "$grc" != 0 ]; then
+        verdict=2; why="guest tests failed (guest rc $grc)"
+    fi
 else
     verdict=4; why="the VM ended without a guest exit code (qemu rc $qrc): panic, oops or early poweroff"
 fi
-# Kernel reports. dmesg.log is written by the guest at the end; the console catches what came before a
-# panic. Only kernel lines (printk timestamps) are matched, so test names and pytest output cannot trip it.
+# Kernel reports. dmesg.log is written by the guest at the end, dmesg-softgpu-<variant>.log after each
+# variant; the console catches what came before a panic. Only kernel lines (printk timestamps) are matched,
+# so test names and pytest output cannot trip it. (dmesg-hang.log, the watchdog's task dump, is all call
+# traces: not read here.)
 kpat='BUG:|WARNING:|Oops|Call Trace|general protection fault|Kernel panic|kmemleak|KASAN|UBSAN|possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|list_add corruption|list_del corruption|refcount_t:'
-reports=$(cat "$out/console.log" "$out/dmesg.log" 2>/dev/null | tr -d '\r' |
+reports=$(cat "$out/console.log" "$out/dmesg.log" "$out"/dmesg-softgpu-*.log 2>/dev/null | tr -d '\r' |
           grep -E '^\[ *[0-9]+\.[0-9]+\] ' | grep -E "$kpat" | sort -u || true)
 if [ -n "$reports" ]; then
-    echo "vm-test: kernel reports:"; echo "$reports" | sed 's/^/    /'
+    # One line per distinct message (timestamps dropped), most frequent first; the logs have the rest.
+    echo "vm-test: kernel reports ($(echo "$reports" | wc -l) lines; distinct messages, most frequent first):"
+    echo "$reports" | sed -E 's/^\[ *[0-9]+\.[0-9]+\] //' | sort | uniq -c | sort -rn | head -n 30 | sed 's/^/    /'
     [ "$verdict" != 0 ] || { verdict=3; why="kernel report in dmesg/console"; }
 fi
-if [ "$verdict" = 0 ]; then
-    for f in junit-root.xml junit-user.xml dmesg.log; do
+# What each phase must leave behind (a debugging --guest-cmd runs no phase: its exit code decides).
+if [ "$verdict" = 0 ] && [ -z "$guest_cmd" ]; then
+    need=(dmesg.log)
+    if has_phase ktest; then need+=(junit-root.xml junit-user.xml); fi
+    for v in "${variants[@]}"; do
+        need+=("dmesg-softgpu-$v.log")
+        [ -n "$softgpu_cmd" ] || need+=("junit-softgpu-$v.xml")
+        grep -q "^$v " "$out/softgpu-results" 2>/dev/null || { verdict=2; why="guest left no result for variant $v"; }
+    done
+    for f in "${need[@]}"; do
         [ -s "$out/$f" ] || { verdict=2; why="guest left no $f"; }
     done
+fi
+if [ -s "$out/softgpu-results" ]; then
+    echo "vm-test: softgpu phase, per variant:"; sed 's/^/    /' "$out/softgpu-results"
 fi
 summary=$(printf 'vm-test: %s: %s | prep %ss, vm %ss (boot+tests), total %ss | logs in %s' \
     "$([ "$verdict" = 0 ] && echo PASS || echo FAIL)" "$why" "$(elapsed "$t_start" "$t_prep")" \

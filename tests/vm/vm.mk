@@ -1,25 +1,79 @@
 # tests/vm/vm.mk: the qemu test bed (included by the top Makefile). docs/testing.md explains it.
 #
-#   make vm-test     boot Debian's stock kernel (the installed linux-headers-amd64's version) under qemu TCG,
-#                    load $(KTEST_KO), run tests/vm/guest as root and as uid 65534; logs in $(VM_OUT)
+#   make vm-test     boot Debian's stock kernel (the installed linux-headers-amd64's version) under qemu TCG;
+#                    ktest phase: load $(KTEST_KO), run tests/vm/guest as root and as uid 65534;
+#                    softgpu phase: for each nvidia-uvm variant in VM_SOFTGPU_VARIANTS, load the software GPU
+#                    (huvm-softgpu.ko, VM_GPUS pci-testdev devices) and that real nvidia-uvm.ko, run
+#                    tests/vm/softgpu, unload; logs in $(VM_OUT)
+#   make softgpu-vm  the softgpu phase alone, one variant (VM_SOFTGPU_VARIANTS, default stock-release), for
+#                    work on the emulator; VM_GUEST_CMD='dmesg | tail -50' runs that shell command in the
+#                    guest after the modules are loaded, instead of pytest
+#   make softgpu-vm-modules   build what the softgpu phase loads, and the tests' uvm-binding
 #
-# Variables: VM_OUT (results), VM_WORK (kernel image cache), VM_TIMEOUT (seconds, default 240),
-# VM_PYTEST_ARGS (extra pytest arguments, one word each, e.g. -k policy), and ktest.mk's KTEST_CORE /
-# KTEST_BUILD to test a scratch build of the module. Without root, qemu or the headers the target prints
-# "SKIP: vm-test: <reason>" and succeeds, unless CI=true, where it fails.
+# Variables: VM_OUT (results), VM_WORK (kernel image cache), VM_TIMEOUT (seconds for the VM, default 240 for
+# the ktest phase alone; with the softgpu phase 240 (60 without ktest) + (VM_SOFTGPU_TIMEOUT + 60) per
+# variant), VM_SOFTGPU_TIMEOUT (seconds per variant's pytest run, default 900), VM_PYTEST_ARGS (extra pytest
+# arguments of the ktest phase, one word each, e.g. -k policy), VM_SOFTGPU_PYTEST_ARGS (the same for the
+# softgpu phase), VM_SOFTGPU_VARIANTS (nvidia-uvm builds to run, in order, of stock-release stock-debug
+# patched-release patched-debug; default "stock-release patched-release patched-debug"; empty: no softgpu
+# phase), VM_GPUS (default 4), VM_FB_MIB (framebuffer MiB per GPU, default 128), VM_MEM (guest MiB, default
+# 1536 + VM_GPUS * VM_FB_MIB with the softgpu phase), VM_SMP (vCPUs, default 2 with the softgpu phase, else 1),
+# VM_GUEST_CMD (softgpu-vm: one line of shell), and ktest.mk's KTEST_CORE / KTEST_BUILD to test a scratch
+# build of the test module. Without root, qemu or the headers the targets print "SKIP: vm-test: <reason>"
+# and succeed, unless CI=true, where they fail.
 
 VM_RUN  := $(ROOT)/tests/vm/run-vm.sh
 VM_WORK ?= $(BUILD)/vm
 VM_OUT  ?= $(VM_WORK)/out
 VM_PYTEST_ARGS ?=
 
-.PHONY: vm-test
+# Read by run-vm.sh from the environment (only those given).
+VM_ENV_VARS := VM_TIMEOUT VM_MEM VM_SMP VM_GPUS VM_FB_MIB VM_SOFTGPU_TIMEOUT
+$(foreach v,$(VM_ENV_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval export $(v))))
+
+# The variants' default differs per target; VM_SOFTGPU_VARIANTS (even empty) wins when given.
+VM_SOFTGPU_KNOWN := stock-release stock-debug patched-release patched-debug
+vm_variants = $(if $(filter undefined,$(origin VM_SOFTGPU_VARIANTS)),$(1),$(VM_SOFTGPU_VARIANTS))
+VM_TEST_VARIANTS := $(call vm_variants,stock-release patched-release patched-debug)
+VM_SGVM_VARIANTS := $(call vm_variants,stock-release)
+# run-vm.sh arguments of the softgpu phase for a list of variants (build/module/<variant>/nvidia-uvm.ko)
+vm_softgpu_args = $(if $(1),--softgpu-ko $(SOFTGPU_KO) $(foreach v,$(1),--uvm $(v)=$(HUVM_MODULES)/$(v)/nvidia-uvm.ko))
+
+# The run-vm.sh preflight: a skip (77) ends the target successfully, before anything is built.
+vm_preflight = rc=0; bash $(VM_RUN) --preflight --python $(PY) || rc=$$?; if [ $$rc = 77 ]; then exit 0; fi; [ $$rc = 0 ] || exit $$rc
+# A make variable as one single-quoted shell word, unexpanded ($ stays $: VM_GUEST_CMD='echo $$HOME' needs none)
+vm_shell_word = '$(subst ','"'"',$(value $(1)))'
+
+.PHONY: vm-test softgpu-vm softgpu-vm-modules
 vm-test: | venv
-	@rc=0; bash $(VM_RUN) --preflight --python $(PY) || rc=$$?; \
-	if [ $$rc = 77 ]; then exit 0; fi; [ $$rc = 0 ] || exit $$rc; \
-	$(MAKE) --no-print-directory ktest-module; \
-	bash $(VM_RUN) --ko $(KTEST_KO) --work $(VM_WORK) --out $(VM_OUT) --python $(PY) \
-	    $(if $(VM_PYTEST_ARGS),--pytest-args "$(VM_PYTEST_ARGS)") || rc=$$?; \
+	@$(vm_preflight); \
+	$(MAKE) --no-print-directory ktest-module \
+	    $(if $(VM_TEST_VARIANTS),softgpu-vm-modules VM_SOFTGPU_VARIANTS="$(VM_TEST_VARIANTS)"); \
+	bash $(VM_RUN) --ko $(KTEST_KO) $(call vm_softgpu_args,$(VM_TEST_VARIANTS)) \
+	    --work $(VM_WORK) --out $(VM_OUT) --python $(PY) \
+	    $(if $(VM_PYTEST_ARGS),--pytest-args "$(VM_PYTEST_ARGS)") \
+	    $(if $(VM_SOFTGPU_PYTEST_ARGS),--softgpu-pytest-args "$(VM_SOFTGPU_PYTEST_ARGS)") || rc=$$?; \
 	if [ $$rc = 77 ]; then rc=0; fi; exit $$rc
+
+softgpu-vm: | venv
+	@$(vm_preflight); \
+	[ -n "$(VM_SGVM_VARIANTS)" ] || { echo "softgpu-vm: VM_SOFTGPU_VARIANTS is empty" >&2; exit 1; }; \
+	$(MAKE) --no-print-directory softgpu-vm-modules VM_SOFTGPU_VARIANTS="$(VM_SGVM_VARIANTS)"; \
+	bash $(VM_RUN) --phases softgpu $(call vm_softgpu_args,$(VM_SGVM_VARIANTS)) \
+	    --work $(VM_WORK) --out $(VM_OUT) --python $(PY) \
+	    $(if $(VM_SOFTGPU_PYTEST_ARGS),--softgpu-pytest-args "$(VM_SOFTGPU_PYTEST_ARGS)") \
+	    $(if $(value VM_GUEST_CMD),--softgpu-cmd $(call vm_shell_word,VM_GUEST_CMD)) || rc=$$?; \
+	if [ $$rc = 77 ]; then rc=0; fi; exit $$rc
+
+# huvm-softgpu.ko, the variants' nvidia-uvm.ko (driver/softgpu/softgpu.mk) and the cffi binding of UVM's
+# ioctls that tests/vm/softgpu uses (pyctl.mk's uvm-binding: built on the host, the guest's root is read-only).
+softgpu-vm-modules: | venv
+	@for v in $(VM_SOFTGPU_VARIANTS); do \
+	    case " $(VM_SOFTGPU_KNOWN) " in *" $$v "*) ;; \
+	    *) echo "VM_SOFTGPU_VARIANTS: unknown variant '$$v' (known: $(VM_SOFTGPU_KNOWN))" >&2; exit 1 ;; esac; \
+	done
+	@$(MAKE) --no-print-directory softgpu-module \
+	    $(foreach v,$(VM_SOFTGPU_VARIANTS),$(HUVM_MODULES)/$(v)/.huvm-built)
+	@$(MAKE) --no-print-directory uvm-binding
 
 test: vm-test
