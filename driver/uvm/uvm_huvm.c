@@ -45,11 +45,11 @@
 #include <linux/spinlock.h>
 #include <linux/uaccess.h>
 
-static char *uvm_huvm_preset = "huvm";
+static char *uvm_huvm_preset = "stock";
 module_param(uvm_huvm_preset, charp, S_IRUGO);
 MODULE_PARM_DESC(uvm_huvm_preset,
-                 "huvm policy preset at load time: huvm (default), huvm-atc22 or stock (host-only eviction). "
-                 "The control ioctls change the policy at run time.");
+                 "huvm policy preset at load time: stock (default: host-only eviction, UVM unchanged), huvm-atc22 or "
+                 "huvm. The control ioctls change the policy at run time.");
 
 static int uvm_huvm_enable = 1;
 module_param(uvm_huvm_enable, int, S_IRUGO);
@@ -1302,14 +1302,15 @@ static void preevict_worker(void *args)
 // LOCKING: none (module load).
 static NvU32 preset_from_param(void)
 {
-    if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "stock") == 0)
-        return HUVM_PRESET_STOCK;
+    if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "huvm") == 0)
+        return HUVM_PRESET_HUVM;
     if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "huvm-atc22") == 0)
         return HUVM_PRESET_ATC22;
-    if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "huvm") != 0)
-        UVM_ERR_PRINT("huvm: unknown uvm_huvm_preset=%s, using huvm\n", uvm_huvm_preset);
+    // Loading the module changes nothing until an admin picks a policy: anything else is stock.
+    if (uvm_huvm_preset && strcmp(uvm_huvm_preset, "stock") != 0)
+        UVM_ERR_PRINT("huvm: unknown uvm_huvm_preset=%s, using stock\n", uvm_huvm_preset);
 
-    return HUVM_PRESET_HUVM;
+    return HUVM_PRESET_STOCK;
 }
 
 // LOCKING: none (module load, before any other UVM state exists).
