@@ -27,6 +27,7 @@
 #   --preflight    only check the prerequisites (exit 0, or 77 / 1 as below) and stop
 # env: VM_TIMEOUT (seconds for the whole VM, default 240 for the ktest phase alone; with the softgpu phase
 #      240 (60 without ktest) + (VM_SOFTGPU_TIMEOUT + 60) per variant),
+#      VM_SOFTGPU_LONG (1: the long softgpu suite, e.g. PMM_SANITY's full mode),
 #      VM_GPUS (emulated GPUs = pci-testdev devices, default 4), VM_FB_MIB (framebuffer per GPU, default 128),
 #      VM_MEM (MiB, default 1024, or 1536 + VM_GPUS * VM_FB_MIB with the softgpu phase),
 #      VM_SMP (vCPUs, default 1, or 2 with the softgpu phase: the emulator's engine thread runs beside
@@ -215,6 +216,7 @@ HUVM_UVM_VARIANTS=$(IFS=,; echo "${variants[*]}")
 HUVM_SOFTGPU_GPUS=$gpus
 HUVM_SOFTGPU_FB_MIB=$fb_mib
 HUVM_SOFTGPU_TIMEOUT=$sg_timeout
+HUVM_SOFTGPU_LONG=${VM_SOFTGPU_LONG:-}
 ENV
 if [ -n "$softgpu_cmd" ]; then
     printf '%s\n' "$softgpu_cmd" > "$out/softgpu-cmd.sh"

@@ -28,7 +28,7 @@ VM_OUT  ?= $(VM_WORK)/out
 VM_PYTEST_ARGS ?=
 
 # Read by run-vm.sh from the environment (only those given).
-VM_ENV_VARS := VM_TIMEOUT VM_MEM VM_SMP VM_GPUS VM_FB_MIB VM_SOFTGPU_TIMEOUT
+VM_ENV_VARS := VM_TIMEOUT VM_MEM VM_SMP VM_GPUS VM_FB_MIB VM_SOFTGPU_TIMEOUT VM_SOFTGPU_LONG
 $(foreach v,$(VM_ENV_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval export $(v))))
 
 # The variants' default differs per target; VM_SOFTGPU_VARIANTS (even empty) wins when given.

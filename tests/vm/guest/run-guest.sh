@@ -91,7 +91,7 @@ softgpu_variant() {  # variant
     echo "[t=$(t)s] == softgpu [$v]: $(grep -E '^(huvm_softgpu|nvidia_uvm) ' /proc/modules | cut -d' ' -f1-4 | paste -sd';'); $(ls -l /dev/nvidia-uvm /dev/nvidia-uvm-tools 2>/dev/null | awk '{print $1, $5, $6, $NF}' | paste -sd';')"
 
     local env=(env "HUVM_UVM_VARIANT=$v" "HUVM_SOFTGPU_GPUS=$gpus" "HUVM_SOFTGPU_FB_MIB=$fb_mib"
-               "HUVM_UVM_KO=$ko")
+               "HUVM_UVM_KO=$ko" "HUVM_SOFTGPU_LONG=${HUVM_SOFTGPU_LONG:-}")
     if [ -f "$sg_cmd" ]; then
         # Debugging: run even when a load failed (dmesg is the point then); its status is reported only.
         echo "[t=$(t)s] == softgpu [$v]: guest command"
