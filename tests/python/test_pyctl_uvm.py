@@ -296,7 +296,7 @@ def test_guest_builtin_table_matches_the_binding(binding: Path) -> None:
     assert stages == sorted(stages)
     for b in tb.BUILTINS:
         assert b.name in names, b.name
-        assert b.fd in ("uvm_cpu", "uvm_gpus", "session"), b.name
+        assert b.fd in ("uvm_cpu", "uvm_gpus", "session", "fresh"), b.name
     assert set(sglib.BUILTIN_RESULTS) == set(names)  # the table lists every UVM_TEST_*
     required = {"HOST_SANITY", "CE_SANITY", "TRACKER_SANITY", "PUSH_SANITY", "CHANNEL_SANITY",
                 "GPU_SEMAPHORE_SANITY", "RM_MEM_SANITY", "MEM_SANITY", "INVALIDATE_TLB", "PMM_SANITY",

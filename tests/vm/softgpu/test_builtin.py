@@ -337,7 +337,8 @@ BUILTINS: list[Builtin] = [
     # tracked by the old channels (e.g. in PMM's free chunks) would then name channels that no longer
     # exist, so it runs first, on GPUs registered for it alone (as NVIDIA's test runner does), and the GPUs
     # are torn down after it.
-    Builtin("CHANNEL_SANITY", 3, "host/CE/channels", "fresh"),
+    # (listed in stage 2 because it must come before the stage-2 tests open their shared session)
+    Builtin("CHANNEL_SANITY", 2, "host/CE/channels", "fresh"),
     Builtin("GET_GPU_REF_COUNT", 2, "RM API", "uvm_gpus", per_gpu(lambda c, g: {"gpu_uuid": g, "swizz_id": 0}),
             check_ref_count),
     Builtin("RM_MEM_SANITY", 2, "RM API", "uvm_gpus"),
