@@ -327,6 +327,22 @@ static void sg_fault_timer(struct timer_list *t)
 
 /* ---- module load / unload ---------------------------------------------------------------------- */
 
+/* The buffers sg_fault_init allocates (and the registers page, when it allocated that too). */
+static void sg_fault_free_buffers(struct sg_fault_unit *f)
+{
+    vfree(f->ac_buffer);
+    vfree(f->nr_shadow);
+    vfree(f->buffer);
+    f->ac_buffer = NULL;
+    f->nr_shadow = NULL;
+    f->buffer = NULL;
+    if (f->regs_owned) {
+        vfree(f->regs);
+        f->regs = NULL;
+        f->regs_owned = false;
+    }
+}
+
 NV_STATUS sg_fault_init(struct sg_gpu *gpu)
 {
     struct sg_fault_unit *f = &gpu->fault;
@@ -364,17 +380,7 @@ NV_STATUS sg_fault_init(struct sg_gpu *gpu)
     return NV_OK;
 
 fail:
-    vfree(f->ac_buffer);
-    vfree(f->nr_shadow);
-    vfree(f->buffer);
-    f->ac_buffer = NULL;
-    f->nr_shadow = NULL;
-    f->buffer = NULL;
-    if (f->regs_owned) {
-        vfree(f->regs);
-        f->regs = NULL;
-        f->regs_owned = false;
-    }
+    sg_fault_free_buffers(f);
     return NV_ERR_NO_MEMORY;
 }
 
@@ -389,17 +395,7 @@ void sg_fault_fini(struct sg_gpu *gpu)
     // Nothing runs on the GPU any more: no SM thread may still be parked.
     WARN_ON(!list_empty(&f->pending));
 
-    vfree(f->ac_buffer);
-    vfree(f->nr_shadow);
-    vfree(f->buffer);
-    f->ac_buffer = NULL;
-    f->nr_shadow = NULL;
-    f->buffer = NULL;
-    if (f->regs_owned) {
-        vfree(f->regs);
-        f->regs = NULL;
-        f->regs_owned = false;
-    }
+    sg_fault_free_buffers(f);
 }
 
 /* ---- parked SM accesses ------------------------------------------------------------------------ */

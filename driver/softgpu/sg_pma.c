@@ -625,17 +625,18 @@ static bool sg_pma_page_in_range(struct sg_pma *pma, u64 addr, u64 size)
 	       addr <= (pma->nframes << SG_PMA_FRAME_SHIFT) - size;
 }
 
-NV_STATUS nvUvmInterfacePmaPinPages(void *pPma, NvU64 *pPages, NvLength pageCount, NvU64 pageSize, NvU32 flags)
+/*
+ * Moves whole pages between the unpinned and pinned states, all or nothing (pmaPinPages / pmaUnpinPages):
+ * every frame must be in state `from`; pinning also refuses memory picked for eviction (NV_ERR_IN_USE,
+ * expected when UVM races with an evictRange). On failure the frames changed so far are put back.
+ */
+static NV_STATUS sg_pma_repin(struct sg_pma *pma, NvU64 *pPages, NvLength pageCount, NvU64 pageSize, u8 from,
+                              u8 to)
 {
-	struct sg_pma *pma = sg_pma_from(pPma);
 	const u64 fpp = pageSize >> SG_PMA_FRAME_SHIFT;
 	NV_STATUS status = NV_OK;
 	u64 i, j, done = 0;
 
-	/*
-	 * UVM_PMA_CALLED_FROM_PMA_EVICTION only tells RM that its thread state is already set up (we are
-	 * inside our own eviction callback): nothing here blocks on the callback, so it changes nothing.
-	 */
 	if (!pma || !pPages || !pageCount || !sg_pma_page_size_valid(pageSize))
 		return NV_ERR_INVALID_ARGUMENT;
 
@@ -650,75 +651,46 @@ NV_STATUS nvUvmInterfacePmaPinPages(void *pPma, NvU64 *pPages, NvLength pageCoun
 		for (j = 0; j < fpp; j++) {
 			u8 v = pma->frame[f0 + j];
 
-			/* Only unpinned (UVM user) memory can be pinned; memory picked for eviction is in use
-			 * (expected when UVM races with an evictRange). */
-			if ((v & SG_PMA_STATE_MASK) != SG_PMA_UNPINNED)
+			if ((v & SG_PMA_STATE_MASK) != from)
 				status = NV_ERR_INVALID_STATE;
-			if (v & SG_PMA_EVICTING)
+			if (to == SG_PMA_PINNED && (v & SG_PMA_EVICTING))
 				status = NV_ERR_IN_USE;
 			if (status != NV_OK)
 				break;
-			sg_pma_set_state(pma, f0 + j, SG_PMA_PINNED);
+			sg_pma_set_state(pma, f0 + j, to);
 			done++;
 		}
 	}
 	if (status != NV_OK) {
-		/* All or nothing: roll the frames pinned so far back to unpinned. */
 		for (i = 0; done; i++) {
 			u64 f0 = pPages[i] >> SG_PMA_FRAME_SHIFT;
 
 			for (j = 0; j < fpp && done; j++, done--)
-				sg_pma_set_state(pma, f0 + j, SG_PMA_UNPINNED);
+				sg_pma_set_state(pma, f0 + j, from);
 		}
 		if (status == NV_ERR_INVALID_STATE)
-			pr_err("huvm-softgpu: GPU%u: PmaPinPages of memory that is not allocated unpinned\n",
-			       pma->gpu->index);
+			pr_err("huvm-softgpu: GPU%u: PMA %s of memory that is not allocated %s\n", pma->gpu->index,
+			       to == SG_PMA_PINNED ? "pin" : "unpin", to == SG_PMA_PINNED ? "unpinned" : "pinned");
 	}
 	sg_pma_update_stats(pma);
 	spin_unlock(&pma->lock);
 	return status;
 }
+
+NV_STATUS nvUvmInterfacePmaPinPages(void *pPma, NvU64 *pPages, NvLength pageCount, NvU64 pageSize, NvU32 flags)
+{
+	/*
+	 * UVM_PMA_CALLED_FROM_PMA_EVICTION only tells RM that its thread state is already set up (we are
+	 * inside our own eviction callback): nothing here blocks on the callback, so it changes nothing.
+	 */
+	return sg_pma_repin(sg_pma_from(pPma), pPages, pageCount, pageSize, SG_PMA_UNPINNED, SG_PMA_PINNED);
+}
 EXPORT_SYMBOL(nvUvmInterfacePmaPinPages);
 
 NV_STATUS nvUvmInterfacePmaUnpinPages(void *pPma, NvU64 *pPages, NvLength pageCount, NvU64 pageSize)
 {
-	struct sg_pma *pma = sg_pma_from(pPma);
-	const u64 fpp = pageSize >> SG_PMA_FRAME_SHIFT;
-	NV_STATUS status = NV_OK;
-	u64 i, j, done = 0;
-
 	/* Declared but unused by UVM 535; implemented as pmaUnpinPages: pinned -> unpinned, all or nothing. */
-	if (!pma || !pPages || !pageCount || !sg_pma_page_size_valid(pageSize))
-		return NV_ERR_INVALID_ARGUMENT;
-
-	spin_lock(&pma->lock);
-	for (i = 0; i < pageCount && status == NV_OK; i++) {
-		u64 f0 = pPages[i] >> SG_PMA_FRAME_SHIFT;
-
-		if (!sg_pma_page_in_range(pma, pPages[i], pageSize)) {
-			status = NV_ERR_INVALID_ARGUMENT;
-			break;
-		}
-		for (j = 0; j < fpp; j++) {
-			if (sg_pma_state(pma, f0 + j) != SG_PMA_PINNED) {
-				status = NV_ERR_INVALID_STATE;
-				break;
-			}
-			sg_pma_set_state(pma, f0 + j, SG_PMA_UNPINNED);
-			done++;
-		}
-	}
-	if (status != NV_OK) {
-		for (i = 0; done; i++) {
-			u64 f0 = pPages[i] >> SG_PMA_FRAME_SHIFT;
-
-			for (j = 0; j < fpp && done; j++, done--)
-				sg_pma_set_state(pma, f0 + j, SG_PMA_PINNED);
-		}
-	}
-	sg_pma_update_stats(pma);
-	spin_unlock(&pma->lock);
-	return status;
+	return sg_pma_repin(sg_pma_from(pPma), pPages, pageCount, pageSize, SG_PMA_PINNED, SG_PMA_UNPINNED);
 }
 EXPORT_SYMBOL(nvUvmInterfacePmaUnpinPages);
 

@@ -38,34 +38,29 @@ def count(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
-def seconds(hi: float, *, lo: float = 0.0) -> Callable[[str], float]:
-    """A decimal number of seconds, more than lo (0 by default) and at most hi; no nan, inf or exponent."""
+def _decimal(lo: float, hi: float, what: str, example: str, name: str) -> Callable[[str], float]:
+    """A decimal number more than lo and at most hi; no nan, inf or exponent."""
 
     def parse(text: str) -> float:
         if not _SECONDS_RE.match(text.strip()):
-            raise argparse.ArgumentTypeError(f"expected a number of seconds such as 1 or 0.5, got {text!r}")
-        value = float(text)
-        if not lo < value <= hi:
-            raise argparse.ArgumentTypeError(f"must be more than {_num(lo)} and at most {_num(hi)} seconds, got {text}")
-        return value
-
-    parse.__name__ = "seconds"
-    return parse
-
-
-def number(lo: float, hi: float, what: str) -> Callable[[str], float]:
-    """A decimal number (e.g. GiB of memory), more than lo and at most hi."""
-
-    def parse(text: str) -> float:
-        if not _SECONDS_RE.match(text.strip()):
-            raise argparse.ArgumentTypeError(f"expected a number of {what} such as 16 or 0.5, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected a number of {what} such as {example}, got {text!r}")
         value = float(text)
         if not lo < value <= hi:
             raise argparse.ArgumentTypeError(f"must be more than {_num(lo)} and at most {_num(hi)} {what}, got {text}")
         return value
 
-    parse.__name__ = "number"
+    parse.__name__ = name
     return parse
+
+
+def seconds(hi: float, *, lo: float = 0.0) -> Callable[[str], float]:
+    """A decimal number of seconds, more than lo (0 by default) and at most hi; no nan, inf or exponent."""
+    return _decimal(lo, hi, "seconds", "1 or 0.5", "seconds")
+
+
+def number(lo: float, hi: float, what: str) -> Callable[[str], float]:
+    """A decimal number (e.g. GiB of memory), more than lo and at most hi."""
+    return _decimal(lo, hi, what, "16 or 0.5", "number")
 
 
 #: a TCP port; 0 asks the kernel for a free one
