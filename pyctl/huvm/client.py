@@ -47,6 +47,13 @@ class Node:
     def close(self) -> None:
         self.backend.close()
 
+    def advance(self, seconds: float) -> None:
+        """Let seconds of the node's time pass: a simulated node runs its workload that long; a real node's
+        time passes by itself (nothing to do)."""
+        step = getattr(self.backend, "advance", None)
+        if step is not None:
+            step(seconds)
+
     def __enter__(self) -> Node:
         return self
 
@@ -124,14 +131,14 @@ class Node:
         return self.apply([], preset=name)
 
 
-def _open_sim(sim_config: str | None) -> Backend:
+def _open_sim(sim_config: str | None, live: bool = False) -> Backend:
     from .simbackend import SimBackend
 
-    return SimBackend.from_config(sim_config)
+    return SimBackend.from_config(sim_config, live=live)
 
 
 def open(backend: BackendChoice | str | None = None, device: str | None = None, *,
-         sim_config: str | None = None, sim_fallback: bool | None = None) -> Node:
+         sim_config: str | None = None, sim_fallback: bool | None = None, sim_live: bool = False) -> Node:
     """Open a huvm node.
 
     backend: "kernel" (the device, default /dev/nvidia-uvm, or ``device``), "sim" (an in-process simulated
@@ -139,6 +146,8 @@ def open(backend: BackendChoice | str | None = None, device: str | None = None, 
     ``$HUVM_BACKEND``): the kernel if the patched module answers GET_INFO; otherwise DeviceUnavailable
     saying why (no device, stock module, ABI version, permission) -- unless sim_fallback (or
     ``$HUVM_SIM_FALLBACK=1``) is set, in which case the simulated node is used and ``Node.note`` says why.
+    sim_live: a simulated node from an experiment file starts with its workload at time 0 instead of run to
+    completion, and moves as :meth:`Node.advance` drives it (``huvmctl stats --watch``).
     """
     choice = (backend or os.environ.get("HUVM_BACKEND") or "auto").lower()
     if choice not in BACKENDS:
@@ -147,7 +156,7 @@ def open(backend: BackendChoice | str | None = None, device: str | None = None, 
         sim_fallback = os.environ.get("HUVM_SIM_FALLBACK", "") not in ("", "0")
     path = device or os.environ.get("HUVM_DEVICE") or DEFAULT_DEVICE
     if choice == "sim":
-        return Node(_open_sim(sim_config))
+        return Node(_open_sim(sim_config, sim_live))
     try:
         kb = KernelBackend(path)
         try:
@@ -158,5 +167,5 @@ def open(backend: BackendChoice | str | None = None, device: str | None = None, 
         return Node(kb)
     except errors.DeviceUnavailable as exc:
         if choice == "auto" and sim_fallback:
-            return Node(_open_sim(sim_config), note=f"using the simulated node: {exc}")
+            return Node(_open_sim(sim_config, sim_live), note=f"using the simulated node: {exc}")
         raise

@@ -1,18 +1,27 @@
-"""A local copy of the policy core, holding the node's facts, to validate and build policies before sending.
+"""A local copy of the policy core, holding the node's facts: the one validator of a policy before sending.
 
-The same C core the module runs (compiled into ``huvm._huvm_cffi``) checks a policy against the node
-here first, so a refused setting is reported with its key (and file and line) and nothing is sent; presets
-are computed by the core's own ``huvm_policy_preset`` for the node's GPUs.
+The same C core the module runs (compiled into ``huvm._huvm_cffi``) checks a policy against the node here
+first; Python does not re-check consistency itself, it asks the core and words the answer. A refused value
+is reported with its key (and file and line) and the limit it broke, found by asking the core again which
+values of that field it would accept with the rest of the policy unchanged (``preevict_chunks=9000: must
+be <= 7936``), never as an NV_STATUS name alone. Presets are computed by the core's own
+``huvm_policy_preset`` for the node's GPUs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from . import abi
 from .errors import PolicyError, PolicyFileError, field_name, from_status
 from .info import NodeInfo
-from .policy import KEYS, Origin, Policy, Setting
+from .policy import KEYS, Origin, Policy, Setting, format_value
+
+# Keys whose setting may be the one to blame when the core refuses the first one (file and line).
+_RELATED = {"prefetch_chunks": ("prefetch_mode",), "prefetch_stride": ("prefetch_chunks",),
+            "lend_limit": ("role",), "lend_reserve": ()}
 
 
 class Mirror:
@@ -47,28 +56,142 @@ class Mirror:
             raise PolicyError(f"unknown preset {preset}", key="preset")
         return Policy.from_struct(out)
 
-    def validate(self, policy: Policy, settings: list[Setting] | None = None) -> None:
-        """Run the core's huvm_policy_validate; refusals become PolicyError naming the key (and the file
-        and line of the setting responsible when settings are given)."""
+    def check(self, policy: Policy) -> tuple[int, int]:
+        """The core's verdict on a policy: (NV_STATUS, error_field); (HUVM_NV_OK, 0) when accepted."""
+        lib = abi.lib
         p = abi.ffi.new("huvm_policy_t *")
         policy.to_struct(p)
         err = abi.ffi.new("uint32_t *")
-        status = abi.lib.huvm_policy_validate(self._core, p, err)
+        status = int(lib.huvm_policy_validate(self._core, p, err))
+        if status != lib.HUVM_NV_OK:
+            return status, int(err[0])
+        # Until huvm_policy_validate itself refuses a lender allowed to lend nothing (a rule proposed for
+        # driver/core/huvm_policy.c), the mirror answers for it in the core's terms (status and field), so
+        # one wording path serves both; drop this when the core has the rule.
+        for i, g in enumerate(policy.gpus):
+            if g.role in (lib.HUVM_ROLE_LENDER, lib.HUVM_ROLE_BOTH) and g.lend_limit_bytes == 0:
+                fields = abi.constants("HUVM_FIELD_")
+                gpu_field = (fields["HUVM_FIELD_GPU_BASE"] + i * fields["HUVM_FIELD_GPU_STRIDE"]
+                             + fields["HUVM_FIELD_GPU_LEND_LIMIT"])
+                return int(lib.HUVM_NV_ERR_INVALID_ARGUMENT), gpu_field
+        return int(lib.HUVM_NV_OK), 0
+
+    def validate(self, policy: Policy, settings: list[Setting] | None = None) -> None:
+        """Ask the core; a refusal becomes a PolicyError naming the key, its value and the limit it broke
+        (and the file and line of the setting responsible when settings are given)."""
+        status, err = self.check(policy)
         if status == abi.lib.HUVM_NV_OK:
             return
-        key = self.key_of(int(err[0]), policy)
+        key = self.key_of(err, policy)
+        name = key.rsplit(".", 1)[-1]
         origin: Origin | None = None
-        for s in settings or []:
-            if s.key == key:
-                origin = s.origin
-        exc = from_status(status, "policy check", int(err[0]))
-        msg = f"refused by the policy core: {exc}"
-        spec = KEYS.get(key.rsplit(".", 1)[-1])
-        if spec is not None and spec.kind == "int":
-            msg += f" (value {self._value(policy, key)})"
+        for candidate in (key, *(key.rsplit(".", 1)[0] + "." + r if "." in key else r
+                                 for r in _RELATED.get(name, ()))):
+            origin = next((s.origin for s in settings or [] if s.key == candidate), None)
+            if origin is not None:
+                break
+        text, body = self.explain(policy, key, err, status)
         if origin and origin.file:
-            raise PolicyFileError(msg, file=origin.file, line=origin.line, key=key)
-        raise PolicyError(f"{key}: {msg}", key=key)
+            raise PolicyFileError(f"{text}: {body}", file=origin.file, line=origin.line, key=key)
+        raise PolicyError(f"{key}={text}: {body}", key=key)
+
+    # -- wording the core's answer --
+    def explain(self, policy: Policy, key: str, error_field: int, status: int) -> tuple[str, str]:
+        """(the refused value as written, why): the limit comes from the core, by asking it which values of
+        that field it accepts with the rest of the policy as it is."""
+        name = key.rsplit(".", 1)[-1]
+        spec = KEYS.get(name)
+        access = self._access(policy, error_field)
+        if spec is None or access is None:
+            field = field_name(error_field) or "the policy"
+            if name == "uuid":
+                return "?", "not a GPU of this node, or listed twice"
+            return "?", f"{field} refused by the policy core ({_status_words(status)})"
+        get, put = access
+        value = get()
+        text = format_value(spec, value)
+        if spec.kind == "enum":
+            return text, f"must be one of {', '.join(spec.choices())}"
+        if spec.kind == "bool":
+            return text, "must be true or false"
+        hi = (1 << 64) - 1 if spec.kind == "bytes" else 0xFFFFFFFF
+        ok = self._accepted_near(put, value, hi)
+        why = self._context(policy, key, name)
+        if ok is None:
+            return text, f"no value is accepted with the rest of the policy{why}"
+        if ok > value:
+            low = self._bisect(put, value, ok, want_max=False)
+            limit = "more than 0" if low == 1 and value == 0 else f">= {_fmt(spec.kind, low)}"
+            return text, f"must be {limit}{why}"
+        return text, f"must be <= {_fmt(spec.kind, self._bisect(put, ok, value, want_max=True))}{why}"
+
+    def _access(self, policy: Policy, error_field: int) -> tuple[Callable[[], int], Callable[[int], bool]] | None:
+        """Read the refused field, and try another value of it (True when the core accepts)."""
+        name = field_name(error_field) or ""
+        if name.startswith("gpus["):
+            entry = int(name[5 : name.index("]")])
+            sub = name.split(".", 1)[1]
+            if entry >= len(policy.gpus) or sub not in ("lend_limit_bytes", "lend_reserve_bytes"):
+                return None
+
+            def put_gpu(v: int) -> bool:
+                gpus = list(policy.gpus)
+                change: dict[str, Any] = {sub: v}
+                gpus[entry] = replace(gpus[entry], **change)
+                return bool(self.check(replace(policy, gpus=tuple(gpus)))[0] == abi.lib.HUVM_NV_OK)
+
+            return (lambda: int(getattr(policy.gpus[entry], sub))), put_gpu
+        spec = KEYS.get(name)
+        if spec is None or spec.scope != "node" or spec.kind != "int":
+            return None
+
+        def put_node(v: int) -> bool:
+            change: dict[str, Any] = {name: v}
+            return bool(self.check(replace(policy, **change))[0] == abi.lib.HUVM_NV_OK)
+
+        return (lambda: int(getattr(policy, name))), put_node
+
+    @staticmethod
+    def _accepted_near(put: Callable[[int], bool], value: int, hi: int) -> int | None:
+        """Some value the core accepts, nearest first from a few probes: below, above, the ends."""
+        probes = [value - 1, value + 1, value // 2, 0, 1, min(hi, value * 2), hi]
+        for v in probes:
+            if 0 <= v <= hi and v != value and put(v):
+                return v
+        return None
+
+    @staticmethod
+    def _bisect(put: Callable[[int], bool], lo: int, hi: int, *, want_max: bool) -> int:
+        """want_max: the largest accepted in [lo, hi) with put(lo) true; else the smallest accepted in
+        (lo, hi] with put(hi) true (the core's rules on one field are thresholds)."""
+        if want_max:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if put(mid) else (lo, mid)
+            return lo
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if put(mid) else (mid, hi)
+        return hi
+
+    def _context(self, policy: Policy, key: str, name: str) -> str:
+        """Why the limit is where it is, when another setting or the node sets it."""
+        lib = abi.lib
+        if name == "preevict_chunks":
+            return " (the pre-eviction reserve, in 2 MiB chunks, must fit in every GPU's memory)"
+        if name == "prefetch_chunks" and policy.prefetch_mode != lib.HUVM_PREFETCH_OFF:
+            return f" while prefetch_mode is {format_value(KEYS['prefetch_mode'], policy.prefetch_mode)}"
+        if name == "prefetch_stride":
+            return f" with prefetch_chunks={policy.prefetch_chunks} (the prefetch window is limited)"
+        sel = key.split(".")[1] if key.count(".") == 2 else None
+        if name == "lend_limit" and sel is not None:
+            uuid = next((g.uuid for g in self.info.gpus if str(g.index) == sel), sel).lower()
+            entry = next((g for g in policy.gpus if g.uuid.lower() == uuid), None)
+            if entry is not None:
+                return f" while gpu.{sel}.role is {entry.role_name} (a lender with lend_limit 0 lends nothing)"
+        if name == "lend_reserve":
+            return " (the GPU's memory)"
+        return ""
 
     def key_of(self, error_field: int, policy: Policy) -> str:
         """Policy key for an error_field (gpus[i] of the request -> gpu.<index>.key)."""
@@ -83,6 +206,15 @@ class Mirror:
             return f"gpu.{sel}.{sub}"
         return name
 
-    @staticmethod
-    def _value(policy: Policy, key: str) -> object:
-        return getattr(policy, key, "?")
+
+def _fmt(kind: str, value: int) -> str:
+    return format_value(KEYS["lend_reserve"], value) if kind == "bytes" else str(value)
+
+
+def _status_words(status: int) -> str:
+    lib = abi.lib
+    if status == lib.HUVM_NV_ERR_OUT_OF_RANGE:
+        return "out of range"
+    if status == lib.HUVM_NV_ERR_GPU_UUID_NOT_FOUND:
+        return "unknown GPU"
+    return "inconsistent with the rest of the policy"

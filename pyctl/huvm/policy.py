@@ -4,15 +4,17 @@ A :class:`Policy` mirrors ``huvm_policy_t``: node-wide settings plus one :class:
 Settings are written ``KEY=VALUE``: node keys (``prefetch_chunks=16``) and per-GPU keys
 ``gpu.SEL.KEY`` where SEL is a GPU index, a UUID (``GPU-...``, a unique prefix works) or ``all``.
 
-Every setting is parsed and checked here (unknown key, wrong type, out of range, contradictory) and then
-validated by the policy core itself on a local mirror of the node (:mod:`huvm.mirror`) before anything is
-sent; the module applies a policy atomically, so nothing is ever half-applied.
+Every setting is parsed and checked here (unknown key, wrong type, outside its field's range, one key set
+to two values); whether the resulting policy is consistent is for the policy core alone to say, on a local
+mirror of the node (:mod:`huvm.mirror`), before anything is sent; the module applies a policy atomically,
+so nothing is ever half-applied.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from . import abi, header
@@ -48,10 +50,24 @@ def _display(name: str) -> str:
 
 
 def _help(struct: str, fld: str) -> str:
+    """A field's header comment as users read it: C macro names become their values (``HUVM_UNLIMITED``
+    the word ``unlimited``)."""
     for f in header.fields_of(struct):
         if f.name == fld:
-            return f.comment
+            if re.fullmatch(r"HUVM_[A-Z0-9_]*\*", f.comment.strip()):
+                return ""  # an enum's "HUVM_ROLE_*": its choices are listed instead
+            return _MACRO.sub(_macro_value, f.comment)
     return ""
+
+
+_MACRO = re.compile(r"\bHUVM_[A-Z0-9_]+\b")
+
+
+def _macro_value(m: re.Match[str]) -> str:
+    if m.group(0) == "HUVM_UNLIMITED":
+        return "or unlimited"
+    value = abi.constants("HUVM_").get(m.group(0))
+    return str(value) if value is not None else m.group(0).removeprefix("HUVM_").lower().replace("_", " ")
 
 
 def _specs() -> dict[str, KeySpec]:
@@ -265,10 +281,13 @@ class Setting:
     origin: Origin = Origin()
 
 
-def _error(msg: str, key: str, origin: Origin | None) -> PolicyError:
+def _error(msg: str, key: str, origin: Origin | None, *, text: str | None = None) -> PolicyError:
+    """A refused setting: ``KEY: msg``, or with the value written ``KEY=VALUE: msg`` (in a file
+    ``FILE:LINE: KEY: VALUE: msg``)."""
     if origin and origin.file:
-        return PolicyFileError(msg, file=origin.file, line=origin.line, key=key)
-    return PolicyError(f"{key}: {msg}", key=key)
+        return PolicyFileError(f"{text}: {msg}" if text is not None else msg, file=origin.file, line=origin.line,
+                               key=key)
+    return PolicyError(f"{key}={text}: {msg}" if text is not None else f"{key}: {msg}", key=key)
 
 
 def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = None) -> int:
@@ -307,13 +326,15 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):
             raise _error(f"expected a size (bytes, or e.g. \"8GiB\"), got {raw!r}", key, origin)
         if isinstance(raw, str) and raw.strip().startswith("-"):
-            raise _error(f"{raw.strip()} is out of range: a size is at least 0", key, origin)
+            raise _error("must be >= 0", key, origin, text=raw.strip())
         try:
             value = parse_size(raw) if isinstance(raw, str) else raw
         except ValueError as exc:
             raise _error(str(exc), key, origin) from None
-    if not spec.lo <= value <= spec.hi:
-        raise _error(f"{value} is out of range [{spec.lo}, {_bound(spec, spec.hi)}]", key, origin)
+    if value > spec.hi:
+        raise _error(f"must be <= {_bound(spec, spec.hi)}", key, origin, text=str(raw).strip())
+    if value < spec.lo:
+        raise _error(f"must be >= {_bound(spec, spec.lo)}", key, origin, text=str(raw).strip())
     return value
 
 
@@ -381,9 +402,9 @@ def parse_assignments(items: Sequence[str], info: NodeInfo) -> list[Setting]:
 
 
 def apply_settings(base: Policy, settings: Iterable[Setting], info: NodeInfo) -> Policy:
-    """The policy base with settings applied; refuses contradictions (a key set twice to different values,
-    a reserve at or above the GPU's memory, prefetching with zero chunks, a lender allowed to lend nothing).
-    The result's preset is left as base's; :func:`huvm.mirror.normalize` recomputes it."""
+    """The policy base with settings applied; refuses a key set twice to different values. Whether the
+    result is consistent (a reserve above the GPU's memory, prefetching with zero chunks, a lender allowed
+    to lend nothing, ...) is the policy core's to say: :meth:`huvm.mirror.Mirror.validate`."""
     seen: dict[str, Setting] = {}
     node: dict[str, Any] = {}
     gpus = {g.uuid.lower(): g for g in base.gpus}
@@ -400,45 +421,22 @@ def apply_settings(base: Policy, settings: Iterable[Setting], info: NodeInfo) ->
             entry = gpus.get(g.uuid.lower()) or GpuPolicy(g.uuid, abi.lib.HUVM_ROLE_NONE, abi.UNLIMITED, 0)
             change: dict[str, Any] = {s.spec.field: s.value}
             gpus[g.uuid.lower()] = replace(entry, **change)
-    new = replace(base, **node, gpus=tuple(gpus.values()))
-    check_consistency(new, info, seen)
-    return new
-
-
-def check_consistency(p: Policy, info: NodeInfo, seen: Mapping[str, Setting] | None = None) -> None:
-    """Cross-field checks with the setting to blame (from seen when known)."""
-    seen = seen or {}
-
-    def blame(*keys: str) -> tuple[str, Origin | None]:
-        for k in keys:
-            if k in seen:
-                return k, seen[k].origin
-        return keys[0], None
-
-    lib = abi.lib
-    if p.prefetch_mode != lib.HUVM_PREFETCH_OFF and p.prefetch_chunks == 0:
-        key, o = blame("prefetch_chunks", "prefetch_mode")
-        raise _error("contradictory: prefetch_mode is not off but prefetch_chunks is 0", key, o)
-    for g in info.gpus:
-        e = p.gpu_by_uuid(g.uuid)
-        if e is None:
-            continue
-        if e.lend_reserve_bytes > g.memory_bytes > 0:
-            key, o = blame(f"gpu.{g.index}.lend_reserve")
-            raise _error(f"contradictory: lend_reserve {format_size(e.lend_reserve_bytes)} is above the GPU's "
-                         f"memory ({format_size(g.memory_bytes)})", key, o)
-        lends = e.role in (lib.HUVM_ROLE_LENDER, lib.HUVM_ROLE_BOTH)
-        if lends and e.lend_limit_bytes == 0 and f"gpu.{g.index}.role" in seen:
-            key, o = blame(f"gpu.{g.index}.role", f"gpu.{g.index}.lend_limit")
-            raise _error("contradictory: a lender with lend_limit 0 can lend nothing", key, o)
+    return replace(base, **node, gpus=tuple(gpus.values()))
 
 
 def describe_keys() -> list[dict[str, Any]]:
     """For `huvmctl policy keys` and docs: every key with type, range/choices and help."""
     out = []
     for spec in KEYS.values():
-        d = asdict(spec)
-        d["key"] = spec.name if spec.scope == "node" else f"gpu.N.{spec.name}"
-        d["choices"] = list(spec.choices()) if spec.kind == "enum" else None
-        out.append(d)
+        ranged = spec.kind == "int"
+        out.append({
+            "key": spec.name if spec.scope == "node" else f"gpu.N.{spec.name}",
+            "scope": spec.scope,
+            "type": {"bytes": "size"}.get(spec.kind, spec.kind),
+            "min": spec.lo if ranged else None,
+            "max": spec.hi if ranged else None,
+            "choices": list(spec.choices()) if spec.kind == "enum" else None,
+            "unlimited_allowed": spec.unlimited,
+            "help": spec.help,
+        })
     return out

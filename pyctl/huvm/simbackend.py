@@ -38,8 +38,13 @@ class SimBackend:
     def close(self) -> None:
         self.node.close()
 
+    def advance(self, seconds: float) -> None:
+        """Run the node's workload for seconds of simulated time (no-op once it is done, or without one)."""
+        if hasattr(self.node, "run") and not self.node.finished:
+            self.node.run(until_ns=self.node.now_ns + max(int(seconds * 1e9), 1))
+
     @classmethod
-    def from_config(cls, sim_config: str | None = None) -> SimBackend:
+    def from_config(cls, sim_config: str | None = None, *, live: bool = False) -> SimBackend:
         from .sim.config import NodeConfig
         from .sim.errors import SimConfigError
         from .sim.node import PRESET_IDS, SimNode
@@ -51,7 +56,7 @@ class SimBackend:
             else:
                 doc = TomlDoc(sim_config)
                 if "tenant" in doc.data:
-                    return cls.from_experiment(doc)
+                    return cls.from_experiment(doc, run=not live)
                 table = doc.data.get("node", doc.data)
                 if not isinstance(table, dict):
                     raise doc.error("expected a [node] table", "node")
@@ -72,8 +77,9 @@ class SimBackend:
             raise
 
     @classmethod
-    def from_experiment(cls, doc: TomlDoc) -> SimBackend:
-        """The node of an experiment file after running its tenants under its first policy."""
+    def from_experiment(cls, doc: TomlDoc, *, run: bool = True) -> SimBackend:
+        """The node of an experiment file under its "huvm" policy (else its first), its tenants run to
+        completion (run), or added and left at time 0 for :meth:`advance` to drive."""
         from .experiment.results import RunKey
         from .experiment.runner import PlannedRun, Runner
         from .experiment.spec import parse
@@ -82,5 +88,6 @@ class SimBackend:
         runner = Runner(spec)
         policy = next((p for p in spec.policies if p.name == "huvm"), spec.policies[0])
         sim, _node, _tenants, _settings = runner.prepare(PlannedRun(RunKey(policy.name, None, 0), policy))
-        sim.run()
+        if run:
+            sim.run()
         return cls(sim)

@@ -43,20 +43,21 @@ def test_status(capsys: pytest.CaptureFixture[str]) -> None:
     assert "simulated aws-p3.8xlarge" in out and "preset huvm" in out and "GPU-" in out
     d = run_json(capsys, *SIM, "status")
     assert isinstance(d, dict)
-    assert d["info"]["backend"] == "sim" and len(d["info"]["gpus"]) == 4
+    assert d["schema_version"] == 1 and d["kind"] == "status"
+    assert d["node"]["backend"] == "sim" and len(d["node"]["gpus"]) == 4
     assert d["policy"]["preset"] == "huvm" and "stats" in d
 
 
 def test_global_options_after_the_verb(capsys: pytest.CaptureFixture[str]) -> None:
     d = run_json(capsys, "status", "--sim", "--sim-config", "dgx-a100")
-    assert isinstance(d, dict) and len(d["info"]["gpus"]) == 8
+    assert isinstance(d, dict) and len(d["node"]["gpus"]) == 8
 
 
 def test_sim_config_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     f = tmp_path / "node.toml"
     f.write_text('[node]\npreset = "aws-p3.8xlarge"\ngpu_count = 2\npolicy_preset = "stock"\n')
     d = run_json(capsys, *SIM, "--sim-config", str(f), "status")
-    assert isinstance(d, dict) and len(d["info"]["gpus"]) == 2 and d["policy"]["preset"] == "stock"
+    assert isinstance(d, dict) and len(d["node"]["gpus"]) == 2 and d["policy"]["preset"] == "stock"
     f.write_text('[node]\npreset = "aws-p3.8xlarge"\ngpu_count = 99\n')
     rc, out, err = run(capsys, *SIM, "--sim-config", str(f), "status")
     assert rc == 2 and err.startswith("huvmctl: error: ") and err.count("\n") == 1
@@ -71,7 +72,7 @@ def test_topology(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_va_spaces(capsys: pytest.CaptureFixture[str]) -> None:
     d = run_json(capsys, *SIM, "va-spaces")
-    assert isinstance(d, list)
+    assert d == {"schema_version": 1, "kind": "va-spaces", "va_spaces": []}
 
 
 def test_policy_show_set_preset(capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,8 +115,11 @@ def test_policy_save_diff_apply(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     [
         (["policy", "set", "bogus=1"], "bogus: unknown key"),
         (["policy", "set", "prefetch_chunks=lots"], "expected an integer"),
-        (["policy", "set", "prefetch_stride=17"], "out of range"),
-        (["policy", "set", "gpu.0.lend_reserve=20GiB"], "contradictory"),
+        (["policy", "set", "prefetch_stride=17"], "prefetch_stride=17: must be <= 16"),
+        (["policy", "set", "gpu.0.lend_reserve=20GiB"], "gpu.0.lend_reserve=20GiB: must be <= 15872MiB"),
+        (["policy", "set", "gpu.1.role=lender", "gpu.1.lend_limit=0"], "gpu.1.lend_limit=0: must be more than 0"),
+        (["policy", "set", "gpu.1.role=both", "gpu.1.lend_limit=0"], "gpu.1.lend_limit=0: must be more than 0"),
+        (["policy", "set", "preevict_chunks=65536"], "preevict_chunks=65536: must be <= 7936"),
         (["policy", "set", "prefetch_chunks=1", "prefetch_chunks=2"], "contradictory"),
         (["policy", "set", "prefetch_chunks"], "expected KEY=VALUE"),
         (["policy", "preset", "turbo"], "unknown preset"),
@@ -170,12 +174,13 @@ def test_stats(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(capsys, *SIM, "stats", "--all", "--pairs")
     assert rc == 0 and "evict_to_peer" in out and "lent_bytes" in out
     d = run_json(capsys, *SIM, "stats", "--reset")
-    assert isinstance(d, dict) and len(d["gpus"]) == 4 and "host_reason" in d["gpus"][0]
+    assert isinstance(d, dict) and d["kind"] == "stats" and len(d["stats"]["gpus"]) == 4
+    assert set(d["stats"]["gpus"][0]["host_reason_chunks"]) >= {"tier_off", "no_peer", "peer_full"}
     rc, out, _ = run(capsys, *SIM, "stats", "--watch", "0.01", "--count", "2", "--json")
     lines = out.strip().splitlines()
     assert rc == 0 and len(lines) == 2
     first = json.loads(lines[0])
-    assert {"interval_s", "gpus", "totals"} <= set(first)
+    assert first["kind"] == "stats-interval" and {"interval_s", "timestamp_ns", "gpus"} <= set(first)
     rc, out, _ = run(capsys, *SIM, "stats", "--watch", "0.01", "--count", "1")
     assert rc == 0 and "per second" in out
 
@@ -293,10 +298,30 @@ def test_sim_config_experiment_file_runs_its_tenants(capsys: pytest.CaptureFixtu
     f.write_text(SMALL)
     d = run_json(capsys, *SIM, "--sim-config", str(f), "stats")
     assert isinstance(d, dict)
-    assert sum(g["evict_to_peer"] for g in d["gpus"]) > 0  # ran under its "huvm" policy
-    assert sum(p["evict_chunks"] for p in d["pairs"]) == sum(g["evict_to_peer"] for g in d["gpus"])
+    gpus, pairs = d["stats"]["gpus"], d["stats"]["pairs"]
+    assert sum(g["counters"]["evict_to_peer_chunks"] for g in gpus) > 0  # ran under its "huvm" policy
+    assert sum(p["counters"]["evict_chunks"] for p in pairs) == sum(g["counters"]["evict_to_peer_chunks"] for g in gpus)
     d = run_json(capsys, *SIM, "--sim-config", str(f), "policy", "show")
-    assert isinstance(d, dict) and d["preset"] == "huvm"
+    assert isinstance(d, dict) and d["policy"]["preset"] == "huvm"
+
+
+def test_stats_interval_count_moves_on_the_simulated_node(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """bcc style `stats INTERVAL COUNT`: an experiment file's workload runs as the intervals pass."""
+    f = tmp_path / "small.toml"
+    f.write_text(SMALL)
+    rc, out, _ = run(capsys, *SIM, "--sim-config", str(f), "stats", "0.01", "3", "--json")
+    docs = [json.loads(line) for line in out.strip().splitlines()]
+    assert rc == 0 and len(docs) == 3
+    stamps = [doc["timestamp_ns"] for doc in docs]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 3  # simulated time moves
+    faults = [sum(g["rates"]["faults_per_s"] for g in doc["gpus"]) for doc in docs]
+    assert any(x > 0 for x in faults)  # and so do the counters
+    rc, out, _ = run(capsys, *SIM, "stats", "0.01", "2", "-T")
+    assert rc == 0 and len(re.findall(r"^\d\d:\d\d:\d\d$", out, re.M)) == 2
+    rc, _, err = run(capsys, *SIM, "stats", "1", "--watch", "2")
+    assert rc == 2 and "disagree" in err
+    rc, _, err = run(capsys, *SIM, "stats", "-T")
+    assert rc == 2 and "-T" in err
 
 
 def test_watch(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -366,10 +391,10 @@ def test_sim_config_sizes_use_the_unit_grammar(capsys: pytest.CaptureFixture[str
     f = tmp_path / "node.toml"
     f.write_text('[node]\npreset = "aws-p3.8xlarge"\ngpu_memory_bytes = "3GiB"\ngpu_reserved_bytes = "256MiB"\n')
     d = run_json(capsys, *SIM, "--sim-config", str(f), "status")
-    assert isinstance(d, dict) and {g["memory_bytes"] for g in d["info"]["gpus"]} == {(3 << 30) - (256 << 20)}
+    assert isinstance(d, dict) and {g["memory_bytes"] for g in d["node"]["gpus"]} == {(3 << 30) - (256 << 20)}
     f.write_text('[node]\npreset = "aws-p3.8xlarge"\ngpu_reserved_bytes = "256MiB"\n')  # alone: no longer ignored
     d = run_json(capsys, *SIM, "--sim-config", str(f), "status")
-    assert isinstance(d, dict) and {g["memory_bytes"] for g in d["info"]["gpus"]} == {(16 << 30) - (256 << 20)}
+    assert isinstance(d, dict) and {g["memory_bytes"] for g in d["node"]["gpus"]} == {(16 << 30) - (256 << 20)}
 
 
 def test_trace_info_prints_sizes_in_the_unit_grammar(capsys: pytest.CaptureFixture[str]) -> None:

@@ -129,7 +129,7 @@ policies = ["huvm"]
         (('steps = 1\n', 'steps = "one"\n'), 17, "tenant[0].steps", "expected an integer"),
         (('gpu = 1\n', 'gpu = 5\n'), 22, "tenant[1].gpu", "not in 0..1"),
         (('role = "lender"', 'role = "boss"'), 25, "gpu.1.role", "expected one of"),
-        (('prefetch_chunks = 4', 'prefetch_chunks = 400'), 29, "prefetch_chunks", "out of range"),
+        (('prefetch_chunks = 4', 'prefetch_chunks = 400'), 29, "prefetch_chunks", "400: must be <= 64"),
         (('prefetch_chunks = 4', 'prefetch_chunsk = 4'), 29, "policy.tuned.prefetch_chunsk", "unknown key"),
         (('"huvm", "tuned"]', '"huvm", "tuned", "fast"]'), 4, "experiment.policies", "unknown policy"),
         (('trace = "bundled:llama-tiny"', 'trace = "bundled:llama-huge"'), 23, "tenant[1].trace", "llama-huge"),

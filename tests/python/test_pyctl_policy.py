@@ -66,12 +66,12 @@ def test_gpu_by_uuid_prefix(node: Node) -> None:
         ("nvlink_only=maybe", "expected a boolean"),
         ("peer_select=fastest", "expected one of"),
         ("gpu.0.lend_limit=lots", "not a size"),
-        ("prefetch_chunks=65", "out of range"),                 # out of range
-        ("prefetch_stride=0", "out of range"),
-        ("peer_usage_max_pct=0", "out of range"),
-        ("hysteresis_ms=60001", "out of range"),
+        ("prefetch_chunks=65", "prefetch_chunks=65: must be <= 64"),      # out of range: the limit named
+        ("prefetch_stride=0", "prefetch_stride=0: must be >= 1"),
+        ("peer_usage_max_pct=0", "peer_usage_max_pct=0: must be >= 1"),
+        ("hysteresis_ms=60001", "hysteresis_ms=60001: must be <= 60000"),
         ("gpu.9.role=lender", "unknown GPU"),                   # unknown GPU
-        ("gpu.0.lend_reserve=17GiB", "contradictory"),          # contradictory: above capacity
+        ("gpu.0.lend_reserve=17GiB", "gpu.0.lend_reserve=17GiB: must be <= 16GiB"),  # the core: capacity
         ("prefetch_chunks", "KEY=VALUE"),
     ],
 )
@@ -86,22 +86,45 @@ def test_bad_input_refused_before_sending(node: Node, fake: CoreNode, item: str,
 def test_contradictory_combinations(node: Node, fake: CoreNode) -> None:
     with pytest.raises(PolicyError, match="contradictory: set to"):
         node.set(["prefetch_chunks=4", "prefetch_chunks=8"])
-    with pytest.raises(PolicyError, match="prefetch_chunks is 0"):
+    with pytest.raises(PolicyError, match=r"^prefetch_chunks=0: must be more than 0 while prefetch_mode is local"):
         node.set(["prefetch_mode=local", "prefetch_chunks=0"])
-    with pytest.raises(PolicyError, match="lend nothing"):
-        node.set(["gpu.0.role=lender", "gpu.0.lend_limit=0"])
     assert sent(fake) == 0
+
+
+LEND_NOTHING = r"^gpu\.1\.lend_limit=0: must be more than 0 while gpu\.1\.role is {role} .*lends nothing"
+
+
+@pytest.mark.parametrize("role", ["lender", "both"])
+def test_lender_lending_nothing_refused_in_one_command_or_two(node: Node, fake: CoreNode, role: str) -> None:
+    """The core's verdict on the whole policy, not on the keys of one command: the same refusal whether
+    role and lend_limit come together, limit first, or role first."""
+    with pytest.raises(PolicyError, match=LEND_NOTHING.format(role=role)) as one:
+        node.set([f"gpu.1.role={role}", "gpu.1.lend_limit=0"])
+    assert one.value.key == "gpu.1.lend_limit"
+    node.set([f"gpu.1.role={role}"])  # a lender (lend_limit unlimited): fine
+    with pytest.raises(PolicyError, match=LEND_NOTHING.format(role=role)):
+        node.set(["gpu.1.lend_limit=0"])  # second command
+    node.set(["gpu.1.role=harvester", "gpu.1.lend_limit=0"])  # a harvester lends nothing anyway: fine
+    with pytest.raises(PolicyError, match=LEND_NOTHING.format(role=role)):
+        node.set([f"gpu.1.role={role}"])  # the limit from an earlier command, the role now
+    assert node.get_policy().gpu_by_uuid(node.info().gpus[1].uuid).role_name == "harvester"  # type: ignore[union-attr]
+    assert sent(fake) == 2
 
 
 def test_core_rules_checked_locally(node: Node, fake: CoreNode) -> None:
-    # chunks * stride beyond the core's 1 GiB prefetch window: a rule only the core knows
+    # chunks * stride beyond the core's 1 GiB prefetch window: the limit is the core's, found by asking it
     with pytest.raises(PolicyError) as info:
         node.set(["prefetch_chunks=64", "prefetch_stride=16"])
-    assert info.value.key == "prefetch_stride" and "policy core" in str(info.value)
-    # a reserve of pre-evicted chunks larger than a GPU
-    with pytest.raises(PolicyError, match="preevict_chunks"):
-        node.set(["preevict_chunks=9000"])
-    assert sent(fake) == 0
+    assert info.value.key == "prefetch_stride"
+    assert str(info.value).startswith("prefetch_stride=16: must be <= 8 with prefetch_chunks=64")
+    node.set(["prefetch_chunks=64", "prefetch_stride=8"])  # the named limit is accepted
+    # a reserve of pre-evicted chunks larger than a GPU (16 GiB: 8192 chunks of 2 MiB)
+    for value in ("9000", "65536"):
+        with pytest.raises(PolicyError, match=rf"^preevict_chunks={value}: must be <= 8192 \(") as info:
+            node.set([f"preevict_chunks={value}"])
+        assert "NV_ERR" not in str(info.value)
+    node.set(["preevict_chunks=8192"])
+    assert sent(fake) == 2
 
 
 def test_same_value_twice_is_fine(node: Node) -> None:
@@ -181,14 +204,15 @@ lend_reserve = "1GiB"
     [
         ("prefetch_chunks = 8\nbogus = 1\n", 2, "bogus", "unknown key"),
         ("prefetch_chunks = \"eight\"\n", 1, "prefetch_chunks", "expected an integer"),
-        ("\n\nprefetch_stride = 99\n", 3, "prefetch_stride", "out of range"),
+        ("\n\nprefetch_stride = 99\n", 3, "prefetch_stride", "99: must be <= 16"),
         ("nvlink_only = 3\n", 1, "nvlink_only", "boolean"),
-        ("[gpu.0]\nrole = \"harvester\"\nlend_reserve = \"20GiB\"\n", 3, "gpu.0.lend_reserve", "contradictory"),
+        ("[gpu.0]\nrole = \"harvester\"\nlend_reserve = \"20GiB\"\n", 3, "gpu.0.lend_reserve", "must be <= 16GiB"),
+        ("[gpu.1]\nrole = \"lender\"\nlend_limit = 0\n", 3, "gpu.1.lend_limit", "0: must be more than 0"),
         ("[gpu.7]\nrole = \"lender\"\n", 2, "gpu.7.role", "unknown GPU"),
         ("prefetch_chunks = 4\n[gpu.0]\nrole = \"lender\"\n[gpu.\"0\"]\n", None, None, "TOML syntax"),
         ("prefetch_chunks = 4\nprefetch_chunks = 5\n", 2, None, "TOML syntax"),
         ("preset = \"warp\"\n", 1, "preset", "unknown preset"),
-        ("prefetch_chunks = 64\nprefetch_stride = 16\n", 2, "prefetch_stride", "policy core"),
+        ("prefetch_chunks = 64\nprefetch_stride = 16\n", 2, "prefetch_stride", "16: must be <= 8"),
         ("[tuning]\nx = 1\n", 1, "tuning", "unknown table"),
     ],
 )

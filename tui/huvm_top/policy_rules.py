@@ -81,8 +81,11 @@ def parse_value(s: FieldSpec, text: str) -> int:
         return hp.parse_value(s.huvm, text, s.name)
     except PolicyError as exc:
         msg = str(exc)
-        prefix = f"{s.name}: "
-        raise ValueError(msg[len(prefix):] if msg.startswith(prefix) else msg) from None
+        if msg.startswith(f"{s.name}: "):
+            msg = msg[len(s.name) + 2:]
+        elif msg.startswith(f"{s.name}=") and ": " in msg:
+            msg = msg.split(": ", 1)[1]  # "KEY=VALUE: must be <= N": the editor names the field and value
+        raise ValueError(msg) from None
 
 
 def format_value(s: FieldSpec, value: int) -> str:

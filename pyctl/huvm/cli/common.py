@@ -47,8 +47,9 @@ def note(text: str) -> None:
     err.print(f"huvmctl: note: {text}", markup=False)
 
 
-def open_node(args: argparse.Namespace) -> client.Node:
-    node = client.open(args.backend, args.device, sim_config=args.sim_config, sim_fallback=args.sim_fallback)
+def open_node(args: argparse.Namespace, *, sim_live: bool = False) -> client.Node:
+    node = client.open(args.backend, args.device, sim_config=args.sim_config, sim_fallback=args.sim_fallback,
+                       sim_live=sim_live)
     if node.note:
         note(node.note)
     return node

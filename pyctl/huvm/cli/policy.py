@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import policyfile, render
+from .. import jsonout, policyfile, render
 from ..client import Node
 from ..policy import Policy, describe_keys, parse_assignments, preset_names
 from .common import open_node, out, print_json
@@ -29,7 +29,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     with open_node(args) as node:
         info, policy = node.info(), node.get_policy()
         if args.json:
-            print_json(policy.to_dict(info))
+            print_json(jsonout.dump(jsonout.PolicyShowDoc.make(policy=jsonout.policy(policy, info))))
         elif args.toml:
             out.print(policyfile.dumps(policy, info), markup=False, end="")
         else:
@@ -97,11 +97,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
     for k in keys:
         if k["choices"]:
             values = " | ".join(k["choices"])
-        elif k["kind"] == "bytes":
-            values = "size or unlimited" if k["unlimited"] else "size"
+        elif k["type"] == "size":
+            values = "size or unlimited" if k["unlimited_allowed"] else "size"
         else:
-            values = f"{k['lo']}..{k['hi']}" if k["kind"] == "int" else "true|false"
-        t.add_row(k["key"], k["kind"], values, k["help"])
+            values = f"{k['min']}..{k['max']}" if k["type"] == "int" else "true|false"
+        t.add_row(k["key"], k["type"], values, k["help"])
     out.print(t)
     return 0
 

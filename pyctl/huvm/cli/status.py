@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .. import abi, render
+from .. import abi, jsonout, render
 from ..topology import discover
 from .common import open_node, out, print_json
 
@@ -13,8 +13,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     with open_node(args) as node:
         info, policy, stats = node.info(), node.get_policy(), node.stats()
         if args.json:
-            print_json({"backend": node.backend.description, "info": info.to_dict(),
-                        "policy": policy.to_dict(info), "stats": stats.to_dict()})
+            print_json(jsonout.dump(jsonout.StatusDoc.make(backend=node.backend.description, node=jsonout.node(info),
+                                                      policy=jsonout.policy(policy, info),
+                                                      stats=jsonout.stats(stats))))
             return 0
         out.print(f"[bold]huvm {abi.huvm_version_str(info.huvm_version)}[/bold] on {node.backend.description}: "
                   f"{info.backend_name} backend, nvidia-uvm {info.upstream_version}, ABI "
@@ -43,7 +44,9 @@ def cmd_va_spaces(args: argparse.Namespace) -> int:
     with open_node(args) as node:
         spaces = node.va_spaces()
         if args.json:
-            print_json([vars(s) for s in spaces])
+            print_json(jsonout.dump(jsonout.VaSpacesDoc.make(va_spaces=[
+                jsonout.VaSpace(id=s.id, pid=s.pid, uid=s.uid, comm=s.comm, counters=dict(s.counters),
+                                gpus=[i for i in range(64) if s.registered_gpus >> i & 1]) for s in spaces])))
             return 0
         from rich.table import Table
 

@@ -163,18 +163,20 @@ class LiveSource:
         return key
 
     def check_policy(self, policy: PolicyState) -> list[FieldError]:
-        """huvm's contradiction checks, then the policy core's validation on a mirror of the node."""
+        """The policy core's validation on a mirror of the node (the one validator; it words its answer)."""
         if self.node is None or self.info is None:
             return []
         try:
             current = self._call("GET_POLICY", self.node.get_policy)
             p = to_policy(policy, current)
-            hp.check_consistency(p, self.info)
             Mirror(self.info, current).validate(p)
         except herr.PolicyError as exc:
             msg = str(exc)
             key = exc.key or ""
-            msg = msg[len(key) + 2:] if key and msg.startswith(key + ": ") else msg
+            if key and msg.startswith(key + ": "):
+                msg = msg[len(key) + 2:]
+            elif key and msg.startswith(key + "=") and ": " in msg:
+                msg = msg.split(": ", 1)[1]  # "KEY=VALUE: must be ...": the field is named by the editor
             return [FieldError(self._field(exc.key, policy), msg)]
         return []
 

@@ -1,0 +1,237 @@
+"""The one JSON schema of huvmctl's ``--json`` output, as pydantic models.
+
+Every document has ``schema_version`` (:data:`SCHEMA_VERSION`, raised on any incompatible change) and
+``kind`` (the verb). Shared rules: sizes are integers in bytes (``*_bytes``; ``null`` for unlimited),
+objects rather than positional arrays (``host_reason`` is ``{"no_peer": 3, ...}``), GPU sets are lists of
+GPU indices rather than bitmasks, flags and reasons are named, and each counter's key names what it holds
+with its unit (``evict_to_peer_chunks``, ``from_peer_bytes``; rates end in ``_per_s``).
+:func:`json_schema` gives the JSON Schema of every document (``huvmctl`` documents it in docs/pyctl.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import abi
+from .info import NodeInfo
+from .metrics import GPU_METRICS, PAIR_METRICS, REASON_NAMES, Metric
+from .policy import GPU_KEYS, KEYS, NODE_KEYS, Policy
+from .stats import StatsDelta, StatsSnapshot
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Gpu(_Model):
+    index: int
+    uuid: str
+    name: str
+    memory_bytes: int
+    free_bytes: int
+    pcie_mbyte_per_s: int
+    flags: list[str] = Field(description="named GPU flags: present, replayable_faults, pma_eviction")
+
+
+class Link(_Model):
+    gpu: int
+    peer: int
+    type: str = Field(description="none, pcie, nvlink_1..nvlink_4, c2c")
+    link_count: int
+    mbyte_per_s: int
+
+
+class Node(_Model):
+    abi_version: str
+    module_abi_version: str
+    huvm_version: str
+    backend: str
+    upstream_version: str
+    gpus: list[Gpu]
+    links: list[Link]
+
+
+class GpuPolicy(_Model):
+    index: int | None = Field(description="GPU index on this node; null for an entry of an absent GPU")
+    uuid: str
+    role: str
+    lend_limit_bytes: int | None = Field(description="null: unlimited")
+    lend_reserve_bytes: int
+
+
+class PolicyDoc(_Model):
+    generation: int
+    preset: str
+    peer_select: str
+    nvlink_only: bool
+    peer_usage_max_pct: int
+    preevict_chunks: int
+    preevict_batch: int
+    fetch_mode: str
+    prefetch_mode: str
+    prefetch_chunks: int
+    prefetch_stride: int
+    hysteresis_ms: int
+    gpus: list[GpuPolicy]
+
+
+class GpuStats(_Model):
+    gpu: int
+    counters: dict[str, int] = Field(description="counter and gauge name (with its unit) -> value")
+    host_reason_chunks: dict[str, int] = Field(description="chunks evicted to host, by named reason")
+
+
+class PairStats(_Model):
+    owner: int
+    holder: int
+    counters: dict[str, int]
+
+
+class Stats(_Model):
+    timestamp_ns: int
+    policy_generation: int
+    gpus: list[GpuStats]
+    pairs: list[PairStats] = Field(description="pairs with any non-zero value")
+
+
+class GpuRates(_Model):
+    gpu: int
+    rates: dict[str, float] = Field(description="counter name with _per_s -> per second over the interval")
+    gauges: dict[str, int]
+
+
+class _Doc(_Model):
+    """A whole document: ``schema_version`` and ``kind`` are required when validating one (a document
+    without them is not ours) and filled in when huvm builds one."""
+
+    schema_version: Literal[1]
+
+    @classmethod
+    def make(cls, **data: Any) -> Self:
+        """A document of this kind at this schema version."""
+        kind = cls.model_fields["kind"].json_schema_extra["const"]  # type: ignore[index]
+        return cls.model_validate({"schema_version": SCHEMA_VERSION, "kind": kind, **data})
+
+
+class StatusDoc(_Doc):
+    kind: Literal["status"] = Field(json_schema_extra={"const": "status"})
+    backend: str
+    node: Node
+    policy: PolicyDoc
+    stats: Stats
+
+
+class PolicyShowDoc(_Doc):
+    kind: Literal["policy"] = Field(json_schema_extra={"const": "policy"})
+    policy: PolicyDoc
+
+
+class StatsDoc(_Doc):
+    kind: Literal["stats"] = Field(json_schema_extra={"const": "stats"})
+    stats: Stats
+
+
+class StatsIntervalDoc(_Doc):
+    kind: Literal["stats-interval"] = Field(json_schema_extra={"const": "stats-interval"})
+    timestamp_ns: int
+    interval_s: float
+    gpus: list[GpuRates]
+
+
+class VaSpace(_Model):
+    id: int
+    pid: int
+    uid: int
+    comm: str
+    gpus: list[int] = Field(description="indices of the GPUs registered in this va_space")
+    counters: dict[str, int]
+
+
+class VaSpacesDoc(_Doc):
+    kind: Literal["va-spaces"] = Field(json_schema_extra={"const": "va-spaces"})
+    va_spaces: list[VaSpace]
+
+
+DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsIntervalDoc, VaSpacesDoc)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of every document: one ``oneOf`` keyed by ``kind``."""
+    from pydantic import TypeAdapter
+
+    union: Any = StatusDoc | PolicyShowDoc | StatsDoc | StatsIntervalDoc | VaSpacesDoc
+    schema: dict[str, Any] = TypeAdapter(union).json_schema()
+    return schema
+
+
+# ---- from the library's objects --------------------------------------------------------------------------
+
+def _flag_names(flags: int) -> list[str]:
+    return [name.removeprefix("HUVM_GPU_FLAG_").lower() for name, bit in sorted(abi.constants("HUVM_GPU_FLAG_").items(),
+                                                                                key=lambda kv: kv[1])
+            if flags & bit]
+
+
+def node(info: NodeInfo) -> Node:
+    return Node(abi_version=abi.version_str(info.abi_version),
+                module_abi_version=abi.version_str(info.module_abi_version),
+                huvm_version=abi.huvm_version_str(info.huvm_version), backend=info.backend_name,
+                upstream_version=info.upstream_version,
+                gpus=[Gpu(index=g.index, uuid=g.uuid, name=g.name, memory_bytes=g.memory_bytes,
+                          free_bytes=g.free_bytes, pcie_mbyte_per_s=g.pcie_mbyte_per_s, flags=_flag_names(g.flags))
+                      for g in info.gpus],
+                links=[Link(gpu=k.a, peer=k.b, type=k.type_name, link_count=k.link_count, mbyte_per_s=k.mbyte_per_s)
+                       for k in info.links])
+
+
+def policy(p: Policy, info: NodeInfo | None = None) -> PolicyDoc:
+    values: dict[str, Any] = {}
+    for k in NODE_KEYS:
+        spec, v = KEYS[k], getattr(p, k)
+        values[k] = bool(v) if spec.kind == "bool" else (
+            abi.enum_names(spec.enum_prefix).get(v, str(v)).replace("_", "-") if spec.kind == "enum" else v)
+    index = {g.uuid.lower(): g.index for g in info.gpus} if info else {}
+    assert set(GPU_KEYS) == {"role", "lend_limit", "lend_reserve"}
+    gpus = [GpuPolicy(index=index.get(g.uuid.lower()), uuid=g.uuid, role=g.role_name,
+                      lend_limit_bytes=None if g.lend_limit_bytes == abi.UNLIMITED else g.lend_limit_bytes,
+                      lend_reserve_bytes=g.lend_reserve_bytes) for g in p.gpus]
+    return PolicyDoc(generation=p.generation, preset=p.preset_name, gpus=gpus, **values)
+
+
+def _name(m: Metric) -> str:
+    return m.base_name
+
+
+def stats(s: StatsSnapshot) -> Stats:
+    gpus = []
+    for g in s.gpus:
+        counters: dict[str, int] = {}
+        reasons: dict[str, int] = {}
+        for m in GPU_METRICS:
+            v = g.values[m.field]
+            if isinstance(v, tuple):
+                reasons = {REASON_NAMES[i] if i < len(REASON_NAMES) else str(i): n for i, n in enumerate(v)}
+            else:
+                counters[_name(m)] = v
+        gpus.append(GpuStats(gpu=g.gpu, counters=counters, host_reason_chunks=reasons))
+    pairs = [PairStats(owner=p.owner, holder=p.holder,
+                       counters={_name(m): p.values[m.field] for m in PAIR_METRICS}) for p in s.pairs]
+    return Stats(timestamp_ns=s.timestamp_ns, policy_generation=s.generation, gpus=gpus, pairs=pairs)
+
+
+def stats_interval(d: StatsDelta) -> StatsIntervalDoc:
+    by_field = {m.field: m for m in GPU_METRICS}
+    gpus = []
+    for g, r in zip(d.after.gpus, d.rates(), strict=True):
+        gauges = {_name(m): int(g.scalar(m.field)) for m in GPU_METRICS if m.kind == "gauge"}
+        gpus.append(GpuRates(gpu=g.gpu, rates={_name(by_field[f]) + "_per_s": v for f, v in r.items()},
+                             gauges=gauges))
+    return StatsIntervalDoc.make(timestamp_ns=d.after.timestamp_ns, interval_s=d.seconds, gpus=gpus)
+
+
+def dump(doc: _Model) -> dict[str, Any]:
+    return doc.model_dump(mode="json")
