@@ -471,6 +471,9 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
             REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_ROLE));
         if (e->flags != 0)
             REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_FLAGS));
+        /* A lender with nothing to lend is a contradiction, not a way to stop lending (role harvester/none). */
+        if ((e->role == HUVM_ROLE_LENDER || e->role == HUVM_ROLE_BOTH) && e->lend_limit_bytes == 0)
+            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_LIMIT));
         mem = known_memory(core, e->uuid);
         if (mem != 0 && e->lend_reserve_bytes > mem)
             REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_RESERVE));

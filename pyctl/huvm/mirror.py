@@ -65,15 +65,6 @@ class Mirror:
         status = int(lib.huvm_policy_validate(self._core, p, err))
         if status != lib.HUVM_NV_OK:
             return status, int(err[0])
-        # Until huvm_policy_validate itself refuses a lender allowed to lend nothing (a rule proposed for
-        # driver/core/huvm_policy.c), the mirror answers for it in the core's terms (status and field), so
-        # one wording path serves both; drop this when the core has the rule.
-        for i, g in enumerate(policy.gpus):
-            if g.role in (lib.HUVM_ROLE_LENDER, lib.HUVM_ROLE_BOTH) and g.lend_limit_bytes == 0:
-                fields = abi.constants("HUVM_FIELD_")
-                gpu_field = (fields["HUVM_FIELD_GPU_BASE"] + i * fields["HUVM_FIELD_GPU_STRIDE"]
-                             + fields["HUVM_FIELD_GPU_LEND_LIMIT"])
-                return int(lib.HUVM_NV_ERR_INVALID_ARGUMENT), gpu_field
         return int(lib.HUVM_NV_OK), 0
 
     def validate(self, policy: Policy, settings: list[Setting] | None = None) -> None:

@@ -225,11 +225,21 @@ TEST(policy_gpu_entries)
     p = current();
     p.gpus[1].lend_reserve_bytes = 16 * GIB + 1;
     CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(1, HUVM_FIELD_GPU_LEND_RESERVE)));
-    /* fine: reserve == memory, lend limit 0 with a lender role, unlimited */
+    /* a lender (or both) allowed to lend nothing is a contradiction: refused */
     p = current();
-    p.gpus[1].lend_reserve_bytes = 16 * GIB;
     p.gpus[2].role = HUVM_ROLE_LENDER;
     p.gpus[2].lend_limit_bytes = 0;
+    CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(2, HUVM_FIELD_GPU_LEND_LIMIT)));
+    p.gpus[2].role = HUVM_ROLE_BOTH;
+    CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(2, HUVM_FIELD_GPU_LEND_LIMIT)));
+    /* fine: reserve == memory, a one-chunk lend limit with a lender role, a harvester that lends nothing,
+     * unlimited */
+    p = current();
+    p.gpus[1].lend_reserve_bytes = 16 * GIB;
+    p.gpus[0].role = HUVM_ROLE_HARVESTER;
+    p.gpus[0].lend_limit_bytes = 0;
+    p.gpus[2].role = HUVM_ROLE_LENDER;
+    p.gpus[2].lend_limit_bytes = HUVM_CHUNK_SIZE;
     p.gpus[3].lend_limit_bytes = HUVM_UNLIMITED;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
     CHECK_EQ(huvm_policy_gpu(&core, 2)->role, HUVM_ROLE_LENDER);

@@ -67,7 +67,7 @@ def nodes(draw: Any, min_gpus: int = 2, max_gpus: int = 8) -> Node:
         present=[draw(st.sampled_from([True, True, True, False])) or i == 0 for i in range(n)],
         links=links,
         roles=[draw(st.sampled_from(ROLES)) for _ in range(n)],
-        limits=[draw(st.one_of(st.just(UNLIMITED), st.integers(0, 64).map(lambda c: c * CHUNK)))
+        limits=[draw(st.one_of(st.just(UNLIMITED), st.integers(1, 64).map(lambda c: c * CHUNK)))
                 for _ in range(n)],
         reserves=[draw(st.one_of(st.integers(0, m // 8), st.integers(0, m))) for m in mem],
         peer_select=draw(st.integers(0, lib.HUVM_PEER_SELECT_COUNT - 1)),
