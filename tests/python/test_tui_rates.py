@@ -118,7 +118,7 @@ def test_policy_fields_parse_check_and_print() -> None:
     assert "prefetch_chunks" in names and "generation" not in names and "preset" not in names
     chunks = spec("prefetch_chunks")
     assert parse_value(chunks, "16") == 16
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match="must be <= 64"):
         parse_value(chunks, "999")
     with pytest.raises(ValueError, match="integer"):
         parse_value(chunks, "many")
