@@ -444,10 +444,10 @@ def _register_table() -> None:
 _register_table()
 
 
-@pytest.mark.parametrize("builtin", BUILTINS, ids=repr)
+# Tests declared "not run" are listed in the table with their reason but are not test cases: a skip of a qemu
+# test is a failure in CI, and these are not skipped by chance but out of the emulator's scope.
+@pytest.mark.parametrize("builtin", [b for b in BUILTINS if not b.not_run], ids=repr)
 def test_builtin(builtin: Builtin, request: pytest.FixtureRequest) -> None:
-    if builtin.not_run:
-        pytest.skip(builtin.not_run)
     if builtin.fd == "uvm_cpu":
         ctx = Ctx(request.getfixturevalue("uvm_cpu"), None, None)
     elif builtin.fd == "fresh":
