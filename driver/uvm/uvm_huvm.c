@@ -544,9 +544,11 @@ void uvm_huvm_va_space_destroy(uvm_va_space_t *va_space)
 /* ---- Eviction ---- */
 
 // Peers the chunk may go to: GPUs registered in the block's VA space that can copy directly from gpu,
-// that are not indirect peers (their mappings need the VA space lock), that support eviction themselves
-// (so they can give the memory back), and that are not leaving the VA space. Facts, not policy: the core
-// chooses among them.
+// that can have no indirect peers (their chunk mappings need the VA space lock, which eviction does not
+// hold: block_populate_gpu_chunk() skips them for an eviction and asserts that the destination is not
+// NUMA-enabled, the only kind of GPU with indirect peers), that support eviction themselves (so they can
+// give the memory back), and that are not leaving the VA space. Facts, not policy: the core chooses
+// among them.
 // LOCKING: the block lock is held; g_uvm_huvm.lock held for read. See the file comment on reading the
 // VA space masks without the VA space lock.
 static NvU32 evict_candidates_locked(uvm_va_space_t *va_space, uvm_gpu_t *gpu)
@@ -567,11 +569,14 @@ static NvU32 evict_candidates_locked(uvm_va_space_t *va_space, uvm_gpu_t *gpu)
             continue;
         if (!uvm_processor_mask_test(&va_space->can_copy_from[uvm_id_value(id)], gpu->id))
             continue;
-        if (!uvm_processor_mask_empty(&va_space->indirect_peers[uvm_id_value(id)]))
-            continue;
 
         peer = va_space->registered_gpus_table[uvm_id_gpu_index(id)];
         if (!peer || !uvm_gpu_supports_eviction(peer))
+            continue;
+
+        // A static property of the GPU, unlike the VA space's indirect_peers mask: indirect peers are
+        // always NUMA-enabled (enable_peers()).
+        if (peer->mem_info.numa.enabled)
             continue;
 
         slot = slot_of_gpu_locked(peer);

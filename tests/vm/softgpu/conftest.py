@@ -24,10 +24,14 @@ if not IN_GUEST:
     # On the host these files are not collected: they need huvm-softgpu.ko and nvidia-uvm, which only
     # the qemu guest loads (tests/vm/run-vm.sh --softgpu-ko ... --uvm ...).
     collect_ignore_glob = ["test_*.py"]
+elif not os.environ.get("HUVM_UVM_VARIANT", "").startswith("patched"):
+    # huvm's scenarios need the patched module: on NVIDIA's stock module they are not test cases at all (a
+    # skipped qemu test fails CI), and the session summary says they were not run.
+    collect_ignore = ["test_huvm_scenarios.py"]
 
 
 #: the files in the order they run: each builds on what the previous one proved
-ORDER = ("test_builtin.py", "test_roundtrip.py", "test_oversub.py")
+ORDER = ("test_builtin.py", "test_roundtrip.py", "test_oversub.py", "test_huvm_scenarios.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -121,6 +125,7 @@ def managed(session: Any) -> Iterator[Callable[..., Any]]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     rep = outcome.get_result()  # type: ignore[attr-defined]
+    _record_scenario(item, rep)
     callspec = getattr(item, "callspec", None)
     spec = callspec.params.get("builtin") if callspec is not None else None
     if spec is None:
@@ -143,6 +148,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             res.result, res.reason = "not run", _skip_reason(rep)
         else:
             res.result, res.reason = "failed", _message(call)
+
+
+def _record_scenario(item: pytest.Item, rep: pytest.TestReport) -> None:
+    """huvm scenarios (``@pytest.mark.scenario(name)``): one result per scenario, failed if any phase failed."""
+    mark = item.get_closest_marker("scenario")
+    if mark is None or not mark.args:
+        return
+    import sglib
+
+    name = str(mark.args[0])
+    if rep.failed:
+        sglib.SCENARIOS[name] = "failed"
+    elif rep.skipped:
+        sglib.SCENARIOS.setdefault(name, f"skipped ({_skip_reason(rep)})")
+    elif rep.when == "call":
+        sglib.SCENARIOS.setdefault(name, "passed")
 
 
 def _message(call: pytest.CallInfo[None]) -> str:
@@ -186,6 +207,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                       for r in results]})
         if path:
             say(f"== built-in table: {path}")
+    for name, result in sglib.SCENARIOS.items():
+        say(f"scenario {name}: {result}")
     if sglib.PERF:
         path = sglib.write_json(f"softgpu-perf-{sglib.VARIANT}.json", {
             "variant": sglib.VARIANT, "fb_mib": sglib.FB_MIB, "gpus": sglib.GPUS, "figures": sglib.PERF})

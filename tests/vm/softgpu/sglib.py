@@ -232,6 +232,8 @@ class BuiltinResult:
 BUILTIN_RESULTS: dict[str, BuiltinResult] = {}
 #: the emulated GPUs as SOFTGPU_GET_INFO described them (filled by the sg fixture), for the JSON files
 GPUS: list[dict[str, Any]] = []
+#: huvm scenarios (test_huvm_scenarios.py): name -> "passed" | "failed" | "skipped (reason)"
+SCENARIOS: dict[str, str] = {}
 #: perf figures: name -> {"value": x, "unit": u, ...}
 PERF: dict[str, dict[str, Any]] = {}
 
