@@ -11,6 +11,13 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
 - ``evict-to-peer``: the ``huvm`` preset, a harvester's (GPU0) working set 1.5x its PMA region brought onto it
   in pieces, lenders (GPU1..3) idle; then UVM_TEST_EVICT_CHUNK of some blocks still on GPU0 (NVIDIA's test
   path: the eviction runs with no VA space lock held). Evictions land on the peers, none on the host.
+- ``giveback``: the evict-to-peer setup, then the lender (GPU1) takes two blocks of its own data; then GPU1's
+  framebuffer is taken as another process's cudaMalloc would (softgpu FOREIGN_ALLOC: PMA without
+  DONT_EVICT, so RM calls UVM's PMA eviction callback): exactly what GPU1 can give without its own data.
+  The guest chunks leave GPU1 for the host (give-back), GPU1's own data stays, the give-back counters and
+  gauges equal the residency, no byte is lost.
+- ``stock-equals-upstream``: the ``stock`` preset on the patched module, the same 1.5x working set: UVM
+  evicts to the host only, no peer counter moves, data intact.
 """
 
 from __future__ import annotations
@@ -102,12 +109,13 @@ def _slots(node: Any, s: sglib.Session) -> dict[int, int]:
     return out
 
 
-def _settled_stats(node: Any, owner: int, seconds: float = 30.0) -> Any:
-    """GET_STATS once the owner's eviction counters have stopped moving for a second (pre-eviction runs in
-    its own worker after an evicting allocation)."""
+def _settled_stats(node: Any, owner: int, seconds: float = 30.0, also: tuple[int, ...] = ()) -> Any:
+    """GET_STATS once the owner's eviction counters (and the give-back counters of the slots in ``also``)
+    have stopped moving for a second (pre-eviction runs in its own worker after an evicting allocation)."""
     def key(st: Any) -> tuple[int, ...]:
         g = st.gpus[owner]
-        return (g.scalar("evict_to_peer"), g.scalar("evict_to_host"), g.scalar("harvested_bytes"))
+        return (g.scalar("evict_to_peer"), g.scalar("evict_to_host"), g.scalar("harvested_bytes"),
+                *(st.gpus[a].scalar(k) for a in also for k in ("giveback", "lent_bytes", "evict_to_host")))
 
     last = node.stats()
     deadline = time.monotonic() + seconds
@@ -251,5 +259,207 @@ def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kms
           f"{st3.gpus[owner].scalar('harvested_bytes') >> 20} MiB, giveback {giveback}")
     assert counts_after == {"cpu": blocks}, f"after CPU reads: {counts_after}"
     assert st3.gpus[owner].scalar("harvested_bytes") == 0, "harvested gauge not back to 0 after the data left"
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+
+
+# ---- shared workload -----------------------------------------------------------------------------------------
+
+def _oversubscribe(s: sglib.Session, managed: Any, gpu: Any, seed: int) -> tuple[Any, int, int]:
+    """A managed region 1.5x gpu's PMA region, filled with the pattern by the CPU and migrated onto gpu in
+    16 MiB pieces (the evict-to-peer workload). Returns (region, bytes, 2 MiB blocks)."""
+    size = -(-gpu.pma_bytes * 3 // 2 // CHUNK) * CHUNK
+    r = managed(size)
+    sglib.fill_pattern(r, seed)
+    piece = 16 * MIB
+    for off in range(0, size, piece):
+        r.migrate(gpu, off, min(piece, size - off))
+    return r, size, size // CHUNK
+
+
+def _pma_room(s: sglib.Session, gpu: Any) -> tuple[int, int]:
+    """(bytes in free 2 MiB PMA pages, bytes UVM holds unpinned: what PMA may evict) of gpu."""
+    p = s.uvm.run_test("PMM_QUERY_PMA_STATS", gpu_uuid=gpu)
+    return int(p.pma_stats.numFreePages2m) * CHUNK, s.sg.counters().gpus[gpu.index].pma_unpinned_bytes
+
+
+def _own_va_space_counters(node: Any) -> dict[int, dict[str, int]]:
+    return {v.id: v.counters for v in node.va_spaces() if v.pid == os.getpid()}
+
+
+# ---- giveback --------------------------------------------------------------------------------------------------
+
+@_scenario("giveback")
+def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    s, node = session, huvm_node
+    assert len(s.gpus) >= 2, "giveback needs at least 2 GPUs"
+    g0, lender = s.gpus[0], s.gpus[1]
+    others = s.gpus[2:]
+    slot = _slots(node, s)
+    owner, holder = slot[g0.index], slot[lender.index]
+
+    _, policy = node.apply_preset("huvm")
+    assert policy.preset_name == "huvm"
+    print(f"giveback: policy {policy.preset_name}: peer_select={policy.peer_select} "
+          f"preevict_chunks={policy.preevict_chunks}")
+
+    seed = 0x61_7EBAC
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
+    st1 = _settled_stats(node, owner)
+    counts1, odd1 = _blocks_by_place(s, r.base, size)
+    guest = counts1.get(f"GPU{lender.index}", 0)
+    on_others1 = {o.index: counts1.get(f"GPU{o.index}", 0) for o in others}
+    held1 = st1.pair(owner, holder)["held_bytes"]
+    print(f"giveback: {blocks} blocks of {g0.name} ({size >> 20} MiB): residency {counts1}; "
+          f"{lender.name} holds {guest} guest chunks, held_bytes {held1 >> 20} MiB, lent_bytes "
+          f"{st1.gpus[holder].scalar('lent_bytes') >> 20} MiB")
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports during the setup, first: " \
+        + " | ".join(bad_log[:6])
+    assert not odd1, f"blocks split between processors: {odd1[:8]}"
+    assert counts1.get("cpu", 0) == 0, f"blocks evicted to the host before the give-back: {counts1}"
+    assert guest > 0, f"no block of {g0.name} landed on {lender.name}: {counts1}"
+    assert held1 == guest * CHUNK, f"held_bytes {held1} != {guest} guest chunks on {lender.name}"
+    assert st1.gpus[holder].scalar("lent_bytes") == guest * CHUNK, \
+        f"lent_bytes of {lender.name} {st1.gpus[holder].scalar('lent_bytes')} != {guest} chunks"
+
+    # The lender's own process starts: two blocks of its own data on GPU1 (room enough, nothing evicted).
+    # Not before the harvest: UVM then takes GPU1's whole PMA in one batch (uvm_perf_pma_batch_nonpinned_order)
+    # and huvm, which reads only PMA's free pages (gpu_free_bytes in driver/uvm/uvm_huvm.c, not the free root
+    # chunks UVM's PMM keeps), sees GPU1 full and lends nothing: an open defect.
+    own = managed(2 * CHUNK)
+    own_seed = 0x0E_0D_A7A
+    sglib.fill_pattern(own, own_seed)
+    own.migrate(lender)
+    own_bad = sglib.resident_exactly_on(s.uvm, own, lender)
+    assert not own_bad, f"the lender's own data is not on {lender.name}: {own_bad[:4]}"
+    counts1b, _ = _blocks_by_place(s, r.base, size)
+    assert counts1b == counts1, f"the lender's own allocation moved guest data: {counts1} -> {counts1b}"
+
+    # Another process's cudaMalloc on GPU1: all it can get without the lender's own data (free 2 MiB pages
+    # plus everything UVM holds unpinned, less the two own blocks). PMA's eviction callback must give the
+    # guest chunks back (they are picked right after UVM's free chunks, before any own data).
+    free_before, unpinned_before = _pma_room(s, lender)
+    want = (free_before + unpinned_before - own.size) // CHUNK * CHUNK
+    assert want > 0
+    vas_before = _own_va_space_counters(node)
+    sg_before = s.sg.counters()
+    fa = s.sg.foreign_alloc(lender, want)
+    try:
+        st2 = _settled_stats(node, owner, also=(holder,))
+        counts2, odd2 = _blocks_by_place(s, r.base, size)
+        own_bad = sglib.resident_exactly_on(s.uvm, own, lender)
+        free_after, unpinned_after = _pma_room(s, lender)
+        sg_d = s.sg.counters().minus(sg_before).gpus[lender.index]
+        vas_after = _own_va_space_counters(node)
+        d = st2.delta(st1)
+        gb_pair = st2.pair(owner, holder)["giveback_chunks"] - st1.pair(owner, holder)["giveback_chunks"]
+        on_others2 = {o.index: counts2.get(f"GPU{o.index}", 0) for o in others}
+        print(f"giveback: PMA of {lender.name} before: free 2M {free_before >> 20} MiB, unpinned "
+              f"{unpinned_before >> 20} MiB; foreign allocation asked {want >> 20} MiB, got {fa.allocated >> 20} MiB "
+              f"(pma_evictions +{sg_d['pma_evictions']}); after: free 2M {free_after >> 20} MiB, unpinned "
+              f"{unpinned_after >> 20} MiB")
+        print(f"giveback: residency {counts1} -> {counts2}; own data on {lender.name}: "
+              f"{'yes' if not own_bad else own_bad[:2]}")
+        print(f"giveback: counters: {lender.name} giveback +{d.gpus[holder]['giveback']} evict_to_host "
+              f"+{d.gpus[holder]['evict_to_host']} lent_bytes {st2.gpus[holder].scalar('lent_bytes') >> 20} MiB; "
+              f"pair({g0.name},{lender.name}) giveback_chunks +{gb_pair} held_bytes "
+              f"{st2.pair(owner, holder)['held_bytes'] >> 20} MiB; {g0.name} harvested_bytes "
+              f"{st2.gpus[owner].scalar('harvested_bytes') >> 20} MiB evict_to_host +{d.gpus[owner]['evict_to_host']} "
+              f"evict_to_peer +{d.gpus[owner]['evict_to_peer']}")
+        sglib.perf("giveback_chunks", gb_pair, "chunks", guest_chunks=guest, to_cpu=counts2.get("cpu", 0),
+                   foreign_mib=fa.allocated >> 20)
+
+        bad_log = _bad_lines(kmsg.read())
+        assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports during the give-back, first: " \
+            + " | ".join(bad_log[:6])
+        assert fa.allocated == want, f"the foreign allocation got {fa.allocated} of {want} bytes"
+        assert not odd2, f"blocks split between processors after the give-back: {odd2[:8]}"
+        # the guest chunks left GPU1, for the host (huvm never cascades a guest chunk to a third GPU)
+        assert counts2.get(f"GPU{lender.index}", 0) == 0, f"guest chunks still on {lender.name}: {counts2}"
+        assert counts2.get("cpu", 0) == guest, f"{guest} guest chunks given back, residency {counts2}"
+        assert counts2.get(f"GPU{g0.index}", 0) == counts1.get(f"GPU{g0.index}", 0), \
+            f"{g0.name}'s own residency changed: {counts1} -> {counts2}"
+        assert on_others2 == on_others1, f"other lenders' chunks moved: {on_others1} -> {on_others2}"
+        # the lender's own data was never evicted while guest chunks remained
+        assert not own_bad, f"the lender's own data left {lender.name}: {own_bad[:4]}"
+        assert d.gpus[holder]["evict_to_host"] == 0, \
+            f"{lender.name} counted {d.gpus[holder]['evict_to_host']} evictions of its own data"
+        # counters and gauges equal the residency
+        assert d.gpus[holder]["giveback"] == guest, f"giveback +{d.gpus[holder]['giveback']} != {guest}"
+        assert gb_pair == guest, f"pair giveback_chunks +{gb_pair} != {guest}"
+        assert st2.pair(owner, holder)["held_bytes"] == 0, "held_bytes not 0 after the give-back"
+        assert st2.gpus[holder].scalar("lent_bytes") == 0, "lent_bytes of the lender not 0 after the give-back"
+        assert st2.gpus[owner].scalar("harvested_bytes") == sum(on_others2.values()) * CHUNK, \
+            f"harvested_bytes {st2.gpus[owner].scalar('harvested_bytes')} != {on_others2} chunks on other peers"
+        assert d.gpus[owner]["evict_to_host"] == 0 and d.gpus[owner]["evict_to_peer"] == 0, \
+            "the give-back counted as the harvester's evictions"
+        moved = {k: v for k, v in vas_after.items() if v != vas_before.get(k)}
+        assert len(moved) == 1, f"LIST_VA_SPACES: {len(moved)} VA spaces of pid {os.getpid()} moved: {moved}"
+        ((vid, vas1),) = moved.items()
+        assert vas_before[vid]["harvested_bytes"] - vas1["harvested_bytes"] == guest * CHUNK, \
+            f"VA space harvested_bytes {vas_before[vid]['harvested_bytes']} -> {vas1['harvested_bytes']}"
+    finally:
+        s.sg.foreign_free(fa)
+
+    # data byte-exact (CPU reads: from the host, GPU0 and the other peers)
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ after the give-back, first at 0x{first:x}"
+    n_bad, first = sglib.pattern_mismatches(own, own_seed)
+    assert n_bad == 0, f"{n_bad} words of the lender's own data differ, first at 0x{first:x}"
+    st3 = _settled_stats(node, owner)
+    assert st3.gpus[owner].scalar("harvested_bytes") == 0, "harvested gauge not back to 0 after the data left"
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+
+
+# ---- stock-equals-upstream -------------------------------------------------------------------------------------
+
+@_scenario("stock-equals-upstream")
+def test_stock_equals_upstream(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+
+    _, policy = node.apply_preset("stock")
+    assert policy.preset_name == "stock"
+    print(f"stock: preevict_chunks={policy.preevict_chunks} prefetch_mode={policy.prefetch_mode} roles="
+          + ",".join(g.role_name for g in policy.gpus))
+
+    st0 = node.stats()
+    seed = 0x5_70C
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
+    st1 = _settled_stats(node, owner)
+    counts, odd = _blocks_by_place(s, r.base, size)
+    d = st1.delta(st0)
+    peers = [p for p in s.gpus if p.index != g0.index]
+    g = d.gpus[owner]
+    print(f"stock: {blocks} blocks of {g0.name} ({size >> 20} MiB): residency {counts}; counters of "
+          f"{g0.name}: evict_to_peer +{g['evict_to_peer']} evict_to_host +{g['evict_to_host']} host_reason "
+          f"{g['host_reason']} harvested_bytes {g['harvested_bytes']}")
+    sglib.perf("stock_blocks_on_cpu", counts.get("cpu", 0), "blocks", on_gpu0=counts.get(f"GPU{g0.index}", 0),
+               evict_to_host=g["evict_to_host"], blocks=blocks)
+
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert not odd, f"blocks split between processors: {odd[:8]}"
+    assert all(counts.get(f"GPU{p.index}", 0) == 0 for p in peers), f"blocks landed on peers: {counts}"
+    assert counts.get("cpu", 0) > 0, f"nothing was evicted to the host: {counts}"
+    assert counts.get("cpu", 0) + counts.get(f"GPU{g0.index}", 0) == blocks, f"residency {counts}"
+    for i, gd in enumerate(d.gpus):
+        assert gd["evict_to_peer"] == 0 and gd["preevict_to_peer"] == 0, \
+            f"slot {i}: evict_to_peer +{gd['evict_to_peer']} preevict_to_peer +{gd['preevict_to_peer']}"
+        assert gd["prefetch_to_peer"] == 0 and gd["giveback"] == 0, \
+            f"slot {i}: prefetch_to_peer +{gd['prefetch_to_peer']} giveback +{gd['giveback']}"
+        assert st1.gpus[i].scalar("harvested_bytes") == 0 and st1.gpus[i].scalar("lent_bytes") == 0, \
+            f"slot {i}: harvested/lent gauges moved under the stock preset"
+    assert all(p["evict_chunks"] == 0 for p in d.pairs), f"pair evictions under stock: {d.pairs}"
+    # the host evictions are counted (reason: tier off), one per block UVM's residency shows on the CPU
+    assert g["evict_to_host"] == counts.get("cpu", 0), \
+        f"evict_to_host +{g['evict_to_host']} but {counts.get('cpu', 0)} blocks on the CPU"
+
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ after eviction to host, first at 0x{first:x}"
     bad_log = _bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
