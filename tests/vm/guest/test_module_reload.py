@@ -88,6 +88,12 @@ def cycle(args: str = "allow_test=1") -> None:
     run("rmmod", "huvm_ktest")
 
 
+# The module allocates no dentries itself: its device node is made and removed by devtmpfs (checked directly
+# below), and insmod's path lookups over 9p leave dentries whose RCU-deferred reclaim is not deterministic with
+# two vCPUs (a CI run saw 'dentry' +42, +79 while 2 of 3 runs saw nothing). Leaks are judged on the rest.
+VFS_CACHES = frozenset({"dentry"})
+
+
 def grown_caches() -> tuple[dict[str, int], int]:
     """Run CYCLES load/unload cycles; return the caches that grew by more than max(CYCLES, one slab) objects
     (a slab's worth is the granularity of the counts), and the growth in vmalloc areas."""
@@ -97,6 +103,8 @@ def grown_caches() -> tuple[dict[str, int], int]:
     after, vm_after = slabs(), vmalloc_areas()
     grown = {}
     for k, (n, per_slab) in after.items():
+        if k in VFS_CACHES:
+            continue
         d = n - before.get(k, (0, 0))[0]
         if d > max(CYCLES, per_slab):
             grown[k] = d
