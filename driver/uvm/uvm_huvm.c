@@ -807,6 +807,27 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
     if (!huvm_enabled() || uvm_va_block_is_hmm(va_block))
         goto to_host;
 
+    // Nothing resident in the chunk (PMM evicts chunks of its "unused" list first): nothing moves, so no
+    // peer and no counter. A guest chunk still stops holding its owner's data: PMM frees it after this.
+    if (uvm_page_mask_empty(pages_to_evict)) {
+        status = uvm_va_block_make_resident(va_block,
+                                            NULL,
+                                            block_context,
+                                            UVM_ID_CPU,
+                                            region,
+                                            pages_to_evict,
+                                            NULL,
+                                            UVM_MAKE_RESIDENT_CAUSE_EVICTION);
+        if (status == NV_OK && uvm_processor_mask_test(&va_block->harvested_on, gpu->id) &&
+            !uvm_processor_mask_test(&va_block->resident, gpu->id)) {
+            account_release_chunk(va_block, gpu, root_chunk);
+            uvm_processor_mask_clear(&va_block->harvested_on, gpu->id);
+            if (uvm_processor_mask_empty(&va_block->harvested_on))
+                va_block->huvm_remote_mapped = false;
+        }
+        return status;
+    }
+
     req.flags = evict_flags & (HUVM_EVICT_FLAG_PMA_CONTEXT | HUVM_EVICT_FLAG_PREEVICT);
     if (chunk_harvest_info(gpu, root_chunk, &guest_owner) &&
         uvm_processor_mask_test(&va_block->harvested_on, gpu->id))

@@ -463,3 +463,67 @@ def test_stock_equals_upstream(session: sglib.Session, managed: Any, huvm_node: 
     assert n_bad == 0, f"{n_bad} words differ after eviction to host, first at 0x{first:x}"
     bad_log = _bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+
+
+# ---- unused-chunks (defect 1: no phantom peer evictions) ----------------------------------------------------------
+
+@_scenario("unused-chunks")
+def test_unused_chunks(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """Blocks that went to GPU0 and back to the CPU leave their 2 MiB chunks on GPU0 with nothing resident in
+    them (PMM's "unused" list, evicted before any used chunk). Evicting such a chunk moves nothing: no peer
+    chunk may be taken for it, no eviction counted, no gauge moved. Then the evict-to-peer workload: the
+    counters equal the blocks UVM shows on the peers."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    _, policy = node.apply_preset("huvm")
+    assert policy.preset_name == "huvm"
+
+    # A quarter of GPU0's PMA region visits GPU0 and comes back: its chunks stay on GPU0, unused.
+    visit_size = max(4, g0.pma_bytes // 4 // CHUNK) * CHUNK
+    visit = managed(visit_size)
+    visit_seed = 0x0_0B5E
+    sglib.fill_pattern(visit, visit_seed)
+    visit.migrate(g0)
+    visit.migrate("cpu")
+    vcounts, _ = _blocks_by_place(s, visit.base, visit_size)
+    assert vcounts == {"cpu": visit_size // CHUNK}, f"the visiting blocks did not come back: {vcounts}"
+
+    st0 = _settled_stats(node, owner)
+    seed = 0x0_5ED
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
+    st1 = _settled_stats(node, owner)
+    counts, odd = _blocks_by_place(s, r.base, size)
+    vcounts_after, _ = _blocks_by_place(s, visit.base, visit_size)
+    d = st1.delta(st0)
+    g = d.gpus[owner]
+    lenders = [p for p in s.gpus if p.index != g0.index]
+    on_peers = sum(counts.get(f"GPU{p.index}", 0) for p in lenders)
+    held = sum(st1.pair(owner, slot[p.index])["held_bytes"] for p in lenders)
+    lent = sum(st1.gpus[slot[p.index]].scalar("lent_bytes") for p in lenders)
+    print(f"unused-chunks: {visit_size // CHUNK} unused chunks on {g0.name}, then {blocks} blocks: residency "
+          f"{counts}, visiting blocks {vcounts_after}; evict_to_peer +{g['evict_to_peer']} evict_to_host "
+          f"+{g['evict_to_host']}; held {held >> 20} MiB lent {lent >> 20} MiB harvested "
+          f"{st1.gpus[owner].scalar('harvested_bytes') >> 20} MiB")
+    sglib.perf("unused_chunks_phantom_evictions", g["evict_to_peer"] + g["evict_to_host"] - on_peers
+               - counts.get("cpu", 0), "chunks", unused=visit_size // CHUNK, on_peers=on_peers)
+
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert not odd, f"blocks split between processors: {odd[:8]}"
+    assert vcounts_after == vcounts, f"the visiting blocks moved: {vcounts} -> {vcounts_after}"
+    assert on_peers > 0, f"no block landed on a peer: {counts}"
+    assert g["evict_to_peer"] == on_peers, \
+        f"evict_to_peer +{g['evict_to_peer']} but {on_peers} blocks on peers: unused chunks counted as evictions"
+    assert g["evict_to_host"] == counts.get("cpu", 0), \
+        f"evict_to_host +{g['evict_to_host']} but {counts.get('cpu', 0)} blocks on the CPU"
+    assert held == on_peers * CHUNK and lent == on_peers * CHUNK, \
+        f"held {held} / lent {lent} bytes but {on_peers} chunks on peers"
+    assert st1.gpus[owner].scalar("harvested_bytes") == on_peers * CHUNK, \
+        f"harvested_bytes {st1.gpus[owner].scalar('harvested_bytes')} != {on_peers} chunks"
+
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
+    n_bad, first = sglib.pattern_mismatches(visit, visit_seed)
+    assert n_bad == 0, f"{n_bad} words of the visiting blocks differ, first at 0x{first:x}"
