@@ -27,6 +27,10 @@ typedef uint32_t huvm_status_t;         /* NV_STATUS values: HUVM_NV_OK, HUVM_NV
 typedef struct {
     uint64_t free_bytes;                /* free memory now (kernel: PMA free 2 MiB pages + UVM free lists) */
     uint64_t last_evict_ns;             /* when this GPU last evicted its own data (0 = never) */
+    uint64_t last_pressure_ns;          /* when an allocation on this GPU (a fault, a populate, a cudaMalloc)
+                                           last found too little free memory and had to evict synchronously
+                                           (its own data or guests'); pre-eviction itself does not count
+                                           (0 = never) */
 } huvm_gpu_state_t;
 
 /* Flags of an eviction request. */
@@ -78,8 +82,9 @@ typedef struct {
 
 /* Who is calling (filled by the glue from the task; by the simulator as privileged). */
 typedef struct {
-    uint32_t privileged;                /* CAP_SYS_ADMIN (kernel) */
+    uint32_t privileged;                /* CAP_SYS_ADMIN (kernel); audited only for privileged commands */
     uint32_t allow_test;                /* test commands allowed (uvm_enable_builtin_tests, ktest, sim) */
+    uint32_t live_gpus;                 /* real (or emulated) GPUs are registered: test commands refused */
     uint32_t uid;
     uint32_t pid;
     uint64_t now_ns;
@@ -126,8 +131,15 @@ huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_
 /* Can holder take `bytes` more of owner's data now? Returns HUVM_REASON_PEER if yes, else the reason. */
 uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
                          uint32_t holder, uint64_t bytes, uint64_t now_ns);
-/* How many chunks should gpu pre-evict now to restore its free reserve (0 = none). */
+/* How many chunks should gpu pre-evict to restore its free reserve (0 = none), from free memory alone (no
+ * pressure gate, no order: huvm_decide_preevict_plan is the whole decision). */
 uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu);
+/* Pre-eviction of gpu at now_ns: huvm_decide_preevict's count, 0 unless the GPU is under pressure when its
+ * entry has HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE, planned like a give-back: the guests' chunks it holds go
+ * first (to host), its own data (own_chunks, by the normal eviction decision) only after every guest chunk.
+ * A lender's own data never leaves it ahead of a guest's. */
+void huvm_decide_preevict_plan(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
+                               uint64_t now_ns, huvm_giveback_plan_t *plan);
 /* On a fault of owner's data held by holder: HUVM_FETCH_MIGRATE or HUVM_FETCH_REMOTE_MAP. */
 uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder);
 /* Prefetch plan for a fault of gpu; candidates as in huvm_evict_request_t. */
@@ -161,6 +173,9 @@ void huvm_account_reset(huvm_core_t *core, uint32_t reset_flags);
 
 /* sizeof the params struct of cmd, or 0 if cmd is not a huvm command. */
 uint32_t huvm_cmd_params_size(uint32_t cmd);
+/* 1 if cmd needs a privileged caller (it changes the policy, the counters or the test node): the kernel
+ * then checks CAP_SYS_ADMIN with an audited check, and without audit for every other command. */
+uint32_t huvm_cmd_privileged(uint32_t cmd);
 /* Check hdr against cmd (version, size, flags); sets hdr->module_abi_version. */
 huvm_status_t huvm_check_hdr(uint32_t cmd, huvm_hdr_t *hdr, uint32_t params_size, uint32_t *error_field);
 /* Validate fully, then apply atomically; writes error_field and rmStatus into params and returns the

@@ -23,6 +23,19 @@ uint32_t huvm_cmd_params_size(uint32_t cmd)
     }
 }
 
+uint32_t huvm_cmd_privileged(uint32_t cmd)
+{
+    switch (cmd) {
+    case HUVM_IOCTL_SET_POLICY:
+    case HUVM_IOCTL_RESET_STATS:
+    case HUVM_IOCTL_TEST_SET_NODE:
+    case HUVM_IOCTL_TEST_EVENT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 huvm_status_t huvm_check_hdr(uint32_t cmd, huvm_hdr_t *hdr, uint32_t params_size, uint32_t *error_field)
 {
     uint32_t dummy;
@@ -474,19 +487,18 @@ huvm_status_t huvm_dispatch(huvm_core_t *core, const huvm_core_ops_t *ops, void 
         return status;
     }
 
-    switch (cmd) {
-    case HUVM_IOCTL_SET_POLICY:
-    case HUVM_IOCTL_RESET_STATS:
-        if (!caller->privileged)
-            status = HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS;
-        break;
-    case HUVM_IOCTL_TEST_SET_NODE:
-    case HUVM_IOCTL_TEST_EVENT:
+    /* Test commands: only where tests are enabled, only for a privileged caller, and never on a live node
+     * (a synthetic node would replace, and synthetic events would move the counters of, GPUs in use). */
+    if (cmd == HUVM_IOCTL_TEST_SET_NODE || cmd == HUVM_IOCTL_TEST_EVENT) {
         if (!caller->allow_test)
             status = HUVM_NV_ERR_NOT_SUPPORTED;
-        break;
-    default:
-        break;
+        else if (!caller->privileged)
+            status = HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS;
+        else if (caller->live_gpus)
+            status = HUVM_NV_ERR_STATE_IN_USE;
+    }
+    else if (huvm_cmd_privileged(cmd) && !caller->privileged) {
+        status = HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS;
     }
     if (status != HUVM_NV_OK)
         goto done;

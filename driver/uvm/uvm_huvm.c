@@ -320,8 +320,13 @@ long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
     // Keep the header that was checked (a racing writer cannot change it under the dispatch).
     memcpy(params, &hdr, sizeof(hdr));
 
+    // CAP_SYS_ADMIN decides only for the privileged commands, and only those are audited: the readers (GET_*,
+    // LIST_VA_SPACES, polled by monitors every second) use it to widen what they show, without an audit record.
     memset(&caller, 0, sizeof(caller));
-    caller.privileged = capable(CAP_SYS_ADMIN) ? 1 : 0;
+    if (huvm_cmd_privileged(cmd))
+        caller.privileged = capable(CAP_SYS_ADMIN) ? 1 : 0;
+    else
+        caller.privileged = ns_capable_noaudit(&init_user_ns, CAP_SYS_ADMIN) ? 1 : 0;
     caller.allow_test = uvm_enable_builtin_tests ? 1 : 0;
     caller.uid = from_kuid(&init_user_ns, current_uid());
     caller.pid = current->tgid;
@@ -332,18 +337,10 @@ long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
     }
     else {
         write_lock(&g_uvm_huvm.lock);
-        if (cmd == HUVM_IOCTL_TEST_SET_NODE && caller.allow_test && huvm_any_gpu_present_locked()) {
-            // A synthetic node would replace the real GPUs the hooks are using (checked under the lock
-            // that GPU add/remove take, so no GPU can appear in between).
-            NvU32 *tail = (NvU32 *)((NvU8 *)params + size - 2 * sizeof(NvU32));
-
-            ((huvm_hdr_t *)params)->module_abi_version = HUVM_ABI_VERSION;
-            tail[0] = HUVM_FIELD_NONE;
-            tail[1] = HUVM_NV_ERR_STATE_IN_USE;
-        }
-        else {
-            huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
-        }
+        // Test commands are refused while GPUs are registered (checked under the lock that GPU add/remove
+        // take, so no GPU can appear in between): the synthetic node would replace them.
+        caller.live_gpus = huvm_any_gpu_present_locked() ? 1 : 0;
+        huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
         write_unlock(&g_uvm_huvm.lock);
     }
 

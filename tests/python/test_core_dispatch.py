@@ -317,3 +317,41 @@ def test_get_info_reports_the_node(core: Any) -> None:
     assert bytes(p.gpus[2].uuid) == uuid(2)
     assert p.links[1][3].link_type == lib.HUVM_LINK_NVLINK_3
     assert p.backend == lib.HUVM_BACKEND_KTEST
+
+
+# ---- test commands on a live node (issue 12, defect 7) and audited privilege checks (defect 8) ----
+
+def live_caller(privileged: bool = True, live: bool = True) -> Any:
+    return ffi.new("huvm_caller_t *", {"privileged": int(privileged), "allow_test": 1, "live_gpus": int(live),
+                                       "uid": 0 if privileged else 1000, "pid": 42, "now_ns": 7})
+
+
+def test_test_commands_refused_on_a_live_node(core: Any) -> None:
+    ev = params("HUVM_TEST_EVENT_PARAMS")
+    ev.event, ev.gpu, ev.count = lib.HUVM_TEST_EVENT_EVICT, 1, 1
+    refused(core, lib.HUVM_IOCTL_TEST_EVENT, ev, lib.HUVM_NV_ERR_STATE_IN_USE, lib.HUVM_FIELD_NONE,
+            who=live_caller())
+    node = params("HUVM_TEST_SET_NODE_PARAMS")
+    node.gpu_count = 1
+    node.gpus[0].memory_bytes = GIB
+    node.gpus[0].flags = lib.HUVM_GPU_FLAG_PRESENT
+    refused(core, lib.HUVM_IOCTL_TEST_SET_NODE, node, lib.HUVM_NV_ERR_STATE_IN_USE, lib.HUVM_FIELD_NONE,
+            who=live_caller())
+
+
+def test_test_commands_need_privilege(core: Any) -> None:
+    ev = params("HUVM_TEST_EVENT_PARAMS")
+    ev.event, ev.gpu, ev.count = lib.HUVM_TEST_EVENT_EVICT, 1, 1
+    refused(core, lib.HUVM_IOCTL_TEST_EVENT, ev, lib.HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS, lib.HUVM_FIELD_NONE,
+            who=live_caller(privileged=False, live=False))
+
+
+def test_privileged_commands_are_exactly_the_writers() -> None:
+    writers = {lib.HUVM_IOCTL_SET_POLICY, lib.HUVM_IOCTL_RESET_STATS, lib.HUVM_IOCTL_TEST_SET_NODE,
+               lib.HUVM_IOCTL_TEST_EVENT}
+    readers = {lib.HUVM_IOCTL_GET_INFO, lib.HUVM_IOCTL_GET_POLICY, lib.HUVM_IOCTL_GET_STATS,
+               lib.HUVM_IOCTL_LIST_VA_SPACES}
+    for cmd in writers:
+        assert lib.huvm_cmd_privileged(cmd) == 1, hex(cmd)
+    for cmd in readers:
+        assert lib.huvm_cmd_privileged(cmd) == 0, hex(cmd)

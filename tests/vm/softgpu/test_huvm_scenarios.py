@@ -527,3 +527,36 @@ def test_unused_chunks(session: sglib.Session, managed: Any, huvm_node: Any, kms
     assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
     n_bad, first = sglib.pattern_mismatches(visit, visit_seed)
     assert n_bad == 0, f"{n_bad} words of the visiting blocks differ, first at 0x{first:x}"
+
+
+# ---- the test commands on a live node (defect 7) -------------------------------------------------------------------
+
+def test_test_commands_refused_while_gpus_are_registered(session: sglib.Session) -> None:
+    """TEST_SET_NODE would replace, and TEST_EVENT would move the counters of, the emulated GPUs the hooks are
+    using: both are refused (NV_ERR_STATE_IN_USE) even for root with uvm_enable_builtin_tests=1, and the
+    counters do not move."""
+    import huvm
+    from huvm import abi
+    from huvm.backend import KernelBackend
+
+    assert session.gpus, "needs the emulated GPUs registered"
+    node = huvm.open(backend="kernel", device="/dev/nvidia-uvm")
+    try:
+        before = node.stats()
+        with KernelBackend("/dev/nvidia-uvm") as kb:
+            ev = abi.new_params(abi.lib.HUVM_IOCTL_TEST_EVENT)
+            ev.event, ev.gpu, ev.count = abi.lib.HUVM_TEST_EVENT_EVICT, 0, 1
+            setnode = abi.new_params(abi.lib.HUVM_IOCTL_TEST_SET_NODE)
+            setnode.gpu_count = 1
+            setnode.gpus[0].memory_bytes = 1 << 30
+            setnode.gpus[0].flags = abi.lib.HUVM_GPU_FLAG_PRESENT
+            for cmd, p in ((abi.lib.HUVM_IOCTL_TEST_EVENT, ev), (abi.lib.HUVM_IOCTL_TEST_SET_NODE, setnode)):
+                kb.ioctl(cmd, p)     # the refusal is in-band: rmStatus
+                assert p.rmStatus == abi.lib.HUVM_NV_ERR_STATE_IN_USE, f"{abi.command_name(cmd)}: {p.rmStatus:#x}"
+        after = node.stats()
+        keys = ("evict_to_peer", "evict_to_host", "giveback", "faults")
+        moved = {(i, k): g[k] for i, g in enumerate(after.delta(before).gpus) for k in keys if g[k]}
+        assert not moved, f"a refused test command moved counters: {moved}"
+        assert len(node.info().gpus) == len(session.gpus), "the node changed"
+    finally:
+        node.close()
