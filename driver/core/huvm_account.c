@@ -195,3 +195,34 @@ void huvm_account_reset(huvm_core_t *core, uint32_t reset_flags)
         }
     }
 }
+
+uint32_t huvm_lend_reserve(huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner, uint32_t holder,
+                           uint64_t bytes, uint64_t now_ns)
+{
+    uint64_t inflight;
+    uint32_t reason;
+
+    if (!core || !state || holder >= HUVM_MAX_GPUS)
+        return HUVM_REASON_NO_PEER;
+    for (;;) {
+        inflight = huvm_atomic64_read(&core->lend_inflight[holder]);
+        reason = huvm_admit_lend_inflight(core, state, owner, holder, bytes, now_ns, inflight);
+        if (reason != HUVM_REASON_PEER)
+            return reason;
+        /* admitted with exactly this many bytes in flight: reserve, or look again if another mover came */
+        if (huvm_atomic64_cas(&core->lend_inflight[holder], inflight, inflight + bytes))
+            return HUVM_REASON_PEER;
+    }
+}
+
+void huvm_lend_unreserve(huvm_core_t *core, uint32_t holder, uint64_t bytes)
+{
+    uint64_t cur;
+
+    if (!core || holder >= HUVM_MAX_GPUS)
+        return;
+    do {
+        cur = huvm_atomic64_read(&core->lend_inflight[holder]);
+        HUVM_ASSERT(cur >= bytes);
+    } while (!huvm_atomic64_cas(&core->lend_inflight[holder], cur, cur >= bytes ? cur - bytes : 0));
+}

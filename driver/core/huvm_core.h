@@ -78,6 +78,7 @@ typedef struct {
     huvm_pair_counters_t pairs[HUVM_MAX_GPUS][HUVM_MAX_GPUS];
     uint32_t             rr_next[HUVM_MAX_GPUS];        /* round-robin cursor per harvester */
     uint64_t             test_now_ns;                   /* clock of the synthetic test node */
+    uint64_t             lend_inflight[HUVM_MAX_GPUS];  /* bytes reserved on a holder by moves in flight */
 } huvm_core_t;
 
 /* Who is calling (filled by the glue from the task; by the simulator as privileged). */
@@ -162,6 +163,14 @@ void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, u
 /* owner freed data that sat on holder (va_block destroyed, range freed): the held/lent/harvested gauges go
  * down by bytes (saturating, conserved). No data moves, so no counter and no event. */
 void huvm_account_release(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes, uint64_t va);
+/* A move of bytes of owner's data to holder is about to start (eviction or prefetch to a peer, decided under a
+ * read lock that concurrent movers share): admit it again with the bytes other movers have reserved on holder
+ * counted as lent and not free, and reserve them in the same compare-exchange step, so that concurrent movers
+ * never overrun the holder's lend limit or reserve. Returns HUVM_REASON_PEER when reserved (end it with
+ * huvm_lend_unreserve once the move is accounted or failed), else why not. */
+uint32_t huvm_lend_reserve(huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner, uint32_t holder,
+                           uint64_t bytes, uint64_t now_ns);
+void huvm_lend_unreserve(huvm_core_t *core, uint32_t holder, uint64_t bytes);
 /* Prefetch for owner into dst (owner itself = local path; another GPU = peer path). */
 void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint64_t bytes, uint64_t va);
 void huvm_account_faults(huvm_core_t *core, uint32_t gpu, uint32_t faults);

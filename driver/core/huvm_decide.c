@@ -48,9 +48,11 @@ static const huvm_gpu_policy_t *peer_eligible(const huvm_core_t *core, uint32_t 
     return e;
 }
 
-/* Capacity and timing admission of a statically eligible holder. */
-static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *state,
-                               const huvm_gpu_policy_t *e, uint32_t holder, uint64_t bytes, uint64_t now_ns)
+/* Capacity and timing admission of a statically eligible holder; inflight: bytes reserved on it by moves in
+ * flight (huvm_lend_reserve), counted as lent and not free. */
+static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *state,
+                               const huvm_gpu_policy_t *e, uint32_t holder, uint64_t bytes, uint64_t now_ns,
+                               uint64_t inflight)
 {
     uint64_t mem = core->gpus[holder].memory_bytes;
     uint64_t free_bytes = clamp_free(core, state, holder);
@@ -58,6 +60,9 @@ static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *
     uint64_t limit = e->lend_limit_bytes;
     uint64_t lent = huvm_atomic64_read(&core->counters[holder].lent_bytes);
     uint64_t used_after;
+
+    free_bytes = free_bytes > inflight ? free_bytes - inflight : 0;
+    lent = lent + inflight < lent ? HUVM_UNLIMITED : lent + inflight;
 
     /* free - bytes >= reserve, without overflow */
     if (bytes > free_bytes || free_bytes - bytes < reserve)
@@ -71,6 +76,25 @@ static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *
     if (within_ms(now_ns, state[holder].last_evict_ns, core->policy.hysteresis_ms))
         return HUVM_REASON_HYSTERESIS;
     return HUVM_REASON_PEER;
+}
+
+static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *state,
+                               const huvm_gpu_policy_t *e, uint32_t holder, uint64_t bytes, uint64_t now_ns)
+{
+    return admit_inflight(core, state, e, holder, bytes, now_ns, huvm_atomic64_read(&core->lend_inflight[holder]));
+}
+
+uint32_t huvm_admit_lend_inflight(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
+                                  uint32_t holder, uint64_t bytes, uint64_t now_ns, uint64_t inflight)
+{
+    const huvm_gpu_policy_t *e;
+
+    if (!core || !state || owner >= core->gpu_count)
+        return HUVM_REASON_NO_PEER;
+    e = peer_eligible(core, owner, holder);
+    if (!e)
+        return HUVM_REASON_NO_PEER;
+    return admit_inflight(core, state, e, holder, bytes, now_ns, inflight);
 }
 
 uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,

@@ -841,8 +841,20 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
         req.candidates = evict_candidates_locked(va_space, gpu);
         gather_state_locked(state);
         decision = huvm_decide_evict(&g_uvm_huvm.core, state, &req);
-        if (decision.dst < HUVM_MAX_GPUS)
-            peer = g_uvm_huvm.slots[decision.dst].gpu;
+        if (decision.dst < HUVM_MAX_GPUS) {
+            // Other evictors decide under the same read lock: reserve the chunk on the peer atomically (lend
+            // limit and reserve checked again with the bytes in flight), released once accounted.
+            decision.reason = huvm_lend_reserve(&g_uvm_huvm.core, state, owner, decision.dst, UVM_CHUNK_SIZE_MAX,
+                                                req.now_ns);
+            if (decision.reason == HUVM_REASON_PEER)
+                peer = g_uvm_huvm.slots[decision.dst].gpu;
+            if (decision.reason == HUVM_REASON_PEER && !peer) {
+                huvm_lend_unreserve(&g_uvm_huvm.core, decision.dst, UVM_CHUNK_SIZE_MAX);
+                decision.reason = HUVM_REASON_NO_PEER;
+            }
+            if (!peer)
+                decision.dst = HUVM_DEST_HOST;
+        }
     }
     read_unlock(&g_uvm_huvm.lock);
 
@@ -868,6 +880,7 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
             if (status == NV_OK) {
                 huvm_account_evict(&g_uvm_huvm.core, owner, decision.dst, HUVM_REASON_PEER, req.flags,
                                    UVM_CHUNK_SIZE_MAX, va_block->start);
+                huvm_lend_unreserve(&g_uvm_huvm.core, decision.dst, UVM_CHUNK_SIZE_MAX);
                 atomic64_inc(&va_space->huvm.evict_to_peer);
                 atomic64_add(UVM_CHUNK_SIZE_MAX, &va_space->huvm.harvested_bytes);
                 atomic64_set(&g_uvm_huvm.slots[owner].last_evict_ns, req.now_ns);
@@ -875,6 +888,9 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
                 return NV_OK;
             }
         }
+
+        if (peer)
+            huvm_lend_unreserve(&g_uvm_huvm.core, decision.dst, UVM_CHUNK_SIZE_MAX);
 
         // Fall back to host, starting from a clean make_resident state.
         uvm_processor_mask_zero(&block_context->make_resident.all_involved_processors);
@@ -1135,7 +1151,8 @@ static void prefetch_block(uvm_va_space_t *va_space,
                            uvm_gpu_t *gpu,
                            NvU32 owner,
                            uvm_gpu_t *dst,
-                           NvU32 dst_slot)
+                           NvU32 dst_slot,
+                           const huvm_gpu_state_t *state)
 {
     uvm_page_mask_t *pages = &block_context->caller_page_mask;
     const uvm_va_policy_t *policy;
@@ -1157,6 +1174,15 @@ static void prefetch_block(uvm_va_space_t *va_space,
         UVM_ID_IS_VALID(policy->preferred_location))
         goto unlock;
 
+    // A peer's chunk is reserved against its lend limit first, as for eviction (huvm_lend_reserve()).
+    if (dst != gpu) {
+        read_lock(&g_uvm_huvm.lock);
+        reason = huvm_lend_reserve(&g_uvm_huvm.core, state, owner, dst_slot, UVM_CHUNK_SIZE_MAX, NV_GETTIME());
+        read_unlock(&g_uvm_huvm.lock);
+        if (reason != HUVM_REASON_PEER)
+            goto unlock;
+    }
+
     uvm_page_mask_copy(pages, uvm_va_block_resident_mask_get(va_block, UVM_ID_CPU));
     status = move_with_chunk(va_block,
                              dst,
@@ -1165,10 +1191,15 @@ static void prefetch_block(uvm_va_space_t *va_space,
                              pages,
                              UVM_MAKE_RESIDENT_CAUSE_PREFETCH,
                              &reason);
-    if (status != NV_OK)
+    if (status != NV_OK) {
+        if (dst != gpu)
+            huvm_lend_unreserve(&g_uvm_huvm.core, dst_slot, UVM_CHUNK_SIZE_MAX);
         goto unlock;
+    }
 
     huvm_account_prefetch(&g_uvm_huvm.core, owner, dst_slot, UVM_CHUNK_SIZE_MAX, va_block->start);
+    if (dst != gpu)
+        huvm_lend_unreserve(&g_uvm_huvm.core, dst_slot, UVM_CHUNK_SIZE_MAX);
     atomic64_inc(&va_space->huvm.prefetch);
     if (dst != gpu)
         atomic64_add(UVM_CHUNK_SIZE_MAX, &va_space->huvm.harvested_bytes);
@@ -1252,9 +1283,9 @@ static void prefetch_worker(void *args)
             break;
 
         if (i < plan.local_chunks)
-            prefetch_block(va_space, block_context, block_address, gpu, owner, gpu, owner);
+            prefetch_block(va_space, block_context, block_address, gpu, owner, gpu, owner, state);
         else if (peer)
-            prefetch_block(va_space, block_context, block_address, gpu, owner, peer, plan.peer);
+            prefetch_block(va_space, block_context, block_address, gpu, owner, peer, plan.peer, state);
     }
 
     uvm_va_block_context_free(block_context);
