@@ -6,9 +6,10 @@
 
 static huvm_core_t core;
 static huvm_core_t saved;
-static const huvm_caller_t root = { 1, 1, 0, 1, 5000 };
-static const huvm_caller_t user = { 0, 0, 1000, 2, 5000 };
-static const huvm_caller_t user_test = { 0, 1, 1000, 2, 5000 };
+static const huvm_caller_t root = { .privileged = 1, .allow_test = 1, .uid = 0, .pid = 1, .now_ns = 5000 };
+static const huvm_caller_t user = { .privileged = 0, .allow_test = 0, .uid = 1000, .pid = 2, .now_ns = 5000 };
+static const huvm_caller_t user_test = { .privileged = 0, .allow_test = 1, .uid = 1000, .pid = 2,
+                                          .now_ns = 5000 };
 
 #define HDR(p) do { memset(&(p), 0, sizeof(p)); (p).hdr.abi_version = HUVM_ABI_VERSION; \
                     (p).hdr.size = sizeof(p); } while (0)
@@ -347,8 +348,18 @@ TEST(dispatch_test_commands_need_allow_test)
     CHECK_EQ(n.rmStatus, HUVM_NV_ERR_NOT_SUPPORTED);
     CHECK_EQ(RUN(&user, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_ERR_NOT_SUPPORTED);
     CHECK(unchanged());
-    /* allow_test without privilege is enough for test commands */
-    CHECK_EQ(RUN(&user_test, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
+    /* allow_test is not enough: test commands need a privileged caller, and no live GPUs */
+    CHECK_EQ(RUN(&user_test, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS);
+    CHECK(unchanged());
+    {
+        huvm_caller_t live = root;
+
+        live.live_gpus = 1;
+        CHECK_EQ(RUN(&live, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_ERR_STATE_IN_USE);
+        CHECK_EQ(RUN(&live, HUVM_IOCTL_TEST_SET_NODE, n), HUVM_NV_ERR_STATE_IN_USE);
+        CHECK(unchanged());
+    }
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
 }
 
 TEST(dispatch_test_set_node_bad_input)
