@@ -31,6 +31,11 @@ class BuildPy(build_py):  # type: ignore[misc]
         super().run()
         if getattr(self, "editable_mode", False):
             return
+        # A reused build directory keeps modules that have since left the source tree; they must not ship.
+        built = {os.path.abspath(f) for f in self.get_outputs()}
+        for stale in (Path(self.build_lib) / "huvm").rglob("*.py"):
+            if os.path.abspath(stale) not in built:
+                stale.unlink()
         dest = Path(self.build_lib) / "huvm" / "data"
         dest.mkdir(parents=True, exist_ok=True)
         for src in SHIPPED_HEADERS:

@@ -14,7 +14,7 @@ TUI_PYTEST_ARGS ?=
 tui-test: | venv
 	@cd $(ROOT) && $(PY) -m pytest -q -p no:cacheprovider tests/python/test_tui*.py $(TUI_PYTEST_ARGS)
 	@$(VENV)/bin/huvm-top --help >/dev/null
-	@rc=0; $(VENV)/bin/huvm-top --backend kernel --device $(BUILD)/no-such-device 2>/dev/null || rc=$$?; \
+	@rc=0; $(VENV)/bin/huvm-top --backend kernel --device $(BUILD)/no-such-device --no-wait 2>/dev/null || rc=$$?; \
 		[ $$rc -eq 1 ] || { echo "huvm-top: expected exit status 1 without a device, got $$rc"; exit 1; }
 
 top: | venv

@@ -28,10 +28,20 @@ typedef struct {
     uint64_t free_bytes;                /* free memory now (kernel: PMA free 2 MiB pages + UVM free lists) */
     uint64_t last_evict_ns;             /* when this GPU last evicted its own data (0 = never) */
     uint64_t last_pressure_ns;          /* when an allocation on this GPU (a fault, a populate, a cudaMalloc)
-                                           last found too little free memory and had to evict synchronously
-                                           (its own data or guests'); pre-eviction itself does not count
-                                           (0 = never) */
+                                           last had to evict, or would have had to without the chunks that
+                                           pre-eviction freed (0 = never) */
+    uint64_t burst_chunks;              /* chunks of memory the GPU's last fault batch allocated */
+    uint64_t own_peak_bytes;            /* the most memory its own work (not guests) used recently:
+                                           huvm_peak_update's level (0 = unknown) */
+    uint64_t prefetch_used;             /* its recent prefetched chunks touched before they left it, and */
+    uint64_t prefetch_unused;           /* those that left unused (huvm_prefetch_feedback keeps both) */
 } huvm_gpu_state_t;
+
+/* A GPU's recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes), kept by the caller. */
+typedef struct {
+    uint64_t bytes;
+    uint64_t at_ns;
+} huvm_peak_t;
 
 /* Flags of an eviction request. */
 #define HUVM_EVICT_FLAG_PMA_CONTEXT     0x1  /* called on behalf of PMA (RM asked UVM to free memory) */
@@ -135,12 +145,23 @@ uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state,
 /* How many chunks should gpu pre-evict to restore its free reserve (0 = none), from free memory alone (no
  * pressure gate, no order: huvm_decide_preevict_plan is the whole decision). */
 uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu);
-/* Pre-eviction of gpu at now_ns: huvm_decide_preevict's count, 0 unless the GPU is under pressure when its
- * entry has HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE, planned like a give-back: the guests' chunks it holds go
- * first (to host), its own data (own_chunks, by the normal eviction decision) only after every guest chunk.
- * A lender's own data never leaves it ahead of a guest's. */
+/* Pre-eviction of gpu at now_ns: huvm_decide_preevict's count; when the GPU's entry has
+ * HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE, 0 unless the GPU is under pressure (last_pressure_ns within
+ * HUVM_PREEVICT_PRESSURE_MS) and the reserve at most the last fault batch's burst (burst_chunks). Planned like
+ * a give-back: the guests' chunks the GPU holds go first (to host), its own data (own_chunks, by the normal
+ * eviction decision) only after every guest chunk: a lender's own data never leaves ahead of a guest's. */
 void huvm_decide_preevict_plan(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
                                uint64_t now_ns, huvm_giveback_plan_t *plan);
+/* Note the GPU's own memory use now (memory in use less guests' data): the peak is the highest level seen
+ * within HUVM_OWN_PEAK_WINDOW_MS; a peak older than that gives way to the present level. */
+void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns);
+/* Bytes lender wants back from its guests now: its lend reserve less its free memory, while it holds guests'
+ * chunks (0 otherwise). The kernel's worker gives them back through huvm_decide_giveback's plan. */
+uint64_t huvm_giveback_need(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender);
+/* A prefetched chunk of the GPU was touched (used = 1) or left unused (evicted, freed): count it in its
+ * huvm_gpu_state_t.prefetch_used / prefetch_unused; both are halved once they reach
+ * HUVM_PREFETCH_FEEDBACK_WINDOW together, so they describe the recent prefetches. */
+void huvm_prefetch_feedback(uint64_t *used, uint64_t *unused, uint32_t was_used);
 /* On a fault of owner's data held by holder: HUVM_FETCH_MIGRATE or HUVM_FETCH_REMOTE_MAP. */
 uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder);
 /* Prefetch plan for a fault of gpu; candidates as in huvm_evict_request_t. */

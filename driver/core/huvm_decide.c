@@ -61,6 +61,16 @@ static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *
     uint64_t lent = huvm_atomic64_read(&core->counters[holder].lent_bytes);
     uint64_t used_after;
 
+    if (e->flags & HUVM_GPU_POLICY_LEND_ABOVE_PEAK) {
+        /* Keep room for the lender's own work to return to its recent peak: memory it used lately is not
+         * lent, so its next spike finds it free instead of waiting for a give-back. */
+        uint64_t used = mem - free_bytes;
+        uint64_t own = used > lent ? used - lent : 0;
+        uint64_t peak = state[holder].own_peak_bytes < mem ? state[holder].own_peak_bytes : mem;
+
+        if (peak > own)
+            reserve += peak - own;          /* both <= 2^50: no overflow */
+    }
     free_bytes = free_bytes > inflight ? free_bytes - inflight : 0;
     lent = lent + inflight < lent ? HUVM_UNLIMITED : lent + inflight;
 
@@ -120,6 +130,11 @@ static uint64_t peer_score(const huvm_core_t *core, const huvm_gpu_state_t *stat
     case HUVM_PEER_SELECT_BW_WEIGHTED:
         /* free MiB (<= 2^30) x MB/s (<= 2^24): fits in 64 bits */
         return (clamp_free(core, state, holder) >> 20) * core->links[owner][holder].mbyte_per_s;
+    case HUVM_PEER_SELECT_FASTEST_LINK:
+        /* link MB/s (<= 2^24) above free MiB (<= 2^30): the fastest admitted link, then the most room. A
+         * fault fetches its chunk back over the link it went out on, one block after another, so each
+         * chunk behind a slower link costs its whole transfer time; spreading buys nothing back. */
+        return ((uint64_t)core->links[owner][holder].mbyte_per_s << 32) | (clamp_free(core, state, holder) >> 20);
     case HUVM_PEER_SELECT_ROUND_ROBIN:
         /* the first peer at or after rr_next[owner], wrapping */
         return HUVM_MAX_GPUS -
@@ -234,13 +249,16 @@ huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_
     return d;
 }
 
-uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu)
+/* Chunks to pre-evict so that gpu has min(preevict_chunks, 1/16 of its memory, cap) chunks free. */
+static uint32_t preevict_count(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu, uint64_t cap)
 {
     uint64_t target, free_chunks, mem_chunks;
 
     if (!core || !state || gpu >= core->gpu_count || !huvm_gpu_present(core, gpu))
         return 0;
     target = core->policy.preevict_chunks;
+    if (target > cap)
+        target = cap;
     if (target == 0)
         return 0;
     /* Adaptive bound: never keep more than 1/16 of the GPU free for pre-eviction. */
@@ -252,6 +270,36 @@ uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *s
         return 0;
     target -= free_chunks;
     return (uint32_t)(target < core->policy.preevict_batch ? target : core->policy.preevict_batch);
+}
+
+uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu)
+{
+    return preevict_count(core, state, gpu, ~0ULL);
+}
+
+void huvm_prefetch_feedback(uint64_t *used, uint64_t *unused, uint32_t was_used)
+{
+    if (!used || !unused)
+        return;
+    if (was_used)
+        (*used)++;
+    else
+        (*unused)++;
+    if (*used + *unused >= HUVM_PREFETCH_FEEDBACK_WINDOW) {
+        *used /= 2;
+        *unused /= 2;
+    }
+}
+
+void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns)
+{
+    if (!peak)
+        return;
+    if (own_bytes >= peak->bytes || peak->at_ns == 0 ||
+        !within_ms(now_ns, peak->at_ns, HUVM_OWN_PEAK_WINDOW_MS)) {
+        peak->bytes = own_bytes;
+        peak->at_ns = now_ns ? now_ns : 1;
+    }
 }
 
 uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder)
@@ -267,6 +315,7 @@ uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t hol
 void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
                           uint32_t candidates, uint64_t now_ns, huvm_prefetch_plan_t *plan)
 {
+    const huvm_gpu_policy_t *e;
     huvm_pick_t pick;
     uint32_t n, mode;
 
@@ -283,6 +332,10 @@ void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state
     n = core->policy.prefetch_chunks;
     if (mode == HUVM_PREFETCH_OFF || n == 0)
         return;
+    e = huvm_policy_gpu(core, gpu);
+    if (e && (e->flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK) &&
+        state[gpu].prefetch_unused > state[gpu].prefetch_used)
+        n = 1;      /* most recent prefetches were wasted: probe with one chunk until they pay again */
     if (mode == HUVM_PREFETCH_LOCAL) {
         plan->local_chunks = n;
         return;
@@ -303,25 +356,18 @@ void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state
         plan->local_chunks = n - plan->peer_chunks;
 }
 
-void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender,
-                          uint64_t need_bytes, huvm_giveback_plan_t *plan)
+/* Plan the eviction of need chunks from lender: harvested (guest) chunks first, all to host, owners with the
+ * most held data first (ties: lowest index), each contributing up to what it holds; then the lender's own. */
+static void plan_guests_first(const huvm_core_t *core, uint32_t lender, uint64_t need, huvm_giveback_plan_t *plan)
 {
     uint64_t held[HUVM_MAX_GPUS];
-    uint64_t need, take, total;
+    uint64_t take, total;
     uint32_t taken = 0, o, best;
 
-    (void)state;
-    if (!plan)
-        return;
-    huvm_memset(plan, 0, sizeof(*plan));
-    if (!core || lender >= core->gpu_count)
-        return;
-    need = huvm_chunks_of(need_bytes);
     for (o = 0; o < HUVM_MAX_GPUS; o++)
         held[o] = (o < core->gpu_count && o != lender) ?
                   huvm_chunks_of(huvm_atomic64_read(&core->pairs[o][lender].held_bytes)) : 0;
 
-    /* Harvested chunks first, owners with the most held data first (ties: lowest index), all to host. */
     total = 0;
     while (need > 0 && taken < HUVM_MAX_GPUS) {
         best = HUVM_MAX_GPUS;
@@ -344,3 +390,58 @@ void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state
     /* Then the lender's own data (its normal eviction). */
     plan->own_chunks = need > 0xffffffffULL ? 0xffffffffu : (uint32_t)need;
 }
+
+void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender,
+                          uint64_t need_bytes, huvm_giveback_plan_t *plan)
+{
+    (void)state;
+    if (!plan)
+        return;
+    huvm_memset(plan, 0, sizeof(*plan));
+    if (!core || lender >= core->gpu_count)
+        return;
+    plan_guests_first(core, lender, huvm_chunks_of(need_bytes), plan);
+}
+
+void huvm_decide_preevict_plan(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
+                               uint64_t now_ns, huvm_giveback_plan_t *plan)
+{
+    const huvm_gpu_policy_t *e;
+    uint64_t cap = ~0ULL;
+    uint32_t n;
+
+    if (!plan)
+        return;
+    huvm_memset(plan, 0, sizeof(*plan));
+    if (!core || !state || gpu >= core->gpu_count)
+        return;
+    e = huvm_policy_gpu(core, gpu);
+    if (e && (e->flags & HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE)) {
+        /* Real pressure only: an allocation on this GPU had to evict (or would have, without the reserve)
+         * within the window. Free memory below the reserve alone is not pressure: a job that nearly fits
+         * would evict its own working set ahead of a need that never comes, and fault it back. And a reserve
+         * much larger than what a fault batch takes only shrinks the working set's memory. */
+        if (!within_ms(now_ns, state[gpu].last_pressure_ns, HUVM_PREEVICT_PRESSURE_MS))
+            return;
+        cap = state[gpu].burst_chunks < (1ULL << 32) ? state[gpu].burst_chunks * HUVM_PREEVICT_BURST_MULT : ~0ULL;
+    }
+    n = preevict_count(core, state, gpu, cap);
+    if (n == 0)
+        return;
+    plan_guests_first(core, gpu, n, plan);
+}
+
+uint64_t huvm_giveback_need(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender)
+{
+    const huvm_gpu_policy_t *e;
+    uint64_t free_bytes;
+
+    if (!core || !state || lender >= core->gpu_count)
+        return 0;
+    e = huvm_policy_gpu(core, lender);
+    if (!e || huvm_atomic64_read(&core->counters[lender].lent_bytes) == 0)
+        return 0;
+    free_bytes = clamp_free(core, state, lender);
+    return free_bytes < e->lend_reserve_bytes ? e->lend_reserve_bytes - free_bytes : 0;
+}
+

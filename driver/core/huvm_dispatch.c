@@ -435,10 +435,10 @@ static huvm_status_t cmd_test_event(huvm_core_t *core, const huvm_caller_t *call
         core->test_now_ns = caller->now_ns;
     core->test_now_ns += HUVM_TEST_NS_PER_EVENT;
     t.now_ns = core->test_now_ns;
-    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+    /* The synthetic node models neither hysteresis timing, pressure nor its GPUs' own use: only free bytes. */
+    huvm_memset(t.state, 0, sizeof(t.state));
+    for (i = 0; i < HUVM_MAX_GPUS; i++)
         t.state[i].free_bytes = i < core->gpu_count ? core->gpus[i].free_bytes : 0;
-        t.state[i].last_evict_ns = 0;       /* the synthetic node does not model hysteresis timing */
-    }
 
     switch (p->event) {
     case HUVM_TEST_EVENT_EVICT:

@@ -8,15 +8,20 @@
 
 #define HUVM_UPSTREAM_VERSION           "535.261.03"
 
-/* Bounds of values the ABI leaves open (documented in docs/policy.md and docs/abi.md). */
-#define HUVM_MAX_MEMORY_BYTES           (1ULL << 50)    /* 1 PiB per GPU: keeps products in 64 bits */
-#define HUVM_MAX_MBYTE_PER_S            (1ULL << 24)    /* 16 TB/s per link or PCIe direction */
-#define HUVM_PREEVICT_MAX_CHUNKS        65536u          /* 128 GiB reserve */
-#define HUVM_PREEVICT_MAX_BATCH         4096u
-#define HUVM_PREFETCH_MAX_SPAN_CHUNKS   512u            /* chunks * stride: a 1 GiB window */
+/* The bounds of policy values and node descriptions (HUVM_PREEVICT_MAX_*, HUVM_MAX_MEMORY_BYTES, ...) are
+ * in the ABI header, where the Python tools read them. */
 #define HUVM_TEST_MAX_COUNT             4096u
 #define HUVM_TEST_NS_PER_EVENT          1000000ULL      /* the synthetic node's clock advances 1 ms/event */
 #define HUVM_NS_PER_MS                  1000000ULL
+/* HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE (docs/policy.md, "Pre-eviction"; both chosen on the tuning half of the
+ * scenario matrix, `make eval`): a GPU is under pressure for this long after an allocation on it had to evict,
+ * and its pre-eviction reserve is at most this many times the chunks its last fault batch allocated. */
+#define HUVM_PREEVICT_PRESSURE_MS       200u
+#define HUVM_PREEVICT_BURST_MULT        4u
+/* HUVM_GPU_POLICY_LEND_ABOVE_PEAK: how long a lender's own peak is remembered (huvm_peak_update). */
+#define HUVM_OWN_PEAK_WINDOW_MS         10000u
+/* HUVM_GPU_POLICY_PREFETCH_FEEDBACK: prefetched chunks the used/unused counts remember (huvm_prefetch_feedback). */
+#define HUVM_PREFETCH_FEEDBACK_WINDOW   64u
 
 #define HUVM_GPU_FLAGS_KNOWN \
     (HUVM_GPU_FLAG_PRESENT | HUVM_GPU_FLAG_REPLAYABLE_FAULTS | HUVM_GPU_FLAG_PMA_EVICTION)

@@ -50,8 +50,22 @@ typedef struct {
     uint32_t hysteresis_ms;
 } huvm_node_settings_t;
 
-_Static_assert(offsetof(huvm_policy_t, hysteresis_ms) - offsetof(huvm_policy_t, preset) ==
-               offsetof(huvm_node_settings_t, hysteresis_ms), "node settings mirror huvm_policy_t");
+/* Every field at the same offset from preset in both, and nothing else in the range: the raw copies
+ * below (NODE_SETTINGS) are field-by-field copies. */
+#define NODE_SETTING_MIRRORS(f)                                                                        \
+    _Static_assert(offsetof(huvm_policy_t, f) - offsetof(huvm_policy_t, preset) ==                     \
+                   offsetof(huvm_node_settings_t, f), "huvm_node_settings_t." #f " mirrors huvm_policy_t")
+NODE_SETTING_MIRRORS(preset);
+NODE_SETTING_MIRRORS(peer_select);
+NODE_SETTING_MIRRORS(nvlink_only);
+NODE_SETTING_MIRRORS(peer_usage_max_pct);
+NODE_SETTING_MIRRORS(preevict_chunks);
+NODE_SETTING_MIRRORS(preevict_batch);
+NODE_SETTING_MIRRORS(fetch_mode);
+NODE_SETTING_MIRRORS(prefetch_mode);
+NODE_SETTING_MIRRORS(prefetch_chunks);
+NODE_SETTING_MIRRORS(prefetch_stride);
+NODE_SETTING_MIRRORS(hysteresis_ms);
 _Static_assert(offsetof(huvm_policy_t, gpu_count) - offsetof(huvm_policy_t, preset) ==
                sizeof(huvm_node_settings_t), "node settings mirror huvm_policy_t");
 
@@ -99,7 +113,7 @@ static void preset_settings(uint32_t preset, const huvm_core_t *core, huvm_node_
         p->hysteresis_ms = 0;
         break;
     case HUVM_PRESET_HUVM:
-        p->peer_select = HUVM_PEER_SELECT_BW_WEIGHTED;
+        p->peer_select = HUVM_PEER_SELECT_FASTEST_LINK;
         p->peer_usage_max_pct = 90;
         /* 64 chunks (128 MiB), refilled in one pass: measured in the simulator (docs/policy.md). */
         p->preevict_chunks = 64;
@@ -178,6 +192,8 @@ static void preset_gpu(uint32_t preset, const uint8_t *uuid, uint64_t memory_byt
         break;
     case HUVM_PRESET_HUVM:
         e->role = HUVM_ROLE_BOTH;
+        e->flags = HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
+                   HUVM_GPU_POLICY_PREFETCH_FEEDBACK;
         e->lend_reserve_bytes = huvm_default_reserve(memory_bytes);
         break;
     case HUVM_PRESET_STOCK:
@@ -469,7 +485,7 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
             REFUSE(HUVM_NV_ERR_GPU_UUID_NOT_FOUND, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_UUID));
         if (e->role >= HUVM_ROLE_COUNT)
             REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_ROLE));
-        if (e->flags != 0)
+        if (e->flags & ~(uint32_t)HUVM_GPU_POLICY_FLAGS_KNOWN)
             REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_FLAGS));
         /* A lender with nothing to lend is a contradiction, not a way to stop lending (role harvester/none). */
         if ((e->role == HUVM_ROLE_LENDER || e->role == HUVM_ROLE_BOTH) && e->lend_limit_bytes == 0)

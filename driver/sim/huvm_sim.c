@@ -82,6 +82,23 @@ static inline uint64_t chunk_va(const huvm_sim_t *sim, uint32_t ci)
     return t->spec.va_base + (uint64_t)(ci - t->chunk_base) * SIM_CHUNK;
 }
 
+/* A prefetched chunk was touched (used) or leaves unused: its owner's prefetch feedback. */
+static inline void pf_note(huvm_sim_t *sim, sim_chunk_t *c, uint32_t used)
+{
+    sim_gpu_t *o = &sim->gpus[c->owner];
+
+    c->flags &= (uint8_t)~SIM_CF_PREFETCHED;
+    huvm_prefetch_feedback(&o->pf_used, &o->pf_unused, used);
+}
+
+/* GPU g's own use (its tenants' resident and cudaMalloc'd chunks) grew, or may have: note the peak. */
+static inline void note_own(huvm_sim_t *sim, uint32_t g, uint64_t t)
+{
+    const sim_gpu_t *gg = &sim->gpus[g];
+
+    huvm_peak_update(&sim->gpus[g].own_peak, (gg->own.count + gg->pinned_chunks) * SIM_CHUNK, t);
+}
+
 static void refresh_state(huvm_sim_t *sim)
 {
     uint32_t g;
@@ -89,6 +106,11 @@ static void refresh_state(huvm_sim_t *sim)
     for (g = 0; g < sim->cfg.gpu_count; g++) {
         sim->state[g].free_bytes = gpu_free(&sim->gpus[g]) * SIM_CHUNK;
         sim->state[g].last_evict_ns = sim->gpus[g].last_evict_ns;
+        sim->state[g].last_pressure_ns = sim->gpus[g].last_pressure_ns;
+        sim->state[g].burst_chunks = sim->gpus[g].burst_chunks;
+        sim->state[g].own_peak_bytes = sim->gpus[g].own_peak.bytes;
+        sim->state[g].prefetch_used = sim->gpus[g].pf_used;
+        sim->state[g].prefetch_unused = sim->gpus[g].pf_unused;
     }
 }
 
@@ -588,6 +610,8 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
     }
     if (d.dst == HUVM_DEST_HOST && host_take(sim))
         return t;
+    if (c->flags & SIM_CF_PREFETCHED)
+        pf_note(sim, c, 0);
     list_remove(sim->chunks, &gg->own, ci);
     if (d.dst != HUVM_DEST_HOST) {
         uint32_t p = d.dst;
@@ -612,8 +636,9 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
     return sync ? fin : t;
 }
 
-/* Holder h gives back one chunk of owner o to host (the owner's data, now in host memory). */
-static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t)
+/* Holder h gives back one chunk of owner o to host (the owner's data, now in host memory). sync: the holder
+ * waits for the copy (demand class); else a background copy (pre-eviction) and the memory is free at t. */
+static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t, int sync)
 {
     sim_gpu_t *hg = &sim->gpus[h];
     uint32_t ci = hg->guest[o].head;
@@ -622,16 +647,18 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
 
     if (host_take(sim))
         return t;
+    if (c->flags & SIM_CF_PREFETCHED)
+        pf_note(sim, c, 0);
     list_remove(sim->chunks, &hg->guest[o], ci);
     hg->guest_chunks--;
     sim->gpus[o].peer_chunks--;
     sim->gpus[o].host_chunks++;
-    fin = xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG);
+    fin = xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sync ? SIM_FG : SIM_BG);
     c->loc = HUVM_SIM_LOC_HOST;
     c->ready_ns = fin;
     c->flags &= (uint8_t)~SIM_CF_REMOTE;
     huvm_account_giveback(&sim->core, h, o, SIM_CHUNK, chunk_va(sim, ci));
-    return fin;
+    return sync ? fin : t;
 }
 
 /* Make n chunks free on GPU g at time t: harvested chunks go first (give-back, to host), then g's own
@@ -641,6 +668,15 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
 {
     sim_gpu_t *gg = &sim->gpus[g];
 
+    uint64_t free_now = gpu_free(gg);
+
+    /* Real pressure: this allocation has to evict, or would have to without the chunks pre-eviction freed
+     * (those are used first, as the most recently freed). Pre-evicted chunks freed since are forgotten. */
+    if (gg->preevicted > free_now)
+        gg->preevicted = free_now;
+    if (free_now < n + gg->preevicted && !(sim->cfg.flags & HUVM_SIM_FLAG_UNLIMITED))
+        gg->last_pressure_ns = t ? t : 1;
+    gg->preevicted -= u64_min(gg->preevicted, n);
     while (gpu_free(gg) < n && !sim->failed) {
         uint64_t need = n - gpu_free(gg);
 
@@ -653,7 +689,7 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
             huvm_decide_giveback(&sim->core, sim->state, g, need * SIM_CHUNK, &plan);
             for (o = 0; o < sim->cfg.gpu_count; o++) {
                 for (k = 0; k < plan.guest_chunks[o] && gg->guest[o].count; k++) {
-                    t = giveback_one(sim, g, o, t);
+                    t = giveback_one(sim, g, o, t, 1);
                     done++;
                 }
             }
@@ -663,7 +699,7 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
                 /* The core gave nothing back but nothing else is evictable: harvested data must go. */
                 for (o = 0; o < sim->cfg.gpu_count && !gg->guest[o].count; o++)
                     ;
-                t = giveback_one(sim, g, o, t);
+                t = giveback_one(sim, g, o, t, 1);
                 continue;
             }
         }
@@ -681,14 +717,25 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
 static void preevict(huvm_sim_t *sim, uint32_t g, uint64_t t)
 {
     sim_gpu_t *gg = &sim->gpus[g];
-    uint32_t n;
+    huvm_giveback_plan_t plan;
+    uint32_t n, o, k;
 
     if (sim->cfg.flags & HUVM_SIM_FLAG_UNLIMITED)
         return;
     refresh_state(sim);
-    n = huvm_decide_preevict(&sim->core, sim->state, g);
-    while (n-- && gg->own.count && !sim->failed)
+    huvm_decide_preevict_plan(&sim->core, sim->state, g, t, &plan);
+    /* Guests' chunks first (a lender's own data never leaves ahead of a guest's), then its own. */
+    for (o = 0; o < sim->cfg.gpu_count && !sim->failed; o++) {
+        for (k = 0; k < plan.guest_chunks[o] && gg->guest[o].count && !sim->failed; k++) {
+            giveback_one(sim, g, o, t, 0);
+            gg->preevicted++;
+        }
+    }
+    for (n = 0; n < plan.own_chunks && gg->own.count && !sim->failed; n++) {
         evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0);
+        gg->preevicted++;
+    }
+    gg->preevicted = u64_min(gg->preevicted, gpu_free(gg));
 }
 
 /* After a fault brought chunk ci of tenant tt from host: ask the core for a prefetch plan and start it. */
@@ -734,6 +781,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
             list_push_tail(sim->chunks, &gg->own, pci);
+            c->flags |= SIM_CF_PREFETCHED;
+            gg->batch_allocs++;             /* the prefetched chunk takes memory of this batch too */
             local_done++;
             vacnt_add(sim, pci, 4);
             huvm_account_prefetch(&sim->core, g, g, SIM_CHUNK, chunk_va(sim, pci));
@@ -752,6 +801,7 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)p;
             list_push_tail(sim->chunks, &pg->guest[g], pci);
+            c->flags |= SIM_CF_PREFETCHED;
             pg->guest_chunks++;
             peer_done++;
             vacnt_add(sim, pci, 4);
@@ -772,6 +822,8 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
 
     *remote = 0;
     t += sim->cfg.fault_service_ns;
+    if (c->flags & SIM_CF_PREFETCHED)
+        pf_note(sim, c, 1);             /* prefetched to a peer, and wanted: the prefetch paid */
     if (c->loc == HUVM_SIM_LOC_GPU) {
         uint32_t p = c->holder;
         uint64_t fin;
@@ -782,6 +834,7 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
             huvm_account_fetch(&sim->core, g, p, 1, SIM_CHUNK, chunk_va(sim, ci));
             return u64_max(t, c->ready_ns);
         }
+        gg->batch_allocs++;
         t = make_room(sim, g, 1, t, 0);
         if (sim->failed)
             return t;
@@ -797,6 +850,7 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
         huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, ci));
         return fin;
     }
+    gg->batch_allocs++;
     t = make_room(sim, g, 1, t, 0);
     if (sim->failed)
         return t;
@@ -831,6 +885,7 @@ static uint64_t pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t)
     if (sim->failed)
         return t;
     sim->gpus[g].pinned_chunks++;
+    note_own(sim, g, t);
     if (ci != SIM_NIL) {
         sim_chunk_t *c = &sim->chunks[ci];
 
@@ -860,6 +915,8 @@ static void release_chunk(huvm_sim_t *sim, uint32_t ci)
 
     if (!(c->flags & SIM_CF_LIVE))
         return;
+    if (c->flags & SIM_CF_PREFETCHED)
+        pf_note(sim, c, 0);
     if (c->loc == HUVM_SIM_LOC_GPU) {
         if (c->flags & SIM_CF_PINNED) {
             sim->gpus[o].pinned_chunks--;
@@ -884,6 +941,11 @@ static void release_chunk(huvm_sim_t *sim, uint32_t ci)
 
 static void end_batch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t nb, uint64_t t)
 {
+    sim_gpu_t *gg = &sim->gpus[tt->spec.gpu];
+
+    gg->burst_chunks = gg->batch_allocs;
+    gg->batch_allocs = 0;
+    note_own(sim, tt->spec.gpu, t);
     huvm_account_faults(&sim->core, tt->spec.gpu, nb * sim->cfg.faults_per_chunk);
     tt->res.fault_batches++;
     preevict(sim, tt->spec.gpu, t);
@@ -899,6 +961,7 @@ static void tenant_start(huvm_sim_t *sim, sim_tenant_t *tt)
         t = pin_chunk(sim, tt->spec.gpu, SIM_NIL, t);
     for (i = 0; i < tt->n_static && !sim->failed; i++)
         make_live(sim, tt, tt->chunk_base + tt->static_list[i], &t);
+    tt->res.alloc_stall_ns += t - tt->clock;
     tt->clock = t;
     tt->step_start = t;
     if (tt->spec.n_ops == 0) {
@@ -926,6 +989,7 @@ static void run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     }
     for (i = tt->alloc_first[op]; i < tt->alloc_first[op + 1] && !sim->failed; i++)
         make_live(sim, tt, base + tt->alloc_list[i], &t);
+    tt->res.alloc_stall_ns += t - tt->clock;
     fault_start = t;
     for (i = tt->first[op], e = tt->first[op + 1]; i < e; i++) {
         const uint32_t ci = base + touch[i];
@@ -934,6 +998,8 @@ static void run_op(huvm_sim_t *sim, sim_tenant_t *tt)
 
         if (c->loc == HUVM_SIM_LOC_GPU) {
             if (c->holder == g) {
+                if (c->flags & SIM_CF_PREFETCHED)
+                    pf_note(sim, c, 1);
                 if (c->ready_ns > t) {
                     tt->res.inflight_wait_ns += c->ready_ns - t;
                     t = c->ready_ns;

@@ -16,6 +16,19 @@
 #define HUVM_SIM_MAX_TENANTS        64
 #define HUVM_SIM_NAME_LEN           32
 
+/* Bounds the simulator enforces on a node and its tenants (the Python tools read them from here). */
+#define HUVM_SIM_MAX_STEPS          1000000u                /* repetitions of one tenant's trace */
+#define HUVM_SIM_MAX_OP_NS          281474976710656ull      /* 2^48: one op, a start time or a static footprint
+                                                               (bytes) at most ~3 days / 256 TiB: sums stay
+                                                               in 64 bits */
+#define HUVM_SIM_MAX_MEMORY_BYTES   1125899906842624ull     /* 2^50: 1 PiB per GPU */
+#define HUVM_SIM_MAX_MBYTE_PER_S    16777216ull             /* 2^24: 16 TB/s per link or PCIe direction */
+#define HUVM_SIM_MAX_COST_NS        1000000000ull           /* any one UVM cost at most 1 s */
+#define HUVM_SIM_MAX_FAULT_BATCH    65536u                  /* fault_batch_max */
+#define HUVM_SIM_MAX_FAULTS_PER_CHUNK 512u                  /* fault entries per faulted chunk */
+#define HUVM_SIM_MAX_LINK_COUNT     64u                     /* NVLink links between two GPUs */
+#define HUVM_SIM_MAX_HOST_MEMORY_BYTES 72057594037927936ull /* 2^56 */
+
 /* Where a chunk is, in huvm_sim_chunk_where(). */
 #define HUVM_SIM_LOC_NONE           0       /* not populated (never touched, or freed) */
 #define HUVM_SIM_LOC_GPU            1       /* on a GPU (its owner, or a peer holding it) */
@@ -103,6 +116,8 @@ typedef struct {
     uint64_t host_chunks;                   /* its chunks in host memory at the end */
     uint32_t done;
     uint32_t pad;
+    uint64_t alloc_stall_ns;                /* time stalled making room for its cudaMalloc allocations
+                                               (evictions, give-back), its start-up included */
 } huvm_sim_tenant_result_t;
 
 /* Bytes moved per path, and how long each link direction was busy. */

@@ -10,13 +10,14 @@
 #define SIM_NIL                 0xffffffffu
 #define SIM_CHUNK               ((uint64_t)HUVM_CHUNK_SIZE)
 #define SIM_UNLIMITED_CHUNKS    (1ull << 36)        /* "ideal" node: 128 PiB, never reached */
-#define SIM_MAX_OP_NS           (1ull << 48)        /* one op at most ~3 days: sums stay in 64 bits */
-#define SIM_MAX_STEPS           1000000u
+#define SIM_MAX_OP_NS           HUVM_SIM_MAX_OP_NS  /* one op at most ~3 days: sums stay in 64 bits */
+#define SIM_MAX_STEPS           HUVM_SIM_MAX_STEPS
 
 /* sim_chunk_t.flags */
 #define SIM_CF_LIVE             0x1                 /* allocated (between its alloc and free op) */
 #define SIM_CF_REMOTE           0x2                 /* remote-mapped by its owner while on a peer */
 #define SIM_CF_PINNED           0x4                 /* cudaMalloc memory: resident, never evicted */
+#define SIM_CF_PREFETCHED       0x8                 /* prefetched, not touched since (prefetch feedback) */
 
 /* Tenant states. */
 #define SIM_T_PENDING           0                   /* not started: static allocation to do */
@@ -64,6 +65,12 @@ typedef struct {
     uint32_t   candidates;          /* peers with a direct path (bit per GPU) */
     uint32_t   pad;
     uint64_t   last_evict_ns;
+    uint64_t   last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
+    uint64_t   preevicted;          /* free chunks pre-eviction made and no allocation has used yet */
+    uint64_t   burst_chunks;        /* chunks the last fault batch on this GPU allocated */
+    uint64_t   batch_allocs;        /* chunks allocated by the fault batch in progress */
+    huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
+    uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
     sim_res_t  h2d, d2h;            /* PCIe */
     sim_res_t  port_out, port_in;   /* NVSwitch ports */
 } sim_gpu_t;

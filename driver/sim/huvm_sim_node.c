@@ -9,9 +9,9 @@
 
 #include "huvm_sim_internal.h"
 
-#define SIM_MAX_MEMORY_BYTES    (1ull << 50)
-#define SIM_MAX_MBYTE_PER_S     (1ull << 24)
-#define SIM_MAX_COST_NS         1000000000ull   /* any one cost at most 1 s */
+#define SIM_MAX_MEMORY_BYTES    HUVM_SIM_MAX_MEMORY_BYTES
+#define SIM_MAX_MBYTE_PER_S     HUVM_SIM_MAX_MBYTE_PER_S
+#define SIM_MAX_COST_NS         HUVM_SIM_MAX_COST_NS
 
 void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const char *field,
                    const char *fmt, ...)
@@ -124,9 +124,10 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
                               (unsigned long long)cfg->link_mbyte_per_s[a][b], SIM_MAX_MBYTE_PER_S);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
-            if (cfg->link_count[a][b] > 64) {
+            if (cfg->link_count[a][b] > HUVM_SIM_MAX_LINK_COUNT) {
                 sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, link_field(f, sizeof(f), a, b, "link_count"),
-                              "link count %u between GPU %u and %u is over 64", cfg->link_count[a][b], a, b);
+                              "link count %u between GPU %u and %u is over %u", cfg->link_count[a][b], a, b,
+                              HUVM_SIM_MAX_LINK_COUNT);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
         }
@@ -143,14 +144,14 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
     SIM_CHECK_COST(pcie_latency_ns)
     SIM_CHECK_COST(nvlink_latency_ns)
 #undef SIM_CHECK_COST
-    if (cfg->fault_batch_max < 1 || cfg->fault_batch_max > 65536) {
+    if (cfg->fault_batch_max < 1 || cfg->fault_batch_max > HUVM_SIM_MAX_FAULT_BATCH) {
         sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "fault_batch_max",
-                      "fault_batch_max %u is not in 1..65536", cfg->fault_batch_max);
+                      "fault_batch_max %u is not in 1..%u", cfg->fault_batch_max, HUVM_SIM_MAX_FAULT_BATCH);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
-    if (cfg->faults_per_chunk < 1 || cfg->faults_per_chunk > 512) {
+    if (cfg->faults_per_chunk < 1 || cfg->faults_per_chunk > HUVM_SIM_MAX_FAULTS_PER_CHUNK) {
         sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "faults_per_chunk",
-                      "faults_per_chunk %u is not in 1..512", cfg->faults_per_chunk);
+                      "faults_per_chunk %u is not in 1..%u", cfg->faults_per_chunk, HUVM_SIM_MAX_FAULTS_PER_CHUNK);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (cfg->sample_interval_ns && cfg->max_samples < 2) {
@@ -158,7 +159,7 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
                       "max_samples %u must be at least 2 when sampling", cfg->max_samples);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
-    if (cfg->host_memory_bytes > (1ull << 56)) {
+    if (cfg->host_memory_bytes > HUVM_SIM_MAX_HOST_MEMORY_BYTES) {
         sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "host_memory_bytes",
                       "host memory %llu bytes is too large", (unsigned long long)cfg->host_memory_bytes);
         return HUVM_NV_ERR_INVALID_ARGUMENT;

@@ -3,6 +3,10 @@
 #   make sim-test    C tests of the simulator, plain and under ASan/UBSan (part of `make test`)
 #   make bench-sim   simulator speed: chunk-touch events/s on one core, one Llama-7B-sized training step on
 #                    an 8-GPU node (part of `make bench`)
+#   make eval        the evaluation half of the scenario matrix (huvm.sim.matrix): per scenario, harvester
+#                    speedup and lender slowdown of huvm and huvm-atc22 against stock, geomean, worst case
+#                    (not part of `make test`; EVAL_HALF=tuning for the half the constants were chosen on)
+#   make eval-doc    the same, written into docs/policy.md ("Evaluation") between its generated-table markers
 #
 # The Python tests (tests/python/test_sim*.py) run with the other Python tests.
 
@@ -15,7 +19,7 @@ SIM_CFLAGS   := -std=gnu11 -g -Wall -Wextra -Werror -Wno-unused-function \
                 -I$(ROOT)/driver/include/uapi -I$(ROOT)/driver/core -I$(SIM_DIR)
 SIM_SAN      := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
-.PHONY: sim-test bench-sim
+.PHONY: sim-test bench-sim eval eval-doc
 
 $(SIM_BUILD)/sim_test: $(SIM_DIR)/tests/sim_test.c $(SIM_SRCS) $(SIM_HDRS)
 	@mkdir -p $(@D)
@@ -32,6 +36,16 @@ sim-test: $(SIM_BUILD)/sim_test $(SIM_BUILD)/sim_test_san
 
 bench-sim: | venv
 	cd $(ROOT) && taskset -c 0 $(PY) -m huvm.sim.bench
+
+EVAL_HALF ?= evaluation
+EVAL_OUT  := $(BUILD)/eval
+
+eval: | venv
+	@mkdir -p $(EVAL_OUT)
+	cd $(ROOT) && $(PY) -m huvm.sim.matrix --half $(EVAL_HALF) -q --json $(EVAL_OUT)/$(EVAL_HALF).json
+
+eval-doc: | venv
+	cd $(ROOT) && $(PY) -m huvm.sim.matrix --half evaluation -q --update-doc $(ROOT)/docs/policy.md
 
 test: sim-test
 bench: bench-sim

@@ -8,8 +8,9 @@
  * through the core's accounting (which fires the huvm tracepoints). docs/driver.md describes each hook.
  *
  * Locking (see also docs/driver.md):
- * - g_uvm_huvm.lock is an rwlock_t below every UVM lock (a leaf): nothing else is taken and nothing
- *   sleeps while it is held. Readers: decisions on the eviction, pre-eviction and prefetch paths. Writers:
+ * - g_uvm_huvm.lock is an rwlock_t below every UVM lock but PMM's list lock: nothing sleeps while it is
+ *   held, and the only lock taken under it is a PMM list lock (a leaf spinlock), to count UVM's free root
+ *   chunks (gpu_free_bytes()). Readers: decisions on the eviction, pre-eviction and prefetch paths. Writers:
  *   the control ioctls (huvm_dispatch), GPU add/remove and link registration.
  * - Counters are updated by the core with atomics, without the lock.
  * - The VA space masks read on the eviction path without the VA space lock follow the argument in
@@ -40,6 +41,7 @@
 #include "huvm_core.h"
 
 #include <linux/capability.h>
+#include <linux/pci.h>
 #include <linux/cred.h>
 #include <linux/sched.h>
 #include <linux/spinlock.h>
@@ -76,6 +78,19 @@ typedef struct
 
     // When this GPU last evicted its own data (ns), for the core's hysteresis.
     atomic64_t last_evict_ns;
+
+    // When an allocation on this GPU last had to evict, or RM's PMA took its memory (ns): memory pressure,
+    // for the core's pre-eviction gate.
+    atomic64_t last_pressure_ns;
+
+    // Bytes allocated for VA blocks since the last fault batch ended, and the chunks the last batch took.
+    atomic64_t batch_alloc_bytes;
+    atomic64_t burst_chunks;
+
+    // The recent peak of this GPU's own memory use (not guests'), for the core's lend admission; updated
+    // whenever the decisions gather the node's state. Protected by peak_lock (a leaf spinlock).
+    spinlock_t peak_lock;
+    huvm_peak_t own_peak;
 
     // Pre-eviction worker. worker_gpu is valid while the queue runs (stopped before the GPU goes away).
     nv_kthread_q_t preevict_q;
@@ -125,14 +140,39 @@ static NvU32 slot_of_gpu_locked(const uvm_gpu_t *gpu)
     return HUVM_SLOT_NONE;
 }
 
-// Free memory of gpu as the decisions see it: PMA's free 2 MiB pages, read lock-free.
-// LOCKING: none needed; gpu must be valid.
+// UVM takes root chunks from PMA in batches (uvm_perf_pma_batch_nonpinned_order: 64 chunks) and keeps the
+// ones it has not used on its own free lists; they are free memory all the same. At most this many are
+// counted (1 GiB), which bounds the walk under PMM's list lock.
+#define HUVM_FREE_ROOT_CHUNKS_COUNTED 512
+
+// Free memory of gpu as the decisions see it: PMA's free 2 MiB pages (read lock-free) plus the free root
+// chunks on UVM's own lists.
+// LOCKING: takes gpu's PMM list lock (a leaf spinlock; the only lock ever taken under g_uvm_huvm.lock).
 static NvU64 gpu_free_bytes(uvm_gpu_t *gpu)
 {
     if (!gpu->pmm.pma_stats)
         return 0;
 
-    return UVM_READ_ONCE(gpu->pmm.pma_stats->numFreePages2m) * UVM_CHUNK_SIZE_MAX;
+    return UVM_READ_ONCE(gpu->pmm.pma_stats->numFreePages2m) * UVM_CHUNK_SIZE_MAX +
+           uvm_pmm_gpu_free_user_root_bytes(&gpu->pmm, HUVM_FREE_ROOT_CHUNKS_COUNTED);
+}
+
+// GPU i's own memory use now (used less what it lends) folded into its recent peak; returns the peak.
+// LOCKING: g_uvm_huvm.lock held (read or write); takes the slot's peak_lock (leaf).
+static NvU64 own_peak_update(NvU32 i, NvU64 free_bytes)
+{
+    uvm_huvm_slot_t *slot = &g_uvm_huvm.slots[i];
+    NvU64 mem = g_uvm_huvm.core.gpus[i].memory_bytes;
+    NvU64 used = free_bytes < mem ? mem - free_bytes : 0;
+    NvU64 lent = huvm_atomic64_read(&g_uvm_huvm.core.counters[i].lent_bytes);
+    NvU64 peak;
+
+    spin_lock(&slot->peak_lock);
+    huvm_peak_update(&slot->own_peak, used > lent ? used - lent : 0, NV_GETTIME());
+    peak = slot->own_peak.bytes;
+    spin_unlock(&slot->peak_lock);
+
+    return peak;
 }
 
 // LOCKING: g_uvm_huvm.lock held (read or write).
@@ -149,6 +189,9 @@ static void gather_state_locked(huvm_gpu_state_t *state)
 
         state[i].free_bytes = gpu_free_bytes(slot->gpu);
         state[i].last_evict_ns = atomic64_read(&slot->last_evict_ns);
+        state[i].own_peak_bytes = own_peak_update(i, state[i].free_bytes);
+        state[i].last_pressure_ns = atomic64_read(&slot->last_pressure_ns);
+        state[i].burst_chunks = atomic64_read(&slot->burst_chunks);
     }
 }
 
@@ -406,6 +449,11 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
     memcpy(info.uuid, gpu->parent->uuid.uuid, sizeof(info.uuid));
     strscpy(info.name, gpu->parent->name, sizeof(info.name));
     info.memory_bytes = gpu->mem_info.size;
+    // The GPU's PCIe bandwidth towards the host (the link as trained, limited by the narrowest link up to the
+    // root port: pcie_bandwidth_available(), in Mb/s): the core splits multi-path prefetches by it. 0 when
+    // the kernel cannot tell (not PCIe); the core then splits evenly.
+    if (gpu->parent->pci_dev)
+        info.pcie_mbyte_per_s = pcie_bandwidth_available(gpu->parent->pci_dev, NULL, NULL, NULL) / 8;
     info.free_bytes = min(gpu_free_bytes(gpu), info.memory_bytes);
     info.flags = HUVM_GPU_FLAG_PRESENT;
     if (gpu->parent->replayable_faults_supported)
@@ -421,6 +469,10 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
         slot->used = true;
         slot->uuid = gpu->parent->uuid;
         atomic64_set(&slot->last_evict_ns, 0);
+        atomic64_set(&slot->last_pressure_ns, 0);
+        atomic64_set(&slot->batch_alloc_bytes, 0);
+        atomic64_set(&slot->burst_chunks, 0);
+        memset(&slot->own_peak, 0, sizeof(slot->own_peak));
     }
     write_unlock(&g_uvm_huvm.lock);
 
@@ -616,6 +668,19 @@ static bool chunk_harvest_info(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 *ow
     return harvested;
 }
 
+// The 2 MiB (root) chunk has been picked for eviction by its GPU's PMM (a give-back on its way).
+// LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
+static bool chunk_in_eviction(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk)
+{
+    bool in_eviction;
+
+    uvm_spin_lock(&gpu->pmm.list_lock);
+    in_eviction = chunk->in_eviction;
+    uvm_spin_unlock(&gpu->pmm.list_lock);
+
+    return in_eviction;
+}
+
 // LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
 static void chunk_set_harvested(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 owner)
 {
@@ -740,7 +805,14 @@ static NV_STATUS move_with_chunk(uvm_va_block_t *va_block,
         list_add_tail(&chunk->list, &retry.free_chunks);
     }
     else if (harvest) {
-        // Harvested data already here (checked above): its chunk is accounted once, see below.
+        // Harvested data already here (checked above): its chunk is accounted once, see below. Not a chunk
+        // the peer's PMM has already picked for eviction (a give-back): the pages would be copied there only
+        // to be copied again to the host.
+        if (chunk_in_eviction(peer, peer_state->chunks[0])) {
+            *reason = HUVM_REASON_PEER_FULL;
+            status = NV_ERR_BUSY_RETRY;
+            goto out;
+        }
         reused = peer_state->chunks[0];
     }
 
@@ -1027,6 +1099,57 @@ void uvm_huvm_block_destroy_gpu_state(uvm_va_block_t *va_block, uvm_gpu_t *gpu)
         account_release_chunk(va_block, gpu, gpu_state->chunks[0]);
 }
 
+// LOCKING: the block lock and the VA space lock (write) are held (uvm_va_block_split()); takes PMM locks of
+// the CPU and the peers, and g_uvm_huvm.lock (read) through the release of the peers' chunks.
+NV_STATUS uvm_huvm_block_split_prepare(uvm_va_block_t *va_block)
+{
+    uvm_va_block_region_t region = uvm_va_block_region_from_block(va_block);
+    uvm_va_block_context_t *block_context;
+    uvm_page_mask_t *pages;
+    uvm_gpu_id_t id;
+    NV_STATUS status = NV_OK;
+
+    uvm_assert_mutex_locked(&va_block->lock);
+
+    if (uvm_processor_mask_empty(&va_block->harvested_on) || uvm_va_block_is_hmm(va_block))
+        return NV_OK;
+
+    block_context = uvm_va_block_context_alloc(NULL);
+    if (!block_context)
+        return NV_ERR_NO_MEMORY;
+
+    pages = &block_context->caller_page_mask;
+    for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
+        uvm_page_mask_copy(pages, uvm_va_block_resident_mask_get(va_block, id));
+        if (uvm_page_mask_empty(pages))
+            continue;
+
+        // make_resident_finish() (uvm_huvm_make_resident_finish()) frees the peer's chunk and counts the
+        // give-back, as for any migration of harvested data away from its owner.
+        status = uvm_va_block_make_resident(va_block,
+                                            NULL,
+                                            block_context,
+                                            UVM_ID_CPU,
+                                            region,
+                                            pages,
+                                            NULL,
+                                            UVM_MAKE_RESIDENT_CAUSE_API_MIGRATE);
+        if (status != NV_OK)
+            break;
+    }
+
+    // Chunks that held nothing any more (all pages already fetched back) stop counting too.
+    if (status == NV_OK) {
+        for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
+            if (!uvm_processor_mask_test(&va_block->resident, id))
+                release_peer_chunk(va_block, id, UVM_ID_CPU);
+        }
+    }
+
+    uvm_va_block_context_free(block_context);
+    return status;
+}
+
 // LOCKING: the block lock and the VA space lock (read) are held; takes g_uvm_huvm.lock for read.
 bool uvm_huvm_fetch_remote(uvm_va_block_t *va_block, uvm_processor_id_t processor_id, uvm_processor_id_t resident_id)
 {
@@ -1112,6 +1235,9 @@ void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 a
     read_lock(&g_uvm_huvm.lock);
     index = slot_of_gpu_locked(gpu);
     if (index != HUVM_SLOT_NONE) {
+        slot = &g_uvm_huvm.slots[index];
+        atomic64_set(&slot->burst_chunks,
+                     DIV_ROUND_UP((NvU64)atomic64_xchg(&slot->batch_alloc_bytes, 0), UVM_CHUNK_SIZE_MAX));
         huvm_account_faults(&g_uvm_huvm.core, index, num_faults);
 
         memset(&plan, 0, sizeof(plan));
@@ -1126,7 +1252,6 @@ void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 a
         }
 
         if (plan.local_chunks + plan.peer_chunks > 0) {
-            slot = &g_uvm_huvm.slots[index];
             spin_lock(&slot->pf_lock);
             slot->pf_va_space = va_space;
             slot->pf_address = address;
@@ -1320,8 +1445,35 @@ void uvm_huvm_kick_preevict(uvm_gpu_t *gpu)
 
     read_lock(&g_uvm_huvm.lock);
     index = slot_of_gpu_locked(gpu);
-    if (index != HUVM_SLOT_NONE)
+    if (index != HUVM_SLOT_NONE) {
+        atomic64_set(&g_uvm_huvm.slots[index].last_pressure_ns, NV_GETTIME());
         preevict_kick_slot_locked(&g_uvm_huvm.slots[index]);
+    }
+    read_unlock(&g_uvm_huvm.lock);
+}
+
+// LOCKING: the block lock may be held; takes g_uvm_huvm.lock for read (and, under it, the PMM list lock).
+void uvm_huvm_note_alloc(uvm_gpu_t *gpu, NvU64 size)
+{
+    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    uvm_huvm_slot_t *slot;
+    NvU32 index;
+
+    if (!huvm_enabled())
+        return;
+
+    read_lock(&g_uvm_huvm.lock);
+    index = slot_of_gpu_locked(gpu);
+    if (index != HUVM_SLOT_NONE) {
+        slot = &g_uvm_huvm.slots[index];
+        atomic64_add(size, &slot->batch_alloc_bytes);
+        if (huvm_atomic64_read(&g_uvm_huvm.core.counters[index].lent_bytes) != 0) {
+            memset(state, 0, sizeof(state));
+            state[index].free_bytes = gpu_free_bytes(gpu);
+            if (huvm_giveback_need(&g_uvm_huvm.core, state, index) > 0)
+                preevict_kick_slot_locked(slot);
+        }
+    }
     read_unlock(&g_uvm_huvm.lock);
 }
 
@@ -1334,19 +1486,42 @@ static void preevict_worker(void *args)
     uvm_huvm_slot_t *slot = args;
     uvm_gpu_t *gpu = slot->worker_gpu;
     huvm_gpu_state_t state[HUVM_MAX_GPUS];
-    NvU32 index, count, i;
+    huvm_giveback_plan_t giveback, preevict;
+    NvU32 index, owner, i;
+    NvU64 need = 0;
+
+    memset(&giveback, 0, sizeof(giveback));
+    memset(&preevict, 0, sizeof(preevict));
 
     read_lock(&g_uvm_huvm.lock);
     index = slot_of_gpu_locked(gpu);
-    count = 0;
     if (index != HUVM_SLOT_NONE && huvm_enabled()) {
         gather_state_locked(state);
-        count = huvm_decide_preevict(&g_uvm_huvm.core, state, index);
+
+        // A lender below its lend reserve takes its memory back from its guests first (the core's give-back
+        // plan: owners holding the most first, all to host), whatever pre-eviction decides.
+        need = huvm_giveback_need(&g_uvm_huvm.core, state, index);
+        if (need > 0)
+            huvm_decide_giveback(&g_uvm_huvm.core, state, index, need, &giveback);
+
+        // Pre-eviction restores the free reserve under pressure: guests' chunks first, then own data.
+        huvm_decide_preevict_plan(&g_uvm_huvm.core, state, index, NV_GETTIME(), &preevict);
     }
     read_unlock(&g_uvm_huvm.lock);
 
-    for (i = 0; i < count; i++) {
-        if (uvm_pmm_gpu_preevict_root_chunk(&gpu->pmm) != NV_OK)
+    for (owner = 0; owner < HUVM_MAX_GPUS; owner++) {
+        NvU32 n = max(giveback.guest_chunks[owner], preevict.guest_chunks[owner]);
+
+        for (i = 0; i < n; i++) {
+            if (uvm_pmm_gpu_preevict_root_chunk(&gpu->pmm, owner) != NV_OK)
+                break;
+        }
+    }
+
+    // Own data only after every guest chunk the plan named (PMM's pick would take guests' chunks first
+    // anyway); pre-eviction through the usual eviction path, peers first.
+    for (i = 0; i < preevict.own_chunks; i++) {
+        if (uvm_pmm_gpu_preevict_root_chunk(&gpu->pmm, UVM_HUVM_OWNER_ANY) != NV_OK)
             break;
     }
 }
@@ -1379,6 +1554,7 @@ void uvm_huvm_init(void)
     huvm_core_init(&g_uvm_huvm.core, HUVM_BACKEND_KERNEL, preset);
     for (i = 0; i < HUVM_MAX_GPUS; i++) {
         spin_lock_init(&g_uvm_huvm.slots[i].pf_lock);
+        spin_lock_init(&g_uvm_huvm.slots[i].peak_lock);
         nv_kthread_q_item_init(&g_uvm_huvm.slots[i].pf_q_item, prefetch_worker_entry, &g_uvm_huvm.slots[i]);
     }
 

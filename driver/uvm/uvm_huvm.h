@@ -81,9 +81,22 @@ void uvm_huvm_make_resident_finish(uvm_va_block_t *va_block, uvm_va_block_contex
 // LOCKING: the block lock is held.
 void uvm_huvm_block_destroy_gpu_state(uvm_va_block_t *va_block, uvm_gpu_t *gpu);
 
-// After an evicting allocation on gpu: let its pre-eviction worker restore the free reserve.
-// LOCKING: any; only schedules work.
+// The block is about to be split (uvm_va_block_split(), the VA space lock held for write): its pages on
+// peers that hold them for another GPU go to the CPU first (a give-back: the peers' chunks are freed and
+// accounted), so that no piece of a split block is harvested data. NV_OK when there was nothing to do.
+// LOCKING: the block lock and the VA space lock (write) are held.
+NV_STATUS uvm_huvm_block_split_prepare(uvm_va_block_t *va_block);
+
+// After an evicting allocation on gpu, or RM's PMA eviction of gpu's memory (a cudaMalloc): gpu is under
+// memory pressure; its worker gives guests' chunks back and restores the free reserve.
+// LOCKING: any but g_uvm_huvm.lock; only schedules work.
 void uvm_huvm_kick_preevict(uvm_gpu_t *gpu);
+
+// After an allocation of size bytes for a VA block on gpu: counted into the GPU's allocation burst of the
+// current fault batch; if gpu lends memory and its free memory is now below its lend reserve, its worker
+// gives guests' chunks back (the core's give-back plan) before its own work must evict.
+// LOCKING: the block lock may be held; takes g_uvm_huvm.lock for read and PMM's list lock; schedules work.
+void uvm_huvm_note_alloc(uvm_gpu_t *gpu, NvU64 size);
 
 // Prefetch hint: true if a fault migrating to new_residency should fetch the whole block back from the
 // peers holding it (the core allows it).

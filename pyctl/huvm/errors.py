@@ -209,14 +209,6 @@ def from_status(status: int, command: str, error_field: int = 0, module_abi_vers
     return HuvmError(text, **kw)
 
 
-def nv_status_name(status: int) -> str:
-    """NV_STATUS value -> name ("NV_ERR_INVALID_ADDRESS"): the full table of NVIDIA's nvstatuscodes.h when
-    huvm.uvm's binding is built, else the subset of the huvm ABI, else hex."""
-    from . import uvm
-
-    return uvm.status_names().get(status) or status_name(status)
-
-
 # NV_STATUS name -> typed exception for calls into NVIDIA's UVM and the software GPU (names, not values:
 # the values live in the upstream headers).
 _NV_CLASSES: dict[str, type[HuvmError]] = {
@@ -241,8 +233,9 @@ _NV_CLASSES: dict[str, type[HuvmError]] = {
 
 def from_nv_status(status: int, command: str, name: str | None = None) -> HuvmError:
     """The exception for an NV_STATUS that NVIDIA's UVM or the software GPU returned in rmStatus; the
-    message names the command and the status (``UVM_MIGRATE: NV_ERR_INVALID_ADDRESS``)."""
-    name = name or nv_status_name(status)
+    message names the command and the status (``UVM_MIGRATE: NV_ERR_INVALID_ADDRESS``): name, as
+    :func:`huvm.uvm.nv_status_name` gives it, else the huvm ABI's name for it."""
+    name = name or status_name(status)
     cls = _NV_CLASSES.get(name, HuvmError)
     return cls(f"{command}: {name}", status=status, command=command)
 

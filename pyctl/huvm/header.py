@@ -1,9 +1,12 @@
-"""The ABI header as text: where it is, and what its ABI block declares.
+"""The ABI header as text: where it is, and the comments of its struct fields.
 
 The header (``driver/include/uapi/uvm_huvm_ioctl.h``) is the one contract between the driver and this
-package. cffi compiles it into ``huvm._huvm_cffi`` (constants and layouts, checked by the C compiler); this
-module reads the same file as text for what the compiler throws away: the ``counter|gauge UNIT: help``
-comments of the statistics fields (see :mod:`huvm.metrics`).
+package. cffi compiles it into ``huvm._huvm_cffi``: every constant, limit and layout comes from there
+(:mod:`huvm.abi`), checked by the C compiler. This module reads the same file for the one thing the compiler
+throws away: the comment after each struct field, such as the ``counter|gauge UNIT: help`` comments of the
+statistics fields (see :mod:`huvm.metrics`). The fields themselves (names, types, array sizes, order) are
+cffi's; the text is only read for comments, by a C tokenizer (comments, words, punctuation), not by
+patterns over lines.
 
 Lookup order: ``$HUVM_ABI_HEADER``; ``$HUVM_ROOT/driver/include/uapi/``; a copy shipped as package data
 (``huvm/data/uvm_huvm_ioctl.h``); the source tree (``<repo>/driver/include/uapi/uvm_huvm_ioctl.h``, which
@@ -17,6 +20,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError, HuvmError
 from .tomlpos import read_text
@@ -77,63 +81,109 @@ def abi_text() -> str:
     return text[start + len(BEGIN_MARK) : end]
 
 
-_STRUCT_RE = re.compile(r"typedef\s+struct\s*\{(?P<body>.*?)\}\s*(?P<name>\w+)\s*;", re.S)
-_FIELD_RE = re.compile(
-    r"^\s*(?P<type>[A-Za-z_]\w*)\s+(?P<name>[A-Za-z_]\w*)(?P<dims>(\s*\[[^\]]+\])*)\s*;"
-    r"\s*(/\*(?P<comment>.*?)(\*/|$))?"
-)
-_DEFINE_RE = re.compile(r"^#define\s+(?P<name>[A-Z_][A-Z0-9_]*)\s+(?P<value>[^/\n]+?)\s*(/\*.*)?$", re.M)
+# C tokens: comments, line ends, other white space, preprocessor lines, words, numbers, strings, punctuation.
+_TOKEN = re.compile(r"""
+    (?P<comment>/\*.*?\*/|//[^\n]*)
+  | (?P<newline>\n)
+  | (?P<space>[ \t\r\f\v]+|\\\n)
+  | (?P<pp>\#(?:\\\n|[^\n])*)
+  | (?P<word>[A-Za-z_]\w*)
+  | (?P<number>\.?[0-9](?:[eEpP][+-]|[\w.])*)
+  | (?P<string>"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')
+  | (?P<punct>.)
+""", re.S | re.X)
 
 
-@cache
-def defines() -> dict[str, int]:
-    """Integer #defines of the ABI block (literals and simple expressions of earlier names)."""
-    out: dict[str, int] = {}
-    for m in _DEFINE_RE.finditer(abi_text()):
-        expr = re.sub(r"(?<=[0-9a-fA-F])[uU]?[lL]{0,2}\b", "", m.group("value"))
-        expr = re.sub(r"\b[A-Z_][A-Z0-9_]*\b", lambda t: str(out.get(t.group(0), t.group(0))), expr)
-        if re.fullmatch(r"[0-9a-fA-FxX()<>|&+\-* ]+", expr):
-            try:
-                out[m.group("name")] = int(eval(expr, {"__builtins__": {}}))  # noqa: S307 - digits/operators only
-            except (SyntaxError, ValueError, TypeError, ArithmeticError):
-                continue  # not an integer expression: not one of ours
+def _tokens(text: str) -> list[tuple[str, str]]:
+    """(kind, text) of each C token; white space other than line ends dropped."""
+    out: list[tuple[str, str]] = []
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup or "punct"
+        if kind != "space":
+            out.append((kind, m.group()))
     return out
 
 
-def _dim(text: str, consts: dict[str, int]) -> int:
-    text = text.strip()
-    return consts[text] if text in consts else int(text, 0)
+def _comment_text(token: str) -> str:
+    """A comment's words: delimiters dropped, continuation lines joined by one space."""
+    body = token[2:-2] if token.startswith("/*") else token[2:]
+    return " ".join(line.strip() for line in body.splitlines() if line.strip())
+
+
+@cache
+def field_comments() -> dict[str, dict[str, str]]:
+    """:func:`comments_of_fields` of the ABI block."""
+    return comments_of_fields(abi_text())
+
+
+def comments_of_fields(text: str) -> dict[str, dict[str, str]]:
+    """struct name -> field name -> the comment that follows the field's declaration on its line (a
+    comment that goes on over several lines included), for every ``typedef struct { ... } NAME;`` of C
+    text."""
+    toks = _tokens(text)
+    out: dict[str, dict[str, str]] = {}
+    i = 0
+    while i < len(toks):
+        if [t for _, t in toks[i:i + 2]] != ["typedef", "struct"]:
+            i += 1
+            continue
+        i += 2
+        while i < len(toks) and toks[i][0] in ("newline", "comment"):
+            i += 1
+        if i >= len(toks) or toks[i][1] != "{":
+            continue
+        i += 1
+        fields: dict[str, str] = {}
+        words: list[str] = []
+        depth = 1
+        while i < len(toks) and depth:
+            kind, text = toks[i]
+            i += 1
+            if text in ("{", "}"):
+                depth += 1 if text == "{" else -1
+            elif text == "[" and depth == 1:
+                words.append("[")  # the name is the last word before the first bracket
+            elif text == ";" and depth == 1 and words:
+                name = words[words.index("[") - 1] if "[" in words else words[-1]
+                words = []
+                comment = ""
+                while i < len(toks) and toks[i][0] == "comment":
+                    comment += (" " if comment else "") + _comment_text(toks[i][1])
+                    i += 1
+                fields[name] = comment
+            elif kind == "word" and depth == 1:
+                words.append(text)
+        while i < len(toks) and toks[i][0] in ("newline", "comment"):
+            i += 1
+        if i < len(toks) and toks[i][0] == "word":
+            out[toks[i][1]] = fields
+    return out
+
+
+def _shape(ctype: Any) -> tuple[str, tuple[int, ...]]:
+    """(element type name, array sizes) of a cffi type."""
+    dims: list[int] = []
+    while ctype.kind == "array":
+        dims.append(int(ctype.length))
+        ctype = ctype.item
+    return ctype.cname, tuple(dims)
 
 
 @cache
 def struct_fields() -> dict[str, tuple[StructField, ...]]:
-    """Fields of every struct in the ABI block, with their trailing comments (continuations joined)."""
-    consts = defines()
+    """Fields of every struct of the ABI block, as compiled (cffi: names, types, array sizes, in order),
+    with their comments from the header text."""
+    from . import abi
+
     out: dict[str, tuple[StructField, ...]] = {}
-    for sm in _STRUCT_RE.finditer(abi_text()):
-        fields: list[StructField] = []
-        lines = sm.group("body").splitlines()
-        i = 0
-        while i < len(lines):
-            fm = _FIELD_RE.match(lines[i])
-            i += 1
-            if not fm:
-                continue
-            comment = (fm.group("comment") or "").strip()
-            if fm.group("comment") is not None and "*/" not in lines[i - 1].split("/*", 1)[1]:
-                while i < len(lines):  # multi-line comment
-                    part = lines[i].strip()
-                    i += 1
-                    comment += " " + part.replace("*/", "").strip()
-                    if "*/" in part:
-                        break
-            try:
-                dims = tuple(_dim(d, consts) for d in re.findall(r"\[([^\]]+)\]", fm.group("dims") or ""))
-            except ValueError:
-                raise ConfigError(f"not huvm's ABI header: array size of {fm.group('name')} is not a number",
-                                  file=str(header_path())) from None
-            fields.append(StructField(sm.group("name"), fm.group("name"), fm.group("type"), dims, comment.strip()))
-        out[sm.group("name")] = tuple(fields)
+    for struct, comments in field_comments().items():
+        try:
+            compiled = abi.ffi.typeof(struct).fields
+        except (abi.ffi.error, KeyError, TypeError):
+            raise ConfigError(f"not huvm's ABI header: struct {struct} is not one of the compiled ABI's",
+                              file=str(header_path())) from None
+        out[struct] = tuple(StructField(struct, name, *_shape(f.type), comments.get(name, ""))
+                            for name, f in compiled)
     return out
 
 

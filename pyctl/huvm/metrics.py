@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from . import header
+from . import abi, header
 
 Scope = Literal["gpu", "pair", "va_space"]
 Kind = Literal["counter", "gauge"]
@@ -62,10 +62,8 @@ class Metric:
 
 
 def _reason_names() -> tuple[str, ...]:
-    d = header.defines()
-    names = {v: k[len("HUVM_REASON_") :].lower() for k, v in d.items()
-             if k.startswith("HUVM_REASON_") and k != "HUVM_REASON_COUNT"}
-    return tuple(names.get(i, str(i)) for i in range(d["HUVM_REASON_COUNT"]))
+    names = abi.enum_names("HUVM_REASON_")
+    return tuple(names.get(i, str(i)) for i in range(abi.lib.HUVM_REASON_COUNT))
 
 
 def _label_for(field: str, length: int) -> tuple[str, tuple[str, ...]]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from . import abi, header
+from . import abi, header, schema
 from .errors import PolicyError, PolicyFileError
 from .info import NodeInfo
 from .units import format_size, parse_count, parse_size
@@ -79,10 +79,10 @@ def _specs() -> dict[str, KeySpec]:
         KeySpec("nvlink_only", "bool", "node", "nvlink_only", _help(node, "nvlink_only"), lo=0, hi=1),
         KeySpec("peer_usage_max_pct", "int", "node", "peer_usage_max_pct", _help(node, "peer_usage_max_pct"),
                 lo=1, hi=100),
-        # Upper bounds: HUVM_PREEVICT_MAX_CHUNKS / _MAX_BATCH of driver/core/huvm_internal.h (not ABI
-        # constants; the core's own check, run locally before sending, is authoritative).
-        KeySpec("preevict_chunks", "int", "node", "preevict_chunks", _help(node, "preevict_chunks"), hi=65536),
-        KeySpec("preevict_batch", "int", "node", "preevict_batch", _help(node, "preevict_batch"), lo=1, hi=4096),
+        KeySpec("preevict_chunks", "int", "node", "preevict_chunks", _help(node, "preevict_chunks"),
+                lo=0, hi=lib.HUVM_PREEVICT_MAX_CHUNKS),
+        KeySpec("preevict_batch", "int", "node", "preevict_batch", _help(node, "preevict_batch"),
+                lo=1, hi=lib.HUVM_PREEVICT_MAX_BATCH),
         KeySpec("fetch_mode", "enum", "node", "fetch_mode", _help(node, "fetch_mode"), "HUVM_FETCH_"),
         KeySpec("prefetch_mode", "enum", "node", "prefetch_mode", _help(node, "prefetch_mode"), "HUVM_PREFETCH_"),
         KeySpec("prefetch_chunks", "int", "node", "prefetch_chunks", _help(node, "prefetch_chunks"),
@@ -93,9 +93,10 @@ def _specs() -> dict[str, KeySpec]:
                 lo=0, hi=lib.HUVM_HYSTERESIS_MAX_MS),
         KeySpec("role", "enum", "gpu", "role", _help(gpu, "role"), "HUVM_ROLE_"),
         KeySpec("lend_limit", "bytes", "gpu", "lend_limit_bytes", _help(gpu, "lend_limit_bytes"),
-                hi=(1 << 64) - 1, unlimited=True),
+                hi=abi.UNLIMITED, unlimited=True),
+        # at most the GPU's memory (the core checks against the node); HUVM_MAX_MEMORY_BYTES bounds any GPU
         KeySpec("lend_reserve", "bytes", "gpu", "lend_reserve_bytes", _help(gpu, "lend_reserve_bytes"),
-                hi=(1 << 64) - 1),
+                hi=lib.HUVM_MAX_MEMORY_BYTES),
     ]
     out = {}
     for s in specs:
@@ -338,6 +339,33 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
     return value
 
 
+def value_type(spec: KeySpec) -> Any:
+    """The key's value in a file (TOML), as a :mod:`huvm.schema` type that gives the ABI number: a string of
+    its choices for enums, true/false for booleans, an integer in its range, a size (or "unlimited")."""
+    from pydantic import AfterValidator, BeforeValidator, Field
+
+    if spec.kind == "enum":
+        def choice(raw: Any) -> int:
+            choices = spec.choices()
+            text = raw.strip().lower().replace("_", "-") if isinstance(raw, str) else None
+            if text is None or text not in choices:
+                raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+            return choices[text]
+
+        return Annotated[Any, AfterValidator(choice)]
+    if spec.kind == "bool":
+        return Annotated[bool, AfterValidator(int)]
+    if spec.kind == "int":
+        return Annotated[int, Field(ge=spec.lo, le=spec.hi)]
+
+    def size(raw: Any) -> Any:
+        if isinstance(raw, str) and spec.unlimited and raw.strip().lower() in ("unlimited", "inf", "none"):
+            return abi.UNLIMITED
+        return schema.size_value(raw)
+
+    return Annotated[int, BeforeValidator(size), Field(ge=spec.lo, le=spec.hi)]
+
+
 def _bound(spec: KeySpec, value: int) -> str:
     """A range bound as a user would write it."""
     if spec.kind == "bytes":
@@ -345,7 +373,8 @@ def _bound(spec: KeySpec, value: int) -> str:
     return str(value)
 
 
-def _gpu_indices(sel: str, info: NodeInfo, key: str, origin: Origin | None) -> list[int]:
+def gpu_indices(sel: str, info: NodeInfo, key: str, origin: Origin | None = None) -> list[int]:
+    """The GPUs a selector names: an index, a UUID (or a unique prefix of one), or ``all``."""
     if sel.lower() in ("all", "*"):
         return [g.index for g in info.gpus]
     try:
@@ -387,7 +416,7 @@ def parse_setting(key: str, raw: object, info: NodeInfo, origin: Origin | None =
     o = origin or Origin()
     if sel is None:
         return [Setting(name, spec, None, value, text, o)]
-    return [Setting(f"gpu.{i}.{name}", spec, i, value, text, o) for i in _gpu_indices(sel, info, key, origin)]
+    return [Setting(f"gpu.{i}.{name}", spec, i, value, text, o) for i in gpu_indices(sel, info, key, origin)]
 
 
 def parse_assignments(items: Sequence[str], info: NodeInfo) -> list[Setting]:

@@ -19,14 +19,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import tomli_w
+from pydantic import AfterValidator, create_model
 
-from .errors import PolicyFileError
+from .errors import PolicyError, PolicyFileError
 from .info import NodeInfo
-from .policy import NODE_KEYS, Origin, Policy, Setting, parse_setting
+from .policy import GPU_KEYS, KEYS, NODE_KEYS, Origin, Policy, Setting, gpu_indices, preset_value, value_type
+from .schema import FileModel, validate
 from .tomlpos import TomlDoc
+
+
+def _preset(name: str) -> str:
+    """A preset's name as written, checked ("custom": a saved custom policy, which lists every value)."""
+    if name.strip().lower() == "custom":
+        return name
+    try:
+        preset_value(name)
+    except PolicyError as exc:
+        raise ValueError(str(exc.args[0])) from None
+    return name
+
+
+def _fields(keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: (value_type(KEYS[k]) | None, None) for k in keys}
+
+
+#: one [gpu.SEL] table: the per-GPU keys; ``index`` (written by ``save`` beside a UUID) is a comment
+GpuTable: type[FileModel] = create_model("GpuTable", __base__=FileModel, index=(int | None, None),
+                                         **_fields(GPU_KEYS))
+_Gpus = dict[str, GpuTable]  # type: ignore[valid-type]
+#: a policy file, or an experiment's [policy.NAME] table: node-wide keys, preset, [gpu.SEL] tables
+PolicyTable: type[FileModel] = create_model(
+    "PolicyTable", __base__=FileModel,
+    preset=(Annotated[str, AfterValidator(_preset)] | None, None),
+    generation=(int | None, None), gpu=(_Gpus, {}), gpus=(_Gpus, {}), **_fields(NODE_KEYS))
 
 
 @dataclass(frozen=True)
@@ -37,49 +65,29 @@ class PolicyFile:
 
 
 def parse(doc: TomlDoc, info: NodeInfo, table: tuple[str, ...] = ()) -> PolicyFile:
-    """Settings of a policy document (or of a sub-table of it, e.g. an experiment's [policies.X])."""
+    """Settings of a policy document (or of a sub-table of it, e.g. an experiment's [policy.NAME]), checked
+    against :data:`PolicyTable`; GPU selectors are resolved on info's node."""
     data: Any = doc.data
     for t in table:
-        data = data.get(t, {})
-    if not isinstance(data, dict):
-        raise _err(doc, "expected a table", table)
-    preset: str | None = None
+        data = data.get(t, {}) if isinstance(data, dict) else data
+    model = validate(doc, PolicyTable, data, *table)
     settings: list[Setting] = []
-    for key, value in data.items():
-        path = (*table, key)
-        if key == "preset":
-            if not isinstance(value, str):
-                raise _err(doc, f"expected a preset name, got {value!r}", path)
-            preset = None if value.strip().lower() == "custom" else value  # a saved custom policy
-        elif key == "generation":
-            continue
-        elif key in ("gpu", "gpus"):
-            if not isinstance(value, dict):
-                raise _err(doc, "expected [gpu.N] tables", path)
-            for sel, entries in value.items():
-                if not isinstance(entries, dict):
-                    raise _err(doc, f"expected a table [{key}.{sel}]", (*path, sel))
-                for k, v in entries.items():
-                    if k == "index":
-                        continue
-                    settings.extend(parse_setting(f"gpu.{sel}.{k}", v, info,
-                                                  Origin(doc.path, doc.line(*path, sel, k))))
-        elif isinstance(value, dict):
-            raise _err(doc, f"unknown table (known keys: preset, {', '.join(NODE_KEYS)}, [gpu.N])", path)
-        else:
-            settings.extend(parse_setting(key, value, info, Origin(doc.path, doc.line(*path))))
-    if preset is not None:
-        from .policy import preset_value
-
-        try:
-            preset_value(preset)
-        except Exception as exc:
-            raise _err(doc, str(exc.args[0]), (*table, "preset")) from None
-    return PolicyFile(doc.path, preset, tuple(settings))
-
-
-def _err(doc: TomlDoc, message: str, path: tuple[str, ...]) -> PolicyFileError:
-    return PolicyFileError(message, file=doc.path, line=doc.line(*path), key=".".join(path) or None)
+    for key in NODE_KEYS:
+        if key in data:
+            origin = Origin(doc.path, doc.line(*table, key))
+            settings.append(Setting(key, KEYS[key], None, getattr(model, key), str(data[key]), origin))
+    for name in ("gpu", "gpus"):
+        for sel, entry in getattr(model, name).items():
+            for k in GPU_KEYS:
+                if k not in data[name][sel]:
+                    continue
+                origin = Origin(doc.path, doc.line(*table, name, sel, k))
+                value, text = getattr(entry, k), str(data[name][sel][k])
+                settings += [Setting(f"gpu.{i}.{k}", KEYS[k], i, value, text, origin)
+                             for i in gpu_indices(sel, info, f"gpu.{sel}.{k}", origin)]
+    preset: str | None = getattr(model, "preset")  # noqa: B009 - a field of a model made at run time
+    return PolicyFile(doc.path, None if preset is None or preset.strip().lower() == "custom" else preset,
+                      tuple(settings))
 
 
 def load(path: str | Path, info: NodeInfo) -> PolicyFile:

@@ -14,34 +14,16 @@ examples/consolidation.toml stats --pairs``). Each process gets a fresh node: po
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from .errors import ConfigError, HuvmError
+from .sim import backend
 from .tomlpos import TomlDoc
 
 DEFAULT_PRESET = "aws-p3.8xlarge"
 
 
-class SimBackend:
-    name = "sim"
-
-    def __init__(self, node: Any) -> None:
-        self.node = node
-
-    @property
-    def description(self) -> str:
-        return str(self.node.description)
-
-    def ioctl(self, cmd: int, params: Any) -> object:
-        return self.node.ioctl(cmd, params)
-
-    def close(self) -> None:
-        self.node.close()
-
-    def advance(self, seconds: float) -> None:
-        """Run the node's workload for seconds of simulated time (no-op once it is done, or without one)."""
-        if hasattr(self.node, "run") and not self.node.finished:
-            self.node.run(until_ns=self.node.now_ns + max(int(seconds * 1e9), 1))
+class SimBackend(backend.SimBackend):
+    """:class:`huvm.sim.backend.SimBackend` with the ways to open one."""
 
     @classmethod
     def from_config(cls, sim_config: str | None = None, *, live: bool = False) -> SimBackend:

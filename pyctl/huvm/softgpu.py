@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import abi, errors
+from . import abi, errors, uvm
 
 DEFAULT_DEVICE = "/dev/huvm-softgpu"
 
@@ -256,7 +256,7 @@ class SoftGpu:
             raise errors.from_errno(exc.errno or 0, command, self.path) from None
         status = int(params.rmStatus)
         if status != 0:
-            raise errors.from_nv_status(status, command)
+            raise errors.from_nv_status(status, command, uvm.nv_status_name(status))
         return params
 
     # -- queries
@@ -379,7 +379,7 @@ class SoftGpu:
                 e = arr[i]
                 status = int(e.status)
                 results.append(AccessResult(a, status, int(e.faults), int(e.mismatches), int(e.first_mismatch_va),
-                                            int(e.value), errors.nv_status_name(status) if status else "NV_OK"))
+                                            int(e.value), uvm.nv_status_name(status) if status else "NV_OK"))
             del keep
         if check:
             for r in results:

@@ -1,4 +1,11 @@
-"""Counter snapshots, deltas and rates, per GPU and per GPU pair, driven by the metric table."""
+"""Counter snapshots, deltas and rates, per GPU and per GPU pair, driven by the metric table.
+
+The one delta/rate rule of huvm (huvmctl stats, experiments and huvm-top all use it): a counter's change is
+new - old, except after a reset (new < old: RESET_STATS, a module reload, a restarted simulation) where it is
+the count since the reset, new; a gauge's "change" is its current value. A rate divides a counter's change
+by the seconds between the two snapshots on the node's own clock; with no earlier sample or no time between
+them it is 0.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .metrics import GPU_METRICS, PAIR_METRICS, Metric
+from .metrics import GPU_METRICS, PAIR_METRICS, Kind, Metric
 
 
 def _read(struct: Any, m: Metric) -> int | tuple[int, ...]:
@@ -86,19 +93,36 @@ class StatsSnapshot:
         }
 
 
-def _sub(m: Metric, new: Value, old: Value) -> Value:
-    if m.kind == "gauge":
+def counter_delta(old: int, new: int) -> int:
+    """A counter's increase from old to new; after a reset in between (new < old) the count since it, new."""
+    return new - old if new >= old else new
+
+
+def change(kind: Kind, old: Value, new: Value) -> Value:
+    """One metric's change between two samples: counters as :func:`counter_delta` (element-wise for arrays),
+    gauges their new value."""
+    if kind == "gauge":
         return new
     if isinstance(new, tuple) and isinstance(old, tuple):
-        return tuple(n - o if n >= o else n for n, o in zip(new, old, strict=True))
+        return tuple(counter_delta(o, n) for o, n in zip(old, new, strict=True))
     assert isinstance(new, int) and isinstance(old, int)
-    return new - old if new >= old else new
+    return counter_delta(old, new)
 
 
-def _sub_int(m: Metric, new: int, old: int) -> int:
-    if m.kind == "gauge":
-        return new
-    return new - old if new >= old else new
+def rate_map(kinds: Mapping[str, Kind], old: Mapping[str, int] | None, new: Mapping[str, int],
+             seconds: float) -> dict[str, float]:
+    """Per key of ``kinds``: a counter's per-second rate from old to new (0.0 without an earlier sample or
+    without time between them), a gauge's current value. A key missing from a sample reads as 0."""
+    out: dict[str, float] = {}
+    for key, kind in kinds.items():
+        value = new.get(key, 0)
+        if kind == "gauge":
+            out[key] = float(value)
+        elif old is None or seconds <= 0:
+            out[key] = 0.0
+        else:
+            out[key] = counter_delta(old.get(key, 0), value) / seconds
+    return out
 
 
 @dataclass(frozen=True)
@@ -118,7 +142,7 @@ class StatsDelta:
         old = {g.gpu: g for g in self.before.gpus}
         for g in self.after.gpus:
             o = old.get(g.gpu)
-            out.append(GpuCounters(g.gpu, {m.field: _sub(m, g.values[m.field], o.values[m.field]) if o
+            out.append(GpuCounters(g.gpu, {m.field: change(m.kind, o.values[m.field], g.values[m.field]) if o
                                            else g.values[m.field] for m in GPU_METRICS}))
         return tuple(out)
 
@@ -127,21 +151,29 @@ class StatsDelta:
         out = []
         for p in self.after.pairs:
             o = self.before.pair(p.owner, p.holder)
-            vals = {m.field: _sub_int(m, p.values[m.field], o.values[m.field]) for m in PAIR_METRICS}
+            vals = {m.field: counter_delta(o.values[m.field], p.values[m.field]) if m.kind == "counter"
+                    else p.values[m.field] for m in PAIR_METRICS}
             out.append(PairCounters(p.owner, p.holder, vals))
         return tuple(out)
 
     def rates(self) -> tuple[dict[str, float], ...]:
-        """Per GPU: counter metric -> per second (gauges left out); empty when no time passed."""
+        """Per GPU: counter metric -> per second (gauges left out; arrays summed); empty when no time passed."""
         s = self.seconds
         if s <= 0:
             return tuple({} for _ in self.after.gpus)
-        return tuple({m.field: g.scalar(m.field) / s for m in GPU_METRICS if m.kind == "counter"}
-                     for g in self.gpus)
+        kinds: dict[str, Kind] = {m.field: "counter" for m in GPU_METRICS if m.kind == "counter"}
+        old = {g.gpu: g for g in self.before.gpus}
+        out = []
+        for g in self.after.gpus:
+            o = old.get(g.gpu)
+            out.append(rate_map(kinds, {k: o.scalar(k) for k in kinds} if o else None,
+                                {k: g.scalar(k) for k in kinds}, s))
+        return tuple(out)
 
     def pair_rates(self) -> dict[tuple[int, int], dict[str, float]]:
         s = self.seconds
         if s <= 0:
             return {}
-        return {(p.owner, p.holder): {m.field: p.values[m.field] / s for m in PAIR_METRICS if m.kind == "counter"}
-                for p in self.pairs}
+        kinds: dict[str, Kind] = {m.field: "counter" for m in PAIR_METRICS if m.kind == "counter"}
+        return {(p.owner, p.holder): rate_map(kinds, self.before.pair(p.owner, p.holder).values, p.values, s)
+                for p in self.after.pairs}

@@ -162,6 +162,12 @@ def status_name(status: int) -> str:
     return status_names().get(status) or f"0x{status:08x}"
 
 
+def nv_status_name(status: int) -> str:
+    """NV_STATUS value -> name ("NV_ERR_INVALID_ADDRESS"): the full table of NVIDIA's nvstatuscodes.h when
+    the binding is built, else the subset of the huvm ABI, else hex."""
+    return status_names().get(status) or errors.status_name(status)
+
+
 def status_text(status: int) -> str:
     """The description nvstatuscodes.h gives (e.g. "Invalid address")."""
     f, lb = ffi(), lib()

@@ -2,6 +2,7 @@
  * huvm: tests of the decisions (huvm_decide.c). SPDX-License-Identifier: MIT
  */
 #include "huvm_test.h"
+#include "huvm_internal.h"
 
 #define ALL 0xffffu
 
@@ -96,6 +97,41 @@ TEST(decide_bw_weighted)
     st[3].free_bytes = 5 * GIB;             /* 5 GiB x 100 > 16 GiB x 25 */
     d = huvm_decide_evict(&core, st, &r);
     CHECK_EQ(d.dst, 3);
+}
+
+/* The huvm preset's choice: the fastest admitted link even when a slower peer has more room (where
+ * bandwidth weighting moves to the emptier, slower peer); among equal links the most free; a full fast peer
+ * gives way. */
+TEST(decide_fastest_link)
+{
+    huvm_evict_request_t r = fx_req(0, ALL);
+    huvm_link_t slow = { HUVM_LINK_NVLINK_2, 1, 25000 };
+    huvm_link_t fast = { HUVM_LINK_NVLINK_2, 2, 50000 };
+    huvm_decision_t d;
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_FASTEST_LINK);
+    huvm_core_set_link(&core, 0, 1, &slow);
+    huvm_core_set_link(&core, 0, 2, &slow);
+    huvm_core_set_link(&core, 0, 3, &fast);
+    st[3].free_bytes = 3 * GIB;             /* bandwidth weighting: 3 x 50 < 16 x 25, so GPU 1 */
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 3);
+    p = core.policy;
+    p.generation = 0;
+    p.peer_select = HUVM_PEER_SELECT_BW_WEIGHTED;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 1);
+    p.peer_select = HUVM_PEER_SELECT_FASTEST_LINK;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    st[1].free_bytes = 2 * GIB;             /* equal links: the one with more room */
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 3);
+    st[3].free_bytes = 0;                   /* the fast peer is full: the roomier slow one */
+    d = huvm_decide_evict(&core, st, &r);
+    CHECK_EQ(d.dst, 2);
+    CHECK_EQ(d.reason, HUVM_REASON_PEER);
 }
 
 TEST(decide_round_robin_advances_through_accounting)
@@ -310,6 +346,69 @@ TEST(decide_preevict)
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);            /* absent */
 }
 
+/* The whole pre-eviction decision: guests' chunks before the GPU's own, and (huvm) real pressure only. */
+TEST(decide_preevict_plan)
+{
+    const uint64_t now = 1000000000ULL;
+    huvm_giveback_plan_t plan;
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.preevict_chunks = 50;
+    p.preevict_batch = 50;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK(core.policy.gpus[0].flags & HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE);     /* the huvm preset's */
+    /* GPU 0 lends 3 chunks to GPU 1, 2 to GPU 2, and has no free memory. */
+    huvm_account_evict(&core, 1, 0, HUVM_REASON_PEER, 0, 3 * CHUNK, 0);
+    huvm_account_evict(&core, 2, 0, HUVM_REASON_PEER, 0, 2 * CHUNK, 0);
+    st[0].free_bytes = 0;
+    /* No allocation ever had to evict: below its reserve, but not under pressure (a job that nearly fits). */
+    huvm_decide_preevict_plan(&core, st, 0, now, &plan);
+    CHECK_EQ(plan.total_guest_chunks + plan.own_chunks, 0);
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 50);          /* the count alone knows no pressure */
+    /* Pressure 1 ms ago, the last batch took 10 chunks: a reserve of 2 x 10, guests first. */
+    st[0].last_pressure_ns = now - 1000000ULL;
+    st[0].burst_chunks = 10;
+    huvm_decide_preevict_plan(&core, st, 0, now, &plan);
+    CHECK_EQ(plan.guest_chunks[1], 3);
+    CHECK_EQ(plan.guest_chunks[2], 2);
+    CHECK_EQ(plan.total_guest_chunks, 5);
+    CHECK_EQ(plan.own_chunks, 10 * HUVM_PREEVICT_BURST_MULT - 5);
+    /* A reserve never beyond the policy's, whatever the burst. */
+    st[0].burst_chunks = 1000;
+    huvm_decide_preevict_plan(&core, st, 0, now, &plan);
+    CHECK_EQ(plan.total_guest_chunks + plan.own_chunks, 50);
+    /* Pressure too long ago: nothing. A batch that took nothing: nothing. */
+    st[0].last_pressure_ns = now - (uint64_t)HUVM_PREEVICT_PRESSURE_MS * 1000000ULL;
+    huvm_decide_preevict_plan(&core, st, 0, now, &plan);
+    CHECK_EQ(plan.total_guest_chunks + plan.own_chunks, 0);
+    st[0].last_pressure_ns = now - 1;
+    st[0].burst_chunks = 0;
+    huvm_decide_preevict_plan(&core, st, 0, now, &plan);
+    CHECK_EQ(plan.total_guest_chunks + plan.own_chunks, 0);
+    /* Without the flag (the prototype's preset): the free reserve alone decides, guests still first. */
+    p = core.policy;
+    p.generation = 0;
+    p.gpus[0].flags = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    st[0].last_pressure_ns = 0;
+    huvm_decide_preevict_plan(&core, st, 0, now, &plan);
+    CHECK_EQ(plan.total_guest_chunks, 5);
+    CHECK_EQ(plan.own_chunks, 45);
+    /* Enough free memory: nothing; bad arguments: nothing. */
+    st[0].free_bytes = 60 * CHUNK;
+    huvm_decide_preevict_plan(&core, st, 0, now, &plan);
+    CHECK_EQ(plan.total_guest_chunks + plan.own_chunks, 0);
+    st[0].free_bytes = 0;
+    huvm_decide_preevict_plan(&core, st, 9, now, &plan);
+    CHECK_EQ(plan.total_guest_chunks + plan.own_chunks, 0);
+    huvm_decide_preevict_plan(NULL, st, 0, now, &plan);
+    CHECK_EQ(plan.total_guest_chunks + plan.own_chunks, 0);
+    huvm_decide_preevict_plan(&core, st, 0, now, NULL);     /* no crash */
+}
+
 TEST(decide_fetch_route)
 {
     huvm_link_t pcie = { HUVM_LINK_PCIE, 0, 16000 };
@@ -331,6 +430,47 @@ TEST(decide_fetch_route)
     CHECK_EQ(huvm_decide_fetch(&core, 0, 0), HUVM_FETCH_MIGRATE);
     huvm_core_remove_gpu(&core, 1);
     CHECK_EQ(huvm_decide_fetch(&core, 0, 1), HUVM_FETCH_MIGRATE);     /* holder gone */
+}
+
+/* Prefetch feedback (the huvm preset's flag): while more recent prefetches went unused than were used, one
+ * chunk (a probe) instead of prefetch_chunks; the counts halve at the window, so they follow the present. */
+TEST(decide_prefetch_feedback)
+{
+    huvm_prefetch_plan_t plan;
+    huvm_policy_t p;
+    uint64_t used = 0, unused = 0;
+    uint32_t i;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.prefetch_mode = HUVM_PREFETCH_MULTIPATH;
+    p.prefetch_chunks = 16;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK(core.policy.gpus[0].flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks + plan.peer_chunks, 16);         /* no history: the full window */
+    st[0].prefetch_unused = 5;
+    st[0].prefetch_used = 4;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks + plan.peer_chunks, 1);          /* mostly wasted: a probe */
+    st[0].prefetch_used = 5;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks + plan.peer_chunks, 16);         /* half used: worth it again */
+    p.gpus[0].flags = 0;                                        /* without the flag: always the window */
+    st[0].prefetch_used = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks + plan.peer_chunks, 16);
+    fx_state(&core, st);
+    /* the counts: one per prefetched chunk, halved together at the window */
+    for (i = 0; i < HUVM_PREFETCH_FEEDBACK_WINDOW - 1; i++)
+        huvm_prefetch_feedback(&used, &unused, i % 4 == 0);
+    CHECK_EQ(used + unused, HUVM_PREFETCH_FEEDBACK_WINDOW - 1);
+    huvm_prefetch_feedback(&used, &unused, 1);
+    CHECK(used + unused <= HUVM_PREFETCH_FEEDBACK_WINDOW / 2 && used + unused >= HUVM_PREFETCH_FEEDBACK_WINDOW / 2 - 1);
+    CHECK(unused > used);
+    huvm_prefetch_feedback(NULL, &unused, 1);                   /* no crash */
 }
 
 TEST(decide_prefetch_modes)

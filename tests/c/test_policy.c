@@ -72,10 +72,14 @@ TEST(policy_presets_values)
         CHECK_EQ(p.gpus[i].role, HUVM_ROLE_BOTH);
         CHECK_EQ(p.gpus[i].lend_limit_bytes, HUVM_UNLIMITED);
         CHECK_EQ(p.gpus[i].lend_reserve_bytes, 0);
+        CHECK_EQ(p.gpus[i].flags, 0);                           /* the prototype pre-evicts below its reserve */
     }
 
     CHECK_EQ(huvm_policy_preset(HUVM_PRESET_HUVM, &core, &p), HUVM_NV_OK);
-    CHECK_EQ(p.peer_select, HUVM_PEER_SELECT_BW_WEIGHTED);
+    for (i = 0; i < 4; i++)
+        CHECK_EQ(p.gpus[i].flags, HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
+                                  HUVM_GPU_POLICY_PREFETCH_FEEDBACK);
+    CHECK_EQ(p.peer_select, HUVM_PEER_SELECT_FASTEST_LINK);
     CHECK_EQ(p.hysteresis_ms, 10);
     CHECK_EQ(p.peer_usage_max_pct, 90);
     CHECK_EQ(p.preevict_chunks, 64);                            /* docs/policy.md: measured choice */
@@ -209,8 +213,20 @@ TEST(policy_gpu_entries)
     p.gpus[2].role = HUVM_ROLE_COUNT;
     CHECK(refused(&p, HUVM_NV_ERR_OUT_OF_RANGE, GF(2, HUVM_FIELD_GPU_ROLE)));
     p = current();
-    p.gpus[1].flags = 1;
+    p.gpus[1].flags = 0x80000000u;                           /* an unknown flag */
     CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(1, HUVM_FIELD_GPU_FLAGS)));
+    p = current();
+    p.gpus[1].flags = HUVM_GPU_POLICY_LEND_ABOVE_PEAK;       /* a known one may be cleared (and set) */
+    p.generation = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(core.policy.preset, HUVM_PRESET_CUSTOM);
+    p = current();
+    p.gpus[1].flags = HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
+                      HUVM_GPU_POLICY_PREFETCH_FEEDBACK;
+    p.generation = 0;
+    p.preset = HUVM_PRESET_HUVM;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(core.policy.preset, HUVM_PRESET_HUVM);
     p = current();
     memcpy(p.gpus[3].uuid, p.gpus[0].uuid, 16);
     CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(3, HUVM_FIELD_GPU_UUID)));

@@ -273,7 +273,7 @@ def test_export(tmp_path: Path) -> None:
             threading.Event().wait(0.05)
     t.join()
     assert result["rc"] == 0
-    assert 'huvm_evict_to_peer_chunks_total{device="Tesla V100-SXM2-16GB #0",gpu="0"' in body
+    assert 'device="nvidia0",gpu="0",modelName="Tesla V100-SXM2-16GB #0"' in body
     assert "huvm_up 1.0" in body
 
 

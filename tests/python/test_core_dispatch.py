@@ -209,7 +209,8 @@ def test_bad_role_and_flags(core: Any) -> None:
     refused(core, lib.HUVM_IOCTL_SET_POLICY,
             set_policy(core, lambda pol: setattr(pol.gpus[1], "role", lib.HUVM_ROLE_COUNT)),
             lib.HUVM_NV_ERR_OUT_OF_RANGE, gpu_field(1, lib.HUVM_FIELD_GPU_ROLE))
-    refused(core, lib.HUVM_IOCTL_SET_POLICY, set_policy(core, lambda pol: setattr(pol.gpus[0], "flags", 2)),
+    unknown = lib.HUVM_GPU_POLICY_FLAGS_KNOWN + 1    # the first bit past the known flags
+    refused(core, lib.HUVM_IOCTL_SET_POLICY, set_policy(core, lambda pol: setattr(pol.gpus[0], "flags", unknown)),
             lib.HUVM_NV_ERR_INVALID_ARGUMENT, gpu_field(0, lib.HUVM_FIELD_GPU_FLAGS))
 
 

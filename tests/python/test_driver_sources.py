@@ -161,7 +161,8 @@ def test_glue_has_no_thresholds_or_peer_choice() -> None:
         # Choosing among peers (most free, fewest lent, round robin) is the core's job.
         assert not re.search(r"\b(best|most_free|fewest|least)\w*\s*=", text), f"{name}: peer selection"
     glue = _read(UVM / "uvm_huvm.c")
-    for decision in ["huvm_decide_evict(", "huvm_decide_preevict(", "huvm_decide_fetch("]:
+    for decision in ["huvm_decide_evict(", "huvm_decide_preevict_plan(", "huvm_decide_giveback(",
+                     "huvm_giveback_need(", "huvm_lend_reserve(", "huvm_decide_fetch("]:
         assert decision in glue, f"the glue must ask the core: {decision}"
     # Every outcome is reported back through the core's accounting (which fires the tracepoints).
     for account in ["huvm_account_evict(", "huvm_account_fetch(", "huvm_account_giveback(", "huvm_account_faults("]:

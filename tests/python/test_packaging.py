@@ -56,6 +56,14 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     assert header == module.parent / "data" / "uvm_huvm_ioctl.h"  # shipped as package data
     assert (module.parent / "data" / "huvm_events.h").is_file()
 
+    # the test doubles stay in the tests: no huvm.testing in the wheel (nor any module left in a reused build
+    # directory after it left the source tree)
+    shipped = {p.relative_to(module.parent).as_posix() for p in module.parent.rglob("*.py")}
+    sources = {p.relative_to(ROOT / "pyctl" / "huvm").as_posix() for p in (ROOT / "pyctl" / "huvm").rglob("*.py")}
+    assert "testing.py" not in shipped and shipped <= sources, sorted(shipped - sources)
+    r = _run(py, "-c", "import huvm.testing", cwd=tmp_path, env=env)
+    assert r.returncode != 0 and "No module named 'huvm.testing'" in r.stderr
+
     r = _run(venv / "bin" / "huvmctl", "--sim", "status", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert "on simulated aws-p3.8xlarge" in r.stdout and "preset huvm" in r.stdout and r.stderr == ""

@@ -1,7 +1,8 @@
-"""The `huvm` preset (the default) is at least as fast as the prototype's `huvm-atc22` in the simulator.
+"""The `huvm` preset (the default) is not slower than the prototype's `huvm-atc22` in the simulator (by more
+than huvm.sim.matrix.NOISE, 1 %).
 
-docs/policy.md ("Measurements behind the `huvm` values") has the numbers; these tests keep them from
-regressing: the shipped consolidation scenarios (pyctl/huvm/examples) and the calibration's Fig 9 runs.
+docs/policy.md ("Measurements behind the `huvm` values", "Evaluation") has the numbers; these tests keep them
+from regressing: the shipped consolidation scenarios (pyctl/huvm/examples) and the calibration's Fig 9 runs.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from huvm.abi import lib
 from huvm.experiment import run as run_experiment
 from huvm.experiment.spec import load as load_spec
 from huvm.sim import NodeConfig, SimNode, TenantSpec, calibrate, run_scenario, workloads
+from huvm.sim.matrix import NOISE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "pyctl" / "huvm" / "examples"
 PAIR = ("huvm-atc22", "huvm")
@@ -35,7 +38,7 @@ def _runtimes(example: str) -> dict[str, int]:
 @pytest.mark.parametrize("example", ["consolidation.toml", "two-harvesters.toml"])
 def test_huvm_not_slower_than_prototype_on_consolidation(example: str) -> None:
     rt = _runtimes(example)
-    assert 0 < rt["huvm"] <= rt["huvm-atc22"], rt
+    assert 0 < rt["huvm"] <= rt["huvm-atc22"] * (1 + NOISE), rt
 
 
 @pytest.mark.parametrize("spare_pct", [5, 40])
@@ -48,7 +51,7 @@ def test_huvm_not_slower_than_prototype_on_fig9(spare_pct: int) -> None:
     alloc_mb = dict(calibrate.FIG9_SPARE)[spare_pct]
     tenants = [TenantSpec(0, harvester, role="harvester"), TenantSpec(1, static_bytes=alloc_mb * 10**6, role="lender")]
     rt = {p: run_scenario(node, tenants, p).tenant(0).runtime_ns for p in PAIR}
-    assert rt["huvm"] <= rt["huvm-atc22"], rt
+    assert rt["huvm"] <= rt["huvm-atc22"] * (1 + NOISE), rt
     if spare_pct == 40:
         old = run_scenario(node, tenants, "huvm", policy_overrides={"preevict_chunks": 16, "preevict_batch": 8})
         assert old.tenant(0).runtime_ns > rt["huvm"] * 1.2     # the reserve that ran dry
@@ -60,6 +63,9 @@ def test_huvm_preset_values() -> None:
     with SimNode(node, "huvm") as sim:
         pol = sim.get_policy()
         assert (pol.preevict_chunks, pol.preevict_batch, pol.hysteresis_ms, pol.peer_usage_max_pct) == (64, 64, 10, 90)
+        assert pol.peer_select == lib.HUVM_PEER_SELECT_FASTEST_LINK
+        assert pol.gpus[0].flags == (lib.HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | lib.HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
+                                     lib.HUVM_GPU_POLICY_PREFETCH_FEEDBACK)
         mem = node.gpus[0].memory_bytes - node.gpus[0].reserved_bytes  # what UVM can use: the core's memory
         assert pol.gpus[0].lend_reserve_bytes == max(mem // 20, min(GIB, mem // 16))
     small = node.with_gpu_memory(3 * GIB, 0)

@@ -21,11 +21,33 @@ def test_unknown_command_is_refused() -> None:
         abi.new_params(1)
 
 
-def test_header_defines_match_compiled_constants() -> None:
-    defs = header.defines()
-    for name in ("HUVM_ABI_VERSION", "HUVM_IOCTL_GET_INFO", "HUVM_UNLIMITED", "HUVM_FIELD_GPU_BASE",
-                 "HUVM_NV_ERR_OUT_OF_RANGE", "HUVM_REASON_COUNT"):
-        assert defs[name] == getattr(abi.lib, name), name
+def test_struct_fields_are_the_compiled_layout_with_the_header_comments() -> None:
+    fields = header.struct_fields()
+    for struct in ("huvm_policy_t", "huvm_gpu_counters_t", "HUVM_GET_INFO_PARAMS"):
+        assert [f.name for f in fields[struct]] == [name for name, _ in abi.ffi.typeof(struct).fields]
+    info = {f.name: f for f in fields["HUVM_GET_INFO_PARAMS"]}
+    assert (info["links"].ctype, info["links"].dims) == ("huvm_link_t", (abi.MAX_GPUS, abi.MAX_GPUS))
+    assert info["links"].comment.startswith("Out: links[a][b], a != b")
+    policy = {f.name: f.comment for f in fields["huvm_policy_t"]}
+    assert policy["hysteresis_ms"].endswith("nor onto a peer that itself evicted this recently")  # two lines
+
+
+def test_field_comments_follow_c_tokens() -> None:
+    text = """
+/* typedef struct { int x; } fake_t; -- in a comment */
+typedef struct {
+    uint32_t a;             /* the a; with a semicolon */
+    /* a comment on its own line belongs to no field */
+    uint64_t b[4][N];       // line comment
+    char     s[8];          /* spans
+                               two lines */
+    uint32_t c;
+} one_t;
+typedef struct { uint32_t d; /* d */ } two_t;
+"""
+    assert header.comments_of_fields(text) == {
+        "one_t": {"a": "the a; with a semicolon", "b": "line comment", "s": "spans two lines", "c": ""},
+        "two_t": {"d": "d"}}
 
 
 def test_uuid_round_trip() -> None:

@@ -10,7 +10,7 @@ import pytest
 from huvm import abi, client
 from huvm.backend import KernelBackend
 from huvm.errors import AbiMismatch, DeviceUnavailable, HuvmError, PermissionDenied, PolicyError
-from huvm.testing import CoreNode
+from huvm_testing import CoreNode
 
 
 def opener(fd: int = 7, exc: OSError | None = None) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from huvm import abi, client, topology
 from huvm.stats import GpuCounters, PairCounters, StatsSnapshot
-from huvm.testing import CoreNode
+from huvm_testing import CoreNode
 from huvm.watch import Event, Watcher
 
 
@@ -41,6 +41,21 @@ def test_delta_and_rates() -> None:
 def test_delta_across_reset_counts_from_zero() -> None:
     d = snap(2, 5, 0).delta(snap(1, 100, 0))
     assert d.gpus[0]["evict_to_peer"] == 5
+
+
+def test_rate_map_is_the_one_rate_rule() -> None:
+    from huvm.metrics import Kind
+    from huvm.stats import counter_delta, rate_map
+
+    kinds: dict[str, Kind] = {"evict_to_peer": "counter", "faults": "counter", "lent_bytes": "gauge"}
+    old = {"evict_to_peer": 100, "faults": 50, "lent_bytes": 7}
+    new = {"evict_to_peer": 160, "faults": 20, "lent_bytes": 9}  # faults went down: a reset in between
+    r = rate_map(kinds, old, new, 2.0)
+    assert r == {"evict_to_peer": 30.0, "faults": 10.0, "lent_bytes": 9.0}
+    assert rate_map(kinds, None, new, 2.0) == {"evict_to_peer": 0.0, "faults": 0.0, "lent_bytes": 9.0}
+    assert rate_map(kinds, old, new, 0.0)["evict_to_peer"] == 0.0
+    assert rate_map({"giveback": "counter"}, {}, {"giveback": 4}, 4.0) == {"giveback": 1.0}
+    assert (counter_delta(10, 25), counter_delta(100, 7)) == (15, 7)
 
 
 def test_stats_from_node_and_reset() -> None:
@@ -189,3 +204,25 @@ def test_watcher_default_monitor_is_pyudev(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(pyudev.Monitor, "from_netlink", staticmethod(lambda ctx: M()))
     w = Watcher("/nonexistent")
     assert calls == ["module"] and w.poll(0) == []
+
+
+def test_watcher_sees_the_device_node_through_inotify(tmp_path: Any) -> None:
+    # nvidia-modprobe makes /dev/nvidia-uvm without a udev event: inotify on its directory wakes the watcher
+    import threading
+    import time
+
+    dev = tmp_path / "nvidia-uvm"
+    with Watcher(str(dev), udev=False) as w:
+        assert not w.present and w.notes == []
+        threading.Timer(0.2, dev.touch).start()
+        t0 = time.monotonic()
+        assert w.poll(5) == [Event("device", "add", str(dev))]
+        assert time.monotonic() - t0 < 2  # woken by the creation, not by the timeout
+        (tmp_path / "unrelated").touch()
+        assert w.poll(0.1) == []  # another name in the directory is no event
+        dev.unlink()
+        assert w.poll(5) == [Event("device", "remove", str(dev))]
+    # a directory that does not exist cannot be watched: said in a note, and polling still works
+    w = Watcher(str(tmp_path / "no" / "dev"), udev=False)
+    assert w.notes and "inotify" in w.notes[0]
+    assert w.poll(0.01) == []

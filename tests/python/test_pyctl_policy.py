@@ -9,7 +9,7 @@ from huvm import abi, policyfile
 from huvm.client import Node
 from huvm.errors import Conflict, InvalidValue, PolicyError, PolicyFileError
 from huvm.policy import KEYS, format_value, parse_assignments, parse_value, preset_names
-from huvm.testing import CoreNode
+from huvm_testing import CoreNode
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -54,7 +54,7 @@ def test_bcc_counts_usdt_events_of_the_core() -> None:
     require_or_skip(os.geteuid() == 0, "attaching BPF programs needs root")
     from huvm import abi as habi
     from huvm.client import Node
-    from huvm.testing import CoreNode
+    from huvm_testing import CoreNode
 
     src = bccmod.BccSource("usdt")
     try:

@@ -23,6 +23,17 @@ def test_counter_delta_counts_from_zero_after_reset() -> None:
     assert counter_delta(100, 7) == 7  # reset in between: 7 since the reset
 
 
+def test_rates_are_the_librarys() -> None:
+    # one delta/rate implementation: huvm-top's rates are huvm.stats' on the same samples
+    from huvm import stats as hstats
+
+    a = snap(1.0, [{"evict_to_peer": 100, "faults": 90, "lent_bytes": 5}])
+    b = snap(1.5, [{"evict_to_peer": 130, "faults": 3, "lent_bytes": 6}])
+    kinds = {m.key: m.kind for m in gpu_metrics()}
+    assert compute_rates(a, b).gpus[0] == hstats.rate_map(kinds, a.gpus[0], b.gpus[0], 0.5)
+    assert counter_delta is hstats.counter_delta
+
+
 def test_rates_per_second_and_gauges_as_is() -> None:
     a = snap(1.0, [{"evict_to_peer": 100, "lent_bytes": 5 << 20}])
     b = snap(3.0, [{"evict_to_peer": 160, "lent_bytes": 9 << 20}])

@@ -1,4 +1,4 @@
-"""huvm-top's sources over the huvm library: LiveSource on the real policy core (huvm.testing.CoreNode),
+"""huvm-top's sources over the huvm library: LiveSource on the real policy core (huvm.corenode.CoreNode),
 SimSource (a node under load), and the FakeSource's own contract."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from huvm import abi as habi
 from huvm.client import Node
-from huvm.testing import CoreNode
+from huvm_testing import CoreNode
 from huvm_top.app import HuvmTop
 from huvm_top.model import PolicyRefused, SourceError
 from huvm_top.rates import compute_rates
@@ -111,7 +111,7 @@ async def test_editor_over_the_core_refuses_with_the_field_named() -> None:
         await pilot.press("ctrl+s")
         await pilot.pause()
         status = str(editor.query_one("#policy-error", Static).render())
-        assert status.startswith("not sent: gpus[3].lend_reserve_bytes: must be <= 16GiB (the GPU's memory)")
+        assert status.startswith("not sent: gpu.3.lend_reserve: must be <= 16GiB (the GPU's memory)")
         assert inp.value == "64GiB" and inp.has_class("-invalid")
 
 
@@ -204,3 +204,57 @@ async def test_app_over_the_sim_shows_nonzero_rates() -> None:
         assert table.get_cell("gpu0", "name") == "Tesla V100-SXM2-16GB #0"
         assert app.rates is not None and app.rates.gpus[0]["evict_to_peer"] > 0
         assert table.get_cell("gpu0", "evict_to_peer") not in ("0", "-")
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_app_waits_for_the_kernel_module_and_follows_it(tmp_path: Path) -> None:
+    # The "module" is the real policy core behind a kernel backend whose device is a file in tmp_path:
+    # absent = not loaded. huvm-top starts first, waits, attaches when the node appears (inotify wakes it, well
+    # before the 2 s fallback), waits again when it goes away and attaches again when it is back.
+    import functools
+
+    from huvm.attach import attach
+    from huvm.backend import KernelBackend
+    from huvm_top.app import WAIT_S
+
+    core = CoreNode(2)
+    dev = tmp_path / "huvm_ktest"
+    att = attach("kernel", str(dev), backend_factory=functools.partial(KernelBackend, ioctl_fn=core.fake_ioctl()))
+    src = LiveSource(attachment=att)
+    app = HuvmTop(src, interval=0.05)
+    loop = asyncio.get_running_loop()
+
+    async def until(cond: object, timeout: float = 10.0) -> float:
+        start = loop.time()
+        while not cond():  # type: ignore[operator]
+            assert loop.time() - start < timeout, "condition not reached"
+            await pilot.pause(0.02)
+        return loop.time() - start
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(lambda: app.waiting is not None)
+        assert app.waiting == "module not loaded, waiting" and app.refreshes == 0
+        await pilot.pause(0.3)  # the worker is in its wait now
+        dev.touch()
+        took = await until(lambda: app.refreshes >= 1)  # (the bare core's clock stands still: one refresh)
+        assert took < WAIT_S * 0.75 and app.info is not None and len(app.info.gpus) == 2
+        assert app.gpu_table.row_count == 2
+        dev.unlink()
+        await until(lambda: app.waiting is not None)
+        dev.touch()
+        n = app.refreshes
+        await until(lambda: app.waiting is None and app.refreshes > n)
+        assert app.return_code is None
+
+
+def test_cli_waits_unless_told_not_to(tmp_path: Path) -> None:
+    from huvm_top import cli
+
+    missing = str(tmp_path / "nvidia-uvm")
+    src, _ = cli.make_sources(cli.parse_args(["--backend", "kernel", "--device", missing]))
+    src.close()  # made, not failed: the app waits for the module
+    with pytest.raises(cli.CliError, match="does not exist"):
+        cli.make_sources(cli.parse_args(["--backend", "kernel", "--device", missing, "--no-wait"]))
+    with pytest.raises(cli.CliError, match="nothing to wait for"):
+        cli.make_sources(cli.parse_args(["--backend", "kernel", "--device", str(tmp_path / "no" / "dev")]))

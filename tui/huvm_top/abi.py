@@ -1,36 +1,33 @@
-"""Names and limits the TUI shows, read from the ABI header through :mod:`huvm.header`.
+"""Names and limits the TUI shows, from the compiled ABI (:mod:`huvm.abi`, cffi over the ABI header).
 
 Nothing here is hand-written from the header: reason, role, preset and mode names come from the
-``HUVM_*`` #defines, and field names for refusals from the ``HUVM_FIELD_*`` values.
+``HUVM_*`` constants, limits from the same constants huvmctl uses.
 """
 
 from __future__ import annotations
 
 from functools import cache
 
+from huvm import abi as habi
 from huvm import header
 
 
 def define(name: str) -> int:
-    """The integer value of one ``#define`` of the ABI block."""
-    return header.defines()[name]
+    """The integer value of one ``#define`` of the ABI block, as compiled."""
+    value = getattr(habi.lib, name)
+    if not isinstance(value, int):
+        raise KeyError(name)
+    return value
 
 
 @cache
 def enum_names(prefix: str) -> tuple[str, ...]:
-    """Lower-case names of ``<prefix>NAME`` defines, indexed by value, up to ``<prefix>COUNT``.
+    """Lower-case names of ``<prefix>NAME`` constants, indexed by value, up to ``<prefix>COUNT``.
 
     ``enum_names("HUVM_REASON_")`` gives ``("peer", "tier_off", ...)``.
     """
-    defs = header.defines()
-    count = defs.get(prefix + "COUNT")
-    by_value: dict[int, str] = {}
-    for name, value in defs.items():
-        if not name.startswith(prefix) or name == prefix + "COUNT":
-            continue
-        if count is not None and not 0 <= value < count:
-            continue  # e.g. HUVM_PREFETCH_MAX_CHUNKS is not a prefetch mode
-        by_value.setdefault(value, name[len(prefix):].lower())
+    by_value = habi.enum_names(prefix)
+    count = habi.constants(prefix).get(prefix + "COUNT")
     n = count if count is not None else (max(by_value) + 1 if by_value else 0)
     return tuple(by_value.get(i, str(i)) for i in range(n))
 

@@ -1,7 +1,8 @@
 """Command line of huvm-top: options, and the sources they select (the app itself is in app.py).
 
 Exit status (as huvmctl): 0 ok, 1 runtime error (no usable backend, the source failed), 2 usage error.
-Errors are one line on stderr: ``huvm-top: error: ...``.
+Errors are one line on stderr: ``huvm-top: error: ...``. A module that is not loaded (yet) is not an error:
+huvm-top waits for it (``--no-wait``: exit 1 instead).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import NoReturn
 
 from huvm import argtypes
 
-from huvm_top.model import SourceError
+from huvm_top.model import NodeAbsent, SourceError
 from huvm_top.sources.base import EventSource, StatsSource
 
 EPILOG = """examples:
@@ -24,10 +25,14 @@ EPILOG = """examples:
   huvm-top --sim --record run.jsonl # ... and keep what was seen
   huvm-top --replay run.jsonl --interval 0.2   # play it back, five snapshots a second
 
-keys: q quit, p policy editor, space pause, 1/2/3 apply preset stock/atc22/huvm, m peer-matrix metric,
-c clear the event log, ? help. Everything works from the keyboard (over ssh, no mouse needed).
+keys: q quit, p policy editor, space pause, 1/2/3 preset stock/atc22/huvm (shows what changes, y applies),
+v next view (graphs, gpu detail, peers, processes, events), enter on a GPU: its detail, g graph metric,
+m peer-matrix metric, s sort processes, / filter processes or events, w save the event log, c clear it,
+? help. Everything works from the keyboard (over ssh, no mouse needed).
 
-exit status: 0 ok, 1 runtime error (no usable backend), 2 usage error."""
+Without the module loaded huvm-top says "module not loaded, waiting" and attaches when it appears.
+
+exit status: 0 ok, 1 runtime error (no usable backend; with --no-wait, no module), 2 usage error."""
 
 
 class CliError(Exception):
@@ -79,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="play back a --record file, one snapshot per refresh (read-only)")
     p.add_argument("--interval", type=_interval, default=1.0, metavar="SEC",
                    help="refresh interval in seconds (default 1)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="exit with status 1 when the module is not loaded, instead of waiting for it")
     p.add_argument("--debug", action="store_true", help="on an internal error (a bug), also print the traceback")
     return p
 
@@ -126,6 +133,14 @@ def make_sources(args: argparse.Namespace) -> tuple[StatsSource, EventSource | N
         source = LiveSource(backend, args.device)
     try:
         source.open()
+    except NodeAbsent as exc:
+        # not an error: the app says so and waits, unless told not to (or there is nowhere to wait)
+        device = args.device or os.environ.get("HUVM_DEVICE") or "/dev/nvidia-uvm"
+        folder = os.path.dirname(os.path.abspath(device))
+        if args.no_wait or not os.path.isdir(folder):
+            source.close()
+            where = "" if os.path.isdir(folder) else f" (and {folder} is not a folder: nothing to wait for)"
+            raise CliError(f"{exc}{where}") from None
     except SourceError as exc:
         source.close()
         raise CliError(str(exc)) from None

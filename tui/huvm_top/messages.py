@@ -24,6 +24,14 @@ class SourceFailed(Message):
 
 
 @dataclass
+class SourceWaiting(Message):
+    """The node is not there (yet): ``headline`` says so, ``detail`` why (one line each)."""
+
+    headline: str
+    detail: str
+
+
+@dataclass
 class StatsUpdated(Message):
     """A new snapshot and its rates. A newer one replaces one still queued (only the latest is drawn)."""
 

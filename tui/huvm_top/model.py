@@ -104,6 +104,22 @@ class SourceError(Exception):
     """The source cannot be opened or read (device gone, no permission, ...): one line for the user."""
 
 
+class NodeAbsent(SourceError):
+    """The node is not there now but may come (the module is not loaded, or the stock module is): huvm-top
+    says so and waits for it instead of exiting. ``reason`` is huvm's (``no-device``, ``stock-module``)."""
+
+    def __init__(self, message: str, reason: str = "no-device") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    @property
+    def headline(self) -> str:
+        """What the screen says while it waits."""
+        if self.reason == "stock-module":
+            return "stock nvidia-uvm loaded, waiting for the patched module"
+        return "module not loaded, waiting"
+
+
 @dataclass(frozen=True)
 class TraceEvent:
     """One huvm tracepoint / USDT probe hit (driver/core/huvm_events.h: gpu, peer, reason, bytes, va)."""

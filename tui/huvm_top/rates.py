@@ -1,7 +1,6 @@
-"""Rates between two snapshots: counters become per-second rates, gauges keep their current value.
-
-A counter that went down (the stats were reset between the snapshots) counts from zero: its delta is its
-new value, never negative.
+"""Rates between two snapshots, by huvm's own rule (:func:`huvm.stats.rate_map`, the one the CLI uses):
+counters become per-second rates, gauges keep their current value, and a counter that went down (the stats
+were reset between the snapshots) counts from zero: its delta is its new value, never negative.
 """
 
 from __future__ import annotations
@@ -10,31 +9,24 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from huvm import stats as hstats
+from huvm.metrics import Kind
+
 from huvm_top.metrics import Metric, gpu_metrics, pair_metrics, va_space_metrics
 from huvm_top.model import Counters, Snapshot
 
 NS_PER_S = 1_000_000_000
 
-
-def counter_delta(prev: int, cur: int) -> int:
-    """Increase of a counter; after a reset (cur < prev) the increase since the reset, i.e. cur."""
-    return cur - prev if cur >= prev else cur
+#: the library's counter delta (a reset in between counts from zero)
+counter_delta = hstats.counter_delta
 
 
 def rate_map(
     prev: Mapping[str, int] | None, cur: Mapping[str, int], dt_s: float, metrics: Iterable[Metric]
 ) -> dict[str, float]:
     """Per-second rates of counters (0.0 without a previous sample) and current values of gauges."""
-    out: dict[str, float] = {}
-    for m in metrics:
-        value = cur.get(m.key, 0)
-        if m.kind == "gauge":
-            out[m.key] = float(value)
-        elif prev is None or dt_s <= 0:
-            out[m.key] = 0.0
-        else:
-            out[m.key] = counter_delta(prev.get(m.key, 0), value) / dt_s
-    return out
+    kinds: dict[str, Kind] = {m.key: m.kind for m in metrics}
+    return hstats.rate_map(kinds, prev, cur, dt_s)
 
 
 @dataclass(frozen=True)
@@ -83,17 +75,24 @@ def _pair(snap: Snapshot | None, owner: int, holder: int) -> Counters | None:
 
 
 class History:
-    """The last ``size`` values of a few node-wide series, for the sparklines."""
+    """The last ``size`` values of a few series, node-wide and per GPU, for the graphs."""
 
     def __init__(self, keys: Sequence[str], size: int = 120) -> None:
         self.keys = tuple(keys)
+        self.size = size
         self._data: dict[str, deque[float]] = {k: deque(maxlen=size) for k in self.keys}
+        self._gpus: dict[tuple[str, int], deque[float]] = {}
 
     def add(self, rates: Rates) -> None:
         if rates.first:
             return
         for key in self.keys:
             self._data[key].append(rates.node_total(key))
+            for i, g in enumerate(rates.gpus):
+                self._gpus.setdefault((key, i), deque(maxlen=self.size)).append(g.get(key, 0.0))
 
-    def series(self, key: str) -> list[float]:
-        return list(self._data[key])
+    def series(self, key: str, gpu: int | None = None) -> list[float]:
+        """The node-wide series of key, or GPU ``gpu``'s."""
+        if gpu is None:
+            return list(self._data[key])
+        return list(self._gpus.get((key, gpu), ()))

@@ -1,7 +1,9 @@
 """Recording and replaying what huvm-top saw (dolphie's replay, as JSON lines).
 
 A record file is JSON lines: a header ``{"format": "huvm-top-record", "version": 1, "node": ..., "policy":
-...}``, then one line per snapshot (``t`` timestamp_ns, ``gen``, ``gpus``, ``pairs``, ``free``, ``va``).
+...}``, then one line per snapshot (``t`` timestamp_ns, ``gen``, ``gpus``, ``pairs``, ``free``, ``va``) and,
+with ``--bcc``, one line per batch of trace events (``ev``: lists of ts_ns, name, gpu, peer, reason, bytes,
+va; a replay skips them).
 ``huvm-top --record FILE`` writes one while it runs; ``huvm-top --replay FILE`` plays it back in the same
 screens, one snapshot per refresh (``--interval`` sets the pace; space pauses). A replay is read-only.
 """
@@ -23,6 +25,7 @@ from huvm_top.model import (
     PolicyState,
     Snapshot,
     SourceError,
+    TraceEvent,
     VaSpace,
 )
 
@@ -60,6 +63,7 @@ class Recorder:
             raise SourceError(f"{path}: cannot write the record: {exc.strerror}") from None
         self._lock = threading.Lock()
         self.count = 0
+        self.events = 0
 
     def header(self, info: NodeInfo, policy: PolicyState) -> None:
         self._write({"format": FORMAT, "version": VERSION, "node": _node(info), "policy": _policy(policy)})
@@ -67,6 +71,11 @@ class Recorder:
     def add(self, snap: Snapshot) -> None:
         self._write(_snap(snap))
         self.count += 1
+
+    def add_events(self, events: list[TraceEvent]) -> None:
+        if events:
+            self._write({"ev": [[e.ts_ns, e.name, e.gpu, e.peer, e.reason, e.bytes, e.va] for e in events]})
+            self.events += len(events)
 
     def _write(self, obj: dict[str, Any]) -> None:
         with self._lock:
@@ -128,7 +137,8 @@ class ReplaySource:
             self.policy = PolicyState(pol["generation"], dict(pol["node"]),
                                       [GpuPolicy(**g) for g in pol["gpus"]])
             for n, d in lines[1:]:
-                self.snapshots.append(self._parse(n, d))
+                if "ev" not in d:  # trace events: recorded, not replayed
+                    self.snapshots.append(self._parse(n, d))
         except (KeyError, TypeError) as exc:
             raise SourceError(f"{self.path}: malformed record ({exc})") from None
         if not self.snapshots:
@@ -165,6 +175,9 @@ class ReplaySource:
 
     def preset(self, name: str) -> PolicyState:
         raise SourceError("a replay is read-only")
+
+    def wait(self, timeout: float) -> None:
+        threading.Event().wait(timeout)
 
     def close(self) -> None:
         pass

@@ -48,6 +48,13 @@
 #define HUVM_PREFETCH_MAX_CHUNKS        64
 #define HUVM_PREFETCH_MAX_STRIDE        16
 #define HUVM_HYSTERESIS_MAX_MS          60000
+/* Bounds the core enforces on policy values and node descriptions (huvm_policy_validate,
+ * huvm_core_set_node); the Python tools read every limit they show or check from here. */
+#define HUVM_PREEVICT_MAX_CHUNKS        65536u          /* 128 GiB reserve */
+#define HUVM_PREEVICT_MAX_BATCH         4096u
+#define HUVM_PREFETCH_MAX_SPAN_CHUNKS   512u            /* prefetch_chunks * prefetch_stride: a 1 GiB window */
+#define HUVM_MAX_MEMORY_BYTES           (1ULL << 50)    /* 1 PiB per GPU: keeps products in 64 bits */
+#define HUVM_MAX_MBYTE_PER_S            (1ULL << 24)    /* 16 TB/s per link or PCIe direction */
 #define HUVM_UNLIMITED                  0xffffffffffffffffULL
 
 /* Commands: raw numbers, HUVM_IOCTL_BASE(i) = 1800 + i. */
@@ -143,7 +150,8 @@
 #define HUVM_PEER_SELECT_FEWEST_LENT    1   /* the published prototype: fewest chunks already harvested */
 #define HUVM_PEER_SELECT_BW_WEIGHTED    2   /* most free memory weighted by link bandwidth */
 #define HUVM_PEER_SELECT_ROUND_ROBIN    3
-#define HUVM_PEER_SELECT_COUNT          4
+#define HUVM_PEER_SELECT_FASTEST_LINK   4   /* the fastest link with room; among equal links, most free memory */
+#define HUVM_PEER_SELECT_COUNT          5
 
 /* Fetch-back of harvested data on a fault. */
 #define HUVM_FETCH_MIGRATE              0   /* migrate back to the faulting GPU (upstream peer->local copy) */
@@ -231,10 +239,22 @@ typedef struct {
     uint32_t        rmStatus;       /* Out */
 } HUVM_GET_INFO_PARAMS;
 
+/* Per-GPU policy flags (huvm_gpu_policy_t.flags). PREEVICT_ON_PRESSURE: the GPU pre-evicts only while it is
+ * under real memory pressure (an allocation on it had to evict recently), not merely because its free memory
+ * is below the pre-eviction reserve: a job that nearly fits is left alone. LEND_ABOVE_PEAK: as a lender it
+ * lends only memory its own work has not used recently (it keeps room to return to its recent peak), so a
+ * lender whose footprint spikes finds its memory free instead of waiting for a give-back. PREFETCH_FEEDBACK:
+ * while fewer of its recent prefetched chunks were used than were evicted unused, it prefetches one chunk (a
+ * probe) instead of prefetch_chunks: prefetching for a random access pattern only displaces its data. */
+#define HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE 0x1
+#define HUVM_GPU_POLICY_LEND_ABOVE_PEAK 0x2
+#define HUVM_GPU_POLICY_PREFETCH_FEEDBACK 0x4
+#define HUVM_GPU_POLICY_FLAGS_KNOWN     0x7
+
 typedef struct {
     uint8_t  uuid[16];              /* the key: entries are kept by UUID, across GPU removal */
     uint32_t role;                  /* HUVM_ROLE_* */
-    uint32_t flags;                 /* must be 0 */
+    uint32_t flags;                 /* HUVM_GPU_POLICY_* (other bits must be 0) */
     uint64_t lend_limit_bytes;      /* at most this many bytes of other GPUs' data here; HUVM_UNLIMITED */
     uint64_t lend_reserve_bytes;    /* a lender always keeps this much free for its own work */
 } huvm_gpu_policy_t;

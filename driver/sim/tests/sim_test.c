@@ -410,6 +410,98 @@ static void test_paths(uint32_t nvswitch, uint32_t fetch_mode)
     trace_free(&t);
 }
 
+static void get_stats(huvm_sim_t *sim, HUVM_GET_STATS_PARAMS *stats)
+{
+    memset(stats, 0, sizeof(*stats));
+    stats->hdr.abi_version = HUVM_ABI_VERSION;
+    stats->hdr.size = sizeof(*stats);
+    CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_GET_STATS, stats, sizeof(*stats)) == HUVM_NV_OK);
+}
+
+/* A job that nearly fits its GPU (one chunk to spare) never pre-evicts under huvm: no pressure, so no
+ * eviction at all, and it runs exactly as fast as under stock. The prototype's preset pre-evicts below its
+ * reserve whatever the pressure (its known cliff). */
+static uint64_t run_near_fit(uint32_t preset, HUVM_GET_STATS_PARAMS *stats)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    huvm_sim_tenant_result_t r;
+    huvm_sim_t *sim;
+    trace_t t;
+
+    node2(&cfg, 64 * MIB);                  /* 32 chunks; the 1/16 bound keeps a reserve of 2 */
+    sim = huvm_sim_create(&cfg, preset, &err);
+    CHECK(sim != NULL);
+    if (!sim)
+        return 0;
+    trace_stream(&t, 31, 62 * 4, 4, 20000);
+    spec_from(&s, &t, 0, 1);
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
+    CHECK(huvm_sim_run(sim, HUVM_UNLIMITED, &err) == HUVM_NV_OK);
+    CHECK(huvm_sim_check(sim, &err) == 0);
+    CHECK(huvm_sim_tenant_result(sim, 0, &r) == HUVM_NV_OK && r.done);
+    get_stats(sim, stats);
+    huvm_sim_destroy(sim);
+    trace_free(&t);
+    return r.runtime_ns;
+}
+
+static void test_near_fit(void)
+{
+    HUVM_GET_STATS_PARAMS st_stock, st_huvm, st_atc;
+    uint64_t stock = run_near_fit(HUVM_PRESET_STOCK, &st_stock);
+    uint64_t huvm = run_near_fit(HUVM_PRESET_HUVM, &st_huvm);
+    uint64_t atc = run_near_fit(HUVM_PRESET_ATC22, &st_atc);
+
+    CHECK(st_stock.gpus[0].evict_to_host == 0);
+    CHECK(st_huvm.gpus[0].evict_to_host + st_huvm.gpus[0].evict_to_peer == 0);
+    CHECK(huvm == stock);
+    CHECK(st_atc.gpus[0].preevict_to_host + st_atc.gpus[0].preevict_to_peer > 0);
+    CHECK(atc > stock);
+}
+
+/* A lender's own data never leaves it while it holds guests' chunks, pre-eviction included: GPU 1 holds
+ * GPU 0's chunks when its own (managed) job starts and grows; its pre-evictions and evictions give guests
+ * back first. Both peer-tier presets. */
+static void test_lender_keeps_own(uint32_t preset)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    HUVM_GET_STATS_PARAMS stats;
+    huvm_sim_t *sim;
+    trace_t t, lt;
+
+    node2(&cfg, 64 * MIB);
+    sim = huvm_sim_create(&cfg, preset, &err);
+    CHECK(sim != NULL);
+    if (!sim)
+        return;
+    trace_stream(&t, 48, 96, 4, 20000);     /* 1.5x GPU 0: its overflow goes to GPU 1 */
+    spec_from(&s, &t, 0, 6);
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
+    trace_stream(&lt, 28, 400, 2, 20000);   /* the lender's own job: 28 of its 32 chunks */
+    spec_from(&s, &lt, 1, 0);
+    s.start_ns = 2000000;                   /* after GPU 0 has lent some of GPU 1's memory */
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 1);
+    set_roles(sim, HUVM_ROLE_HARVESTER, HUVM_ROLE_LENDER);
+    CHECK(huvm_sim_run(sim, HUVM_UNLIMITED, &err) == HUVM_NV_OK);
+    CHECK(huvm_sim_check(sim, &err) == 0);
+    get_stats(sim, &stats);
+    CHECK(stats.gpus[0].evict_to_peer > 0);
+    CHECK(stats.gpus[1].giveback > 0);      /* it did reclaim its memory from guests */
+    CHECK(stats.gpus[1].evict_to_host == 0);        /* and never evicted its own data for them */
+    CHECK(stats.gpus[1].preevict_to_host == 0);
+    if (stats.gpus[1].evict_to_host)
+        fprintf(stderr, "preset %u: lender evicted %llu own chunks (%llu pre-evicted), gave back %llu\n", preset,
+                (unsigned long long)stats.gpus[1].evict_to_host, (unsigned long long)stats.gpus[1].preevict_to_host,
+                (unsigned long long)stats.gpus[1].giveback);
+    huvm_sim_destroy(sim);
+    trace_free(&t);
+    trace_free(&lt);
+}
+
 int main(void)
 {
     test_paths(1, HUVM_FETCH_REMOTE_MAP);
@@ -418,6 +510,9 @@ int main(void)
     test_bad_input();
     test_unlimited();
     test_policies();
+    test_near_fit();
+    test_lender_keeps_own(HUVM_PRESET_HUVM);
+    test_lender_keeps_own(HUVM_PRESET_ATC22);
     if (failures) {
         fprintf(stderr, "sim_test: %d check(s) failed\n", failures);
         return 1;

@@ -3,23 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..errors import ConfigError
 from .common import print_json
-
-
-def resolve_trace(ref: str) -> Path:
-    """A trace reference: "bundled:NAME" (shipped with huvm) or a path to a NAME.trace directory."""
-    from .. import traces
-
-    if ref.startswith("bundled:"):
-        try:
-            return traces.bundled(ref.split(":", 1)[1])
-        except FileNotFoundError as exc:
-            known = ", ".join(s.name for s in traces.BUNDLED)
-            raise ConfigError(f"{exc} (bundled traces: {known})") from None
-    return Path(ref)
 
 
 def cmd_gen(args: argparse.Namespace) -> int:
@@ -34,7 +20,7 @@ def cmd_gen(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from .. import traces
 
-    path = resolve_trace(args.file)
+    path = traces.resolve(args.file)
     try:
         info = traces.info(path)
     except traces.TraceFormatError as exc:

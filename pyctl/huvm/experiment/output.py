@@ -30,7 +30,7 @@ def tables(res: ExperimentResult) -> dict[str, pa.Table]:
     for r in res.runs:
         for t in r.tenants:
             out["tenants"].append({**_key_cols(r.key), "tenant": t.tenant, "gpu": t.gpu, "foreground": t.foreground,
-                                   "runtime_ns": t.runtime_ns, **t.values})
+                                   "role": t.role, "runtime_ns": t.runtime_ns, **t.values})
         for c in r.counters:
             out["counters"].append({**_key_cols(r.key), "scope": c.scope, "gpu": c.gpu, "peer": c.peer,
                                     "metric": c.metric, "value": c.value})
@@ -41,6 +41,11 @@ def tables(res: ExperimentResult) -> dict[str, pa.Table]:
             out["samples"].append({**_key_cols(r.key), "t_ns": s.t_ns, "gpu": s.gpu, "own_bytes": s.own_bytes,
                                    "guest_bytes": s.guest_bytes, "free_bytes": s.free_bytes,
                                    "peer_bytes": s.peer_bytes, "host_bytes": s.host_bytes})
+    for key, t in res.alone.items():  # the baselines: run_id "alone", the tenant alone on the node under stock
+        if len(key) == 2:
+            out["tenants"].append({**_key_cols(t.run), "tenant": t.tenant, "gpu": t.gpu,
+                                   "foreground": t.foreground, "role": t.role, "runtime_ns": t.runtime_ns,
+                                   **t.values})
     return {name: pa.Table.from_pylist(rows) if rows else pa.table({}) for name, rows in out.items()}
 
 
@@ -65,7 +70,26 @@ def write(res: ExperimentResult, outdir: Path) -> list[Path]:
 
 def summary_dict(res: ExperimentResult) -> dict[str, Any]:
     return {"experiment": res.name, "node": res.node, "sweep_key": res.sweep_key,
-            "results": [r.to_dict() for r in policy_rows(res)], "notes": list(res.notes)}
+            "results": [r.to_dict() for r in policy_rows(res)], "tenants": tenant_dicts(res),
+            "notes": list(res.notes)}
+
+
+def tenant_dicts(res: ExperimentResult) -> list[dict[str, Any]]:
+    """Every tenant of every run (repetition 0): role, runtime, throughput, stalls, and its slowdown against
+    running alone (``slowdown_vs_alone``; None without a baseline, e.g. idle tenants)."""
+    out: list[dict[str, Any]] = []
+    for r in res.runs:
+        if r.key.repetition:
+            continue
+        for t in r.tenants:
+            alone = res.alone_row(t.tenant, r.key.sweep_value, r.key.run_id)
+            out.append({"policy": r.key.policy, "sweep_value": None if r.key.sweep_value is None else
+                        str(r.key.sweep_value), "tenant": t.tenant, "gpu": t.gpu, "role": t.role,
+                        "foreground": t.foreground, "runtime_ns": t.runtime_ns, "ops_per_s": t.ops_per_s,
+                        "stall_ns": t.stall_ns, "alloc_stall_ns": t.values.get("alloc_stall_ns", 0),
+                        "slowdown_vs_alone": None if alone is None or r.key.policy == "ideal" else
+                        t.slowdown_vs(alone)})
+    return out
 
 
 def read(outdir: Path, name: str) -> pa.Table:

@@ -1,5 +1,5 @@
 """Plots of an experiment (matplotlib, Agg, PNG): runtime per policy, ratio to ideal, traffic per path,
-memory over time, and the sweep curve when there is a sweep."""
+memory over time, harvester speedup beside lender slowdown, and the sweep curve when there is a sweep."""
 
 from __future__ import annotations
 
@@ -111,10 +111,27 @@ def sweep(res: ExperimentResult, out: Path) -> Path:
     return _save(fig, out / "sweep.png")
 
 
+def harvest_and_lend(res: ExperimentResult, out: Path) -> Path:
+    """Side by side per policy: the harvesters' speedup over stock and the worst lender's slowdown against
+    running alone (what the speedup cost the lenders)."""
+    rows = [r for r in policy_rows(res) if r.sweep_value == res.sweep_values[0] and r.policy != "ideal"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.5))
+    a1.bar([r.policy for r in rows], [r.harvester_speedup or 0 for r in rows], color="tab:green")
+    a1.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    a1.set_ylabel("harvester speedup vs stock")
+    a2.bar([r.policy for r in rows], [((r.lender_slowdown or 1.0) - 1) * 100 for r in rows], color="tab:red")
+    a2.axhline(0.0, color="black", linewidth=0.8)
+    a2.set_ylabel("worst lender slowdown vs alone (%)")
+    for ax in (a1, a2):
+        ax.tick_params(axis="x", labelsize=7)
+    fig.suptitle(f"{res.name}: what harvesting gained and what lending cost", fontsize=9)
+    return _save(fig, out / "harvest_and_lend.png")
+
+
 def all_plots(res: ExperimentResult, outdir: Path) -> list[Path]:
     out = outdir / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    paths = [runtime(res, out), ratio(res, out), traffic(res, out), memory(res, out)]
+    paths = [runtime(res, out), ratio(res, out), traffic(res, out), memory(res, out), harvest_and_lend(res, out)]
     if res.sweep_key:
         paths.append(sweep(res, out))
     return paths

@@ -12,16 +12,24 @@ from rich.table import Table
 from .results import ExperimentResult
 from .summary import PolicyRow, policy_rows, tenant_table
 
-POLICY_HEADER = ["policy", "runtime (s)", "x ideal", "speedup vs stock", "evict->peer", "evict->host",
-                 "NVLink GB", "PCIe GB"]
+POLICY_HEADER = ["policy", "runtime (s)", "x ideal", "speedup vs stock", "harvester speedup", "lender slowdown",
+                 "evict->peer", "evict->host", "NVLink GB", "PCIe GB"]
 
 
 def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def slowdown_cell(x: float | None, who: str | None = None) -> str:
+    """A slowdown as a percentage (``+0.0 %``: no cost), with the tenant it is about."""
+    if x is None:
+        return "-"
+    return f"{round((x - 1) * 100, 1) + 0.0:+.1f} %" + (f" ({who})" if who else "")
+
+
 def policy_cells(r: PolicyRow) -> list[str]:
     return [r.policy, f"{r.runtime_s:.3f}", _fmt(r.ratio_to_ideal, ".2f"), _fmt(r.speedup_vs_stock, ".2f"),
+            _fmt(r.harvester_speedup, ".2f"), slowdown_cell(r.lender_slowdown, r.worst_lender),
             str(r.evict_to_peer), str(r.evict_to_host), f"{r.nvlink_bytes / 1e9:.2f}", f"{r.pcie_bytes / 1e9:.2f}"]
 
 
@@ -45,7 +53,10 @@ def markdown(res: ExperimentResult, spec_text: str, files: Sequence[Path], outdi
         parts += [res.description, ""]
     parts += [f"Node: `{res.node}` (simulated; times are simulated seconds). Runtime is the makespan of the "
               "foreground tenants; `x ideal` divides by the unlimited-memory run; `speedup vs stock` divides "
-              "stock's runtime by the policy's.", ""]
+              "stock's runtime by the policy's. `harvester speedup` is the same for the harvesters alone, and "
+              "`lender slowdown` the cost to the lender hurt most (named) against running alone on the node: its "
+              "runtime, or its throughput when it runs until the others finish (`+0.0 %`: lending cost it "
+              "nothing).", ""]
     for value, group in _groups(res):
         if value is not None:
             parts += [f"## {res.sweep_key} = {value}", ""]
@@ -75,7 +86,8 @@ def rich_tables(res: ExperimentResult) -> list[Table]:
             t.add_row(*policy_cells(r))
         tables.append(t)
     header, rows = tenant_table(res, res.sweep_values[0])
-    t = Table(title="per tenant (runtime, x ideal)", title_justify="left")
+    t = Table(title="per tenant (harvesters: runtime, x ideal; lenders: runtime or throughput, vs alone)",
+              title_justify="left")
     for h in header:
         t.add_column(h)
     for row in rows:

@@ -28,6 +28,32 @@ class TenantRow:
     foreground: bool
     runtime_ns: int
     values: dict[str, int]  # the simulator's per-tenant outcome fields (faults, stalls, ...)
+    role: str = "harvester"  # harvester | lender | idle (see runner.tenant_role)
+
+    @property
+    def ops_per_s(self) -> float:
+        """Throughput over its run: the measure of a tenant that runs until the foreground finishes."""
+        return self.values.get("ops_done", 0) * 1e9 / self.runtime_ns if self.runtime_ns else 0.0
+
+    @property
+    def stall_ns(self) -> int:
+        """Every stall: faults (with their evictions), remote accesses, prefetches in flight, allocations."""
+        return sum(self.values.get(k, 0) for k in ("fault_stall_ns", "remote_stall_ns", "inflight_wait_ns",
+                                                    "alloc_stall_ns"))
+
+    @property
+    def work_rate(self) -> float:
+        """Share of its run spent computing (its ops' time / its runtime): its throughput, whatever the
+        length of its ops or of the run. 1.0 when nothing ever stalled it."""
+        return self.values.get("compute_ns", 0) / self.runtime_ns if self.runtime_ns else 0.0
+
+    def slowdown_vs(self, alone: TenantRow) -> float | None:
+        """How much slower than ``alone`` (the same tenant alone on the node): runtime ratio for a tenant
+        that finishes, throughput (:attr:`work_rate`) ratio for one that runs until the others finish (1.0:
+        no cost)."""
+        if not self.foreground:
+            return alone.work_rate / self.work_rate if self.work_rate and alone.work_rate else None
+        return self.runtime_ns / alone.runtime_ns if alone.runtime_ns else None
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,16 @@ class ExperimentResult:
     sweep_key: str | None
     runs: list[RunResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: (tenant, sweep value) -> the tenant alone on the node under stock (sweep value None unless the sweep
+    #: changes the tenants): the baseline of every lender's slowdown; (tenant, sweep value, run_id) -> a
+    #: background tenant alone over that run's window
+    alone: dict[tuple[Any, ...], TenantRow] = field(default_factory=dict)
+
+    def alone_row(self, tenant: str, sweep_value: Any, run_id: str | None = None) -> TenantRow | None:
+        for key in ((tenant, sweep_value, run_id), (tenant, None, run_id), (tenant, sweep_value), (tenant, None)):
+            if key in self.alone:
+                return self.alone[key]
+        return None
 
     def run(self, policy: str, sweep_value: Any = None, repetition: int = 0) -> RunResult | None:
         for r in self.runs:

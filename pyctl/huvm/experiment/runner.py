@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..client import Node
 from ..errors import ConfigError, HuvmError, UsageError
 from ..metrics import GPU_METRICS, PAIR_METRICS
+from ..node import Node
 from ..policy import Origin, Setting, parse_setting
 from ..policyfile import parse as parse_policy_table
-from ..simbackend import SimBackend
+from ..sim.backend import SimBackend
 from ..units import format_size, parse_size
 from .results import CounterRow, ExperimentResult, RunKey, RunResult, SampleRow, TenantRow, TrafficRow
 from .spec import ExperimentSpec, PolicySpec, TenantSpec
@@ -92,6 +92,16 @@ def check_tenants(spec: ExperimentSpec, config: Any) -> None:
             raise spec.doc.error(f"{sweep.key} = {value!r}: {msg}", "sweep", "values")
 
 
+def tenant_role(t: TenantSpec) -> str:
+    """``idle`` (no trace: a footprint only), ``lender`` (its GPU's role is lender, or it runs in the
+    background until the others finish: its cost is measured), else ``harvester`` (its speedup is)."""
+    if not t.trace:
+        return "idle"
+    if t.steps == 0 or dict(t.gpu_settings).get("role") == "lender":
+        return "lender"
+    return "harvester"
+
+
 def _with_sweep_value(spec: ExperimentSpec, value: Any) -> list[TenantSpec]:
     """The tenants with a tenant.NAME.static|steps sweep point applied."""
     from dataclasses import replace
@@ -132,10 +142,9 @@ class Runner:
             return None
         if t.trace not in self._traces:
             from .. import traces
-            from ..cli.trace import resolve_trace
 
             try:
-                tr = traces.load(resolve_trace(t.trace))
+                tr = traces.load(traces.resolve(t.trace))
                 self._traces[t.trace] = tr.to_sim_events(self.config.gpu_preset)
             except (traces.TraceFormatError, ConfigError, OSError) as exc:
                 msg = exc.reason if isinstance(exc, ConfigError) else str(exc)
@@ -236,7 +245,8 @@ class Runner:
         for i, t in enumerate(tenants):
             r = sim.tenant_result(i)
             values = {k: int(v) for k, v in r.items() if k not in ("runtime_ns",)}
-            res.tenants.append(TenantRow(run.key, t.name, t.gpu, t.steps > 0, int(r["runtime_ns"]), values))
+            res.tenants.append(TenantRow(run.key, t.name, t.gpu, t.steps > 0, int(r["runtime_ns"]), values,
+                                         tenant_role(t)))
         snap = node.stats()
         for g in snap.gpus:
             for m in GPU_METRICS:
@@ -270,6 +280,26 @@ class Runner:
     def runs(self) -> list[PlannedRun]:
         return plan(self.spec)
 
+    def run_alone(self, t: TenantSpec, value: Any, horizon_ns: int) -> TenantRow:
+        """Tenant t alone on the node under stock: its own speed, the baseline of its slowdown. A tenant that
+        runs until the others finish is stopped after ``horizon_ns`` (its throughput is what counts)."""
+        from ..sim.node import SimNode
+        from ..sim.tenants import TenantSpec as SimTenant
+        from ..sim.workloads import horizon_trace
+
+        key = RunKey("alone", value, 0)
+        with SimNode(self.config, preset="stock", sample_interval_ns=0) as sim:
+            sim.add_tenant(SimTenant(gpu=t.gpu, trace=self._trace(t), name=t.name, steps=max(t.steps, 1),
+                                     background=t.steps == 0, static_bytes=t.static_bytes, start_ns=t.start_ns,
+                                     managed=t.managed))
+            if t.steps == 0:
+                # a foreground clock of short empty ops: background tenants stop when the foreground is done
+                sim.add_tenant(SimTenant(gpu=t.gpu, trace=horizon_trace(horizon_ns), name="horizon"))
+            sim.run()
+            r = sim.tenant_result(0)
+        values = {k: int(v) for k, v in r.items() if k != "runtime_ns"}
+        return TenantRow(key, t.name, t.gpu, t.steps > 0, int(r["runtime_ns"]), values, tenant_role(t))
+
 
 def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] | None = None) -> ExperimentResult:
     """Run every planned run; progress(run, index, total) is called before each."""
@@ -286,7 +316,32 @@ def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] |
             raise
         except HuvmError as exc:
             raise HuvmError(f"run {p.key.run_id}: {exc}", status=exc.status) from exc
+    _alone_runs(runner, res)
     if spec.repetitions > 1:
         res.notes.append(f"{spec.repetitions} repetitions: the simulator is deterministic, so repetitions agree "
                          "exactly (they check it)")
     return res
+
+
+def _alone_runs(runner: Runner, res: ExperimentResult) -> None:
+    """Each tenant with a trace alone on the node (stock), once, or per sweep value when the sweep changes
+    the tenants. A background tenant's throughput depends on the window it is measured over (a lender that
+    rises at 30 s), so it runs alone once per run, for as long as that run's foreground lasted
+    (``alone[(tenant, value, run_id)]``); ``alone[(tenant, value)]`` is the stock run's window."""
+    spec = runner.spec
+    tenant_sweep = spec.sweep is not None and spec.sweep.key.startswith("tenant.")
+    for value in (list(spec.sweep.values) if spec.sweep and tenant_sweep else [None]):
+        runs = [r for r in res.runs if value is None or r.key.sweep_value == value]
+        stock = [r for r in runs if r.key.policy == "stock"]
+        horizon = max((r.foreground_runtime_ns() for r in (stock or runs)), default=0) or 1_000_000_000
+        for t in _with_sweep_value(spec, value):
+            if not t.trace:
+                continue
+            res.alone[(t.name, value)] = base = runner.run_alone(t, value, horizon)
+            if t.steps == 0:
+                windows: dict[int, TenantRow] = {horizon: base}
+                for r in runs:
+                    h = r.foreground_runtime_ns() or horizon
+                    if h not in windows:
+                        windows[h] = runner.run_alone(t, value, h)
+                    res.alone[(t.name, value, r.key.run_id)] = windows[h]

@@ -37,20 +37,82 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from ..errors import ConfigError
-from ..policy import GPU_KEYS, KEYS, NODE_KEYS, preset_names
+from pydantic import BeforeValidator, Field, create_model
+
+from .. import abi
+from ..policy import GPU_KEYS, KEYS, NODE_KEYS, preset_names, value_type
+from ..policyfile import PolicyTable
+from ..schema import FileModel, size_value, validate, validate_value
+from ..sim.schema import NodeTable
 from ..tomlpos import TomlDoc
-from ..units import format_size, parse_size
 
 BASELINE_ORDER = ("stock", "huvm-atc22", "huvm")
-#: the simulator's limits (driver/sim/huvm_sim_internal.h): SIM_MAX_STEPS; times and sizes below 2^48
-MAX_STEPS = 1_000_000
-MAX_START_MS = (1 << 48) // 1_000_000
-MAX_STATIC_BYTES = 1 << 48
+#: the simulator's limits (driver/sim/huvm_sim_cdef.h): repetitions of a trace; times and sizes
+MAX_STEPS: int = abi.lib.HUVM_SIM_MAX_STEPS
+MAX_START_MS: int = abi.lib.HUVM_SIM_MAX_OP_NS // 1_000_000
+MAX_STATIC_BYTES: int = abi.lib.HUVM_SIM_MAX_OP_NS
+#: an experiment's own bound: the simulator is deterministic, so repetitions only check that it is
+MAX_REPETITIONS = 100
 TENANT_SWEEP_KEYS = ("static", "steps")
 
+Steps = Annotated[int, Field(ge=0, le=MAX_STEPS)]
+StaticBytes = Annotated[int, BeforeValidator(size_value), Field(ge=0, le=MAX_STATIC_BYTES)]
+
+
+# ---- the schema ----------------------------------------------------------------------------------------
+
+class ExperimentFile(FileModel):
+    """The top level: which tables there are (each is checked by its own model below)."""
+
+    experiment: dict[str, Any] = {}
+    node: dict[str, Any]
+    tenant: Annotated[list[dict[str, Any]], Field(min_length=1)]
+    policy: dict[str, dict[str, Any]] = {}
+    sweep: dict[str, Any] | None = None
+
+
+class ExperimentTable(FileModel):
+    """``[experiment]``."""
+
+    name: str | None = None
+    description: str = ""
+    policies: Annotated[list[str], Field(min_length=1)] = list(BASELINE_ORDER)
+    ideal: bool = True
+    repetitions: Annotated[int, Field(ge=1, le=MAX_REPETITIONS)] = 1
+
+
+class ExperimentNode(NodeTable):
+    """``[node]``: a simulated node's table (``preset`` required; ``real`` for a real node)."""
+
+    preset: str
+
+
+class _Tenant(FileModel):
+    name: str | None = None
+    gpu: Annotated[int, Field(ge=0, le=abi.MAX_GPUS - 1)]
+    trace: str = ""
+    steps: Steps = 1
+    static: StaticBytes = 0
+    start_ms: Annotated[float, Field(ge=0, le=MAX_START_MS, allow_inf_nan=False)] = 0.0
+    managed: bool = True
+
+
+#: one ``[[tenant]]``: its own keys, plus its GPU's policy keys (role, lend_limit, lend_reserve)
+TenantTable: type[_Tenant] = create_model(  # type: ignore[call-overload]
+    "TenantTable", __base__=_Tenant, **{k: (value_type(KEYS[k]) | None, None) for k in GPU_KEYS})
+
+
+class SweepTable(FileModel):
+    """``[sweep]``: one parameter, several values (checked against the key by :func:`_sweep`)."""
+
+    key: str
+    values: Annotated[list[Any], Field(min_length=1)]
+    policies: list[str] | None = None
+
+
+# ---- the parsed experiment -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TenantSpec:
@@ -108,46 +170,6 @@ class ExperimentSpec:
         return self.node_preset == "real"
 
 
-def _get(doc: TomlDoc, table: dict[str, Any], key: str, kind: type | tuple[type, ...], path: tuple[str, ...],
-         default: Any = None, required: bool = False) -> Any:
-    if key not in table:
-        if required:
-            raise doc.error(f"missing required key {key!r}", *path)
-        return default
-    v = table[key]
-    if isinstance(v, bool) and kind is not bool and (not isinstance(kind, tuple) or bool not in kind):
-        raise doc.error(f"expected {_kind_name(kind)}, got {v!r}", *path, key)
-    if not isinstance(v, kind):
-        raise doc.error(f"expected {_kind_name(kind)}, got {v!r}", *path, key)
-    return v
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {int: "an integer", str: "a string", bool: "true/false", list: "a list", dict: "a table",
-             float: "a number"}
-    if isinstance(kind, tuple):
-        return " or ".join(names.get(k, k.__name__) for k in kind)
-    return names.get(kind, kind.__name__)
-
-
-def _check_keys(doc: TomlDoc, table: dict[str, Any], allowed: tuple[str, ...], path: tuple[str, ...]) -> None:
-    for k in table:
-        if k not in allowed:
-            raise doc.error(f"unknown key (known: {', '.join(allowed)})", *path, k)
-
-
-def _size(doc: TomlDoc, v: Any, path: tuple[str, ...]) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, str)):
-        raise doc.error(f"expected a size, got {v!r}", *path)
-    try:
-        n = parse_size(v) if isinstance(v, str) else int(v)
-    except ValueError as exc:
-        raise doc.error(str(exc), *path) from None
-    if not 0 <= n <= MAX_STATIC_BYTES:
-        raise doc.error(f"must be 0..{format_size(MAX_STATIC_BYTES)}, got {n}", *path)
-    return n
-
-
 def _trace_ref(doc: TomlDoc, ref: str) -> str:
     if ref.startswith("bundled:"):
         return ref
@@ -163,129 +185,94 @@ def load(path: str | Path) -> ExperimentSpec:
 
 
 def parse(doc: TomlDoc) -> ExperimentSpec:
-    d = doc.data
-    _check_keys(doc, d, ("experiment", "node", "tenant", "policy", "sweep"), ())
-    exp = _get(doc, d, "experiment", dict, (), {})
-    _check_keys(doc, exp, ("name", "description", "policies", "ideal", "repetitions"), ("experiment",))
-    name = _get(doc, exp, "name", str, ("experiment",), Path(doc.path).stem)
-    description = _get(doc, exp, "description", str, ("experiment",), "")
-    repetitions = _get(doc, exp, "repetitions", int, ("experiment",), 1)
-    if not 1 <= repetitions <= 100:
-        raise doc.error(f"must be 1..100, got {repetitions}", "experiment", "repetitions")
-    ideal = _get(doc, exp, "ideal", bool, ("experiment",), True)
+    """The experiment of doc: every table checked against its schema, then the references between them
+    (tenant names, policy names, the sweep's key); the first refusal as doc's error (file, line, key)."""
+    top = validate(doc, ExperimentFile, doc.data)
+    exp = validate(doc, ExperimentTable, top.experiment, "experiment")
+    node = validate(doc, ExperimentNode, top.node, "node")
+    tenants = _tenants(doc, top.tenant)
+    policies = _policies(doc, exp, top.policy)
+    sweep = _sweep(doc, top.sweep, tenants, policies) if top.sweep is not None else None
+    return ExperimentSpec(doc.path, exp.name if exp.name is not None else Path(doc.path).stem, exp.description,
+                          node.preset, {k: v for k, v in top.node.items() if k != "preset"}, tenants, policies,
+                          exp.ideal, exp.repetitions, sweep, doc)
 
-    node = _get(doc, d, "node", dict, (), {})
-    node_preset = _get(doc, node, "preset", str, ("node",), required=True)
-    node_options = {k: v for k, v in node.items() if k != "preset"}
 
-    # tenants
-    raw_tenants = _get(doc, d, "tenant", list, (), required=True)
-    tenants: list[TenantSpec] = []
-    seen_names: set[str] = set()
-    for i, t in enumerate(raw_tenants):
+def _tenants(doc: TomlDoc, tables: list[dict[str, Any]]) -> tuple[TenantSpec, ...]:
+    out: list[TenantSpec] = []
+    for i, raw in enumerate(tables):
         path = ("tenant", str(i))
-        if not isinstance(t, dict):
-            raise doc.error("expected [[tenant]] tables", "tenant")
-        _check_keys(doc, t, ("name", "gpu", "trace", "steps", "static", "start_ms", "managed", *GPU_KEYS), path)
-        tname = _get(doc, t, "name", str, path, f"tenant{i}")
-        if tname in seen_names:
-            raise _tenant_error(doc, i, "name", f"duplicate tenant name {tname!r}")
-        seen_names.add(tname)
-        gpu = _get(doc, t, "gpu", int, path, required=True)
-        if gpu < 0:
-            raise _tenant_error(doc, i, "gpu", f"must be >= 0, got {gpu}")
-        steps = _get(doc, t, "steps", int, path, 1)
-        if not 0 <= steps <= MAX_STEPS:
-            raise _tenant_error(doc, i, "steps", f"must be 0..{MAX_STEPS}, got {steps}")
-        static = _size(doc, t.get("static", 0), path + ("static",))
-        start_ms = _get(doc, t, "start_ms", (int, float), path, 0)
-        if not 0 <= start_ms <= MAX_START_MS:  # also refuses nan
-            raise _tenant_error(doc, i, "start_ms", f"must be 0..{MAX_START_MS} (ms), got {start_ms}")
-        trace = _get(doc, t, "trace", str, path, "")
-        if not trace and static == 0:
-            raise _tenant_error(doc, i, "trace", "a tenant needs a trace or a static footprint")
-        managed = _get(doc, t, "managed", bool, path, True)
-        gpu_settings = tuple((k, t[k]) for k in GPU_KEYS if k in t)
-        tenants.append(TenantSpec(tname, gpu, _trace_ref(doc, trace) if trace else "", steps, static,
-                                  int(start_ms * 1_000_000), doc.line(*path), managed, gpu_settings, i))
-    if not any(t.steps > 0 and t.trace for t in tenants):
+        t = validate(doc, TenantTable, raw, *path)
+        name = t.name if t.name is not None else f"tenant{i}"
+        if name in {x.name for x in out}:
+            raise doc.error(f"duplicate tenant name {name!r}", *path, "name")
+        if not t.trace and t.static == 0:
+            raise doc.error("a tenant needs a trace or a static footprint", *path, "trace")
+        out.append(TenantSpec(name, t.gpu, _trace_ref(doc, t.trace) if t.trace else "", t.steps, t.static,
+                              int(t.start_ms * 1_000_000), doc.line(*path), t.managed,
+                              tuple((k, raw[k]) for k in GPU_KEYS if k in raw), i))
+    if not any(t.steps > 0 and t.trace for t in out):
         raise doc.error("at least one tenant must run a trace in the foreground (steps >= 1)", "tenant")
+    return tuple(out)
 
-    # policies
-    tables = _get(doc, d, "policy", dict, (), {})
-    names = _get(doc, exp, "policies", list, ("experiment",), list(BASELINE_ORDER))
+
+def _policies(doc: TomlDoc, exp: ExperimentTable, tables: dict[str, dict[str, Any]]) -> tuple[PolicySpec, ...]:
     presets = preset_names()
-    policies: list[PolicySpec] = []
-    for n in names:
-        if not isinstance(n, str):
-            raise doc.error(f"expected policy names, got {n!r}", "experiment", "policies")
+    out: list[PolicySpec] = []
+    for i, n in enumerate(exp.policies):
+        if n in {p.name for p in out}:
+            raise doc.error(f"{n!r} is listed twice", "experiment", "policies", str(i))
         if n in tables:
-            t = tables[n]
-            if not isinstance(t, dict):
-                raise doc.error("expected a table", "policy", n)
-            _check_keys(doc, t, ("preset", "gpu", *NODE_KEYS), ("policy", n))
-            preset = t.get("preset")
-            if preset is not None and preset not in presets:
-                raise doc.error(f"unknown preset {preset!r} (known: {', '.join(presets)})", "policy", n, "preset")
-            policies.append(PolicySpec(n, preset, ("policy", n)))
+            t = validate(doc, PolicyTable, tables[n], "policy", n)
+            preset: str | None = getattr(t, "preset")  # noqa: B009 - a field of a model made at run time
+            out.append(PolicySpec(n, preset, ("policy", n)))
         elif n in presets:
-            policies.append(PolicySpec(n, n))
+            out.append(PolicySpec(n, n))
         else:
             raise doc.error(f"unknown policy {n!r}: not a preset ({', '.join(presets)}) nor a [policy.{n}] table",
-                            "experiment", "policies")
-    if len({p.name for p in policies}) != len(policies) or not policies:
-        raise doc.error("policies must be a non-empty list of distinct names", "experiment", "policies")
+                            "experiment", "policies", str(i))
     for n in tables:
-        if n not in names:
+        if n not in exp.policies:
             raise doc.error(f"[policy.{n}] is not listed in experiment.policies", "policy", n)
+    return tuple(out)
 
-    # sweep
-    sweep: SweepSpec | None = None
-    if "sweep" in d:
-        s = _get(doc, d, "sweep", dict, ())
-        _check_keys(doc, s, ("key", "values", "policies"), ("sweep",))
-        key = _get(doc, s, "key", str, ("sweep",), required=True)
-        values = _get(doc, s, "values", list, ("sweep",), required=True)
-        if not values:
-            raise doc.error("needs at least one value", "sweep", "values")
-        parts = key.split(".")
-        if parts[0] == "tenant":
-            if len(parts) != 3 or parts[1] not in seen_names or parts[2] not in TENANT_SWEEP_KEYS:
-                raise doc.error(f"expected tenant.NAME.{{{','.join(TENANT_SWEEP_KEYS)}}} with a tenant's NAME",
-                                "sweep", "key")
-            for v in values:
-                if parts[2] == "static":
-                    _size(doc, v, ("sweep", "values"))
-                elif isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_STEPS:
-                    raise doc.error(f"expected integers 0..{MAX_STEPS}, got {v!r}", "sweep", "values")
-        elif key not in NODE_KEYS and not (len(parts) == 3 and parts[0] == "gpu" and parts[2] in GPU_KEYS):
+
+def _sweep(doc: TomlDoc, raw: dict[str, Any], tenants: tuple[TenantSpec, ...],
+           policies: tuple[PolicySpec, ...]) -> SweepSpec:
+    s = validate(doc, SweepTable, raw, "sweep")
+    key = s.key
+    parts = key.split(".")
+    names = [p.name for p in policies]
+    labels: list[Any] = []
+    point_settings: list[dict[str, Any]] = []
+    if parts[0] == "tenant":
+        if len(parts) != 3 or parts[1] not in {t.name for t in tenants} or parts[2] not in TENANT_SWEEP_KEYS:
+            raise doc.error(f"expected tenant.NAME.{{{','.join(TENANT_SWEEP_KEYS)}}} with a tenant's NAME",
+                            "sweep", "key")
+        kind = StaticBytes if parts[2] == "static" else Steps
+        for i, v in enumerate(s.values):
+            validate_value(doc, kind, v, "sweep", "values", str(i))
+            labels.append(v)
+            point_settings.append({key: v})
+    else:
+        if key not in NODE_KEYS and not (len(parts) == 3 and parts[0] == "gpu" and parts[2] in GPU_KEYS):
             raise doc.error(f"unknown sweep key (policy keys: {', '.join(KEYS)}; or tenant.NAME.static|steps)",
                             "sweep", "key")
-        labels: list[Any] = []
-        point_settings: list[dict[str, Any]] = []
-        for v in values:
-            if isinstance(v, dict):
-                if parts[0] == "tenant" or not v:
-                    raise doc.error("inline tables of settings are for policy keys only", "sweep", "values")
-                for k in v:
-                    if k.split(".")[-1] not in KEYS:
-                        raise doc.error(f"unknown policy key {k!r} in a sweep point", "sweep", "values")
-                labels.append(v.get(key, ",".join(f"{k}={x}" for k, x in v.items())))
-                point_settings.append(dict(v))
-            else:
-                labels.append(v)
-                point_settings.append({key: v})
-        if len(set(map(str, labels))) != len(labels):
-            raise doc.error("sweep points must have distinct values", "sweep", "values")
-        swept = _get(doc, s, "policies", list, ("sweep",), [p.name for p in policies])
-        for n in swept:
-            if n not in [p.name for p in policies]:
-                raise doc.error(f"{n!r} is not one of experiment.policies", "sweep", "policies")
-        sweep = SweepSpec(key, tuple(labels), tuple(swept), tuple(point_settings))
-    return ExperimentSpec(doc.path, name, description, node_preset, node_options, tuple(tenants),
-                          tuple(policies), ideal, repetitions, sweep, doc)
-
-
-def _tenant_error(doc: TomlDoc, index: int, key: str, message: str) -> ConfigError:
-    """An error about key of the index-th [[tenant]] (its line; the key named tenant.KEY)."""
-    return ConfigError(message, file=doc.path, line=doc.line("tenant", str(index), key), key=f"tenant[{index}].{key}")
+        for i, v in enumerate(s.values):
+            point = v if isinstance(v, dict) else {key: v}
+            if not point:
+                raise doc.error("an empty sweep point", "sweep", "values", str(i))
+            for k, x in point.items():
+                spec = KEYS.get(k.split(".")[-1])
+                if spec is None:
+                    raise doc.error(f"unknown policy key {k!r} in a sweep point", "sweep", "values", str(i))
+                validate_value(doc, value_type(spec), x, "sweep", "values", str(i), *([k] if point is v else []))
+            labels.append(v.get(key, ",".join(f"{k}={x}" for k, x in v.items())) if isinstance(v, dict) else v)
+            point_settings.append(dict(point))
+    if len(set(map(str, labels))) != len(labels):
+        raise doc.error("sweep points must have distinct values", "sweep", "values")
+    swept = s.policies if s.policies is not None else names
+    for i, n in enumerate(swept):
+        if n not in names:
+            raise doc.error(f"{n!r} is not one of experiment.policies", "sweep", "policies", str(i))
+    return SweepSpec(key, tuple(labels), tuple(swept), tuple(point_settings))

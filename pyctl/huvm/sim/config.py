@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..units import format_size
 from .errors import SimConfigError
 
 MIB = 1 << 20
@@ -122,12 +123,15 @@ class NodeConfig:
 
     def validate(self) -> None:
         """Raise :class:`SimConfigError` naming the first refused field."""
+        from . import schema as lim  # the simulator's limits (huvm_sim_cdef.h)
+
         n = len(self.gpus)
-        if not 1 <= n <= 16:
-            raise SimConfigError(f"{n} GPUs; a node has 1..16", field="gpus")
+        if not 1 <= n <= lim.MAX_GPUS:
+            raise SimConfigError(f"{n} GPUs; a node has 1..{lim.MAX_GPUS}", field="gpus")
         for i, g in enumerate(self.gpus):
-            if not isinstance(g.memory_bytes, int) or g.memory_bytes < CHUNK_BYTES or g.memory_bytes > 1 << 50:
-                raise SimConfigError(f"memory {g.memory_bytes!r} bytes is not in 2MiB..1024TiB",
+            if not isinstance(g.memory_bytes, int) or not CHUNK_BYTES <= g.memory_bytes <= lim.MAX_MEMORY_BYTES:
+                raise SimConfigError(f"memory {g.memory_bytes!r} bytes is not in "
+                                     f"{format_size(CHUNK_BYTES)}..{format_size(lim.MAX_MEMORY_BYTES)}",
                                      field=f"gpus[{i}].memory_bytes")
             if not isinstance(g.reserved_bytes, int) or g.reserved_bytes < 0:
                 raise SimConfigError(f"reserve {g.reserved_bytes!r} bytes is negative",
@@ -135,16 +139,16 @@ class NodeConfig:
             if g.memory_bytes - g.reserved_bytes < CHUNK_BYTES:
                 raise SimConfigError(f"reserve {g.reserved_bytes} bytes leaves less than one 2 MiB chunk of the "
                                      f"GPU's {g.memory_bytes} bytes", field=f"gpus[{i}].reserved_bytes")
-            if not isinstance(g.pcie_mbyte_per_s, int) or not 0 < g.pcie_mbyte_per_s <= 1 << 24:
-                raise SimConfigError(f"PCIe bandwidth {g.pcie_mbyte_per_s!r} MB/s must be positive (<= 2^24)",
+            if not isinstance(g.pcie_mbyte_per_s, int) or not 0 < g.pcie_mbyte_per_s <= lim.MAX_MBYTE_PER_S:
+                raise SimConfigError(f"PCIe bandwidth {g.pcie_mbyte_per_s!r} MB/s is not in 1..{lim.MAX_MBYTE_PER_S}",
                                      field=f"gpus[{i}].pcie_mbyte_per_s")
         if self.nvlink_generation not in NVLINK_GENERATIONS:
             raise SimConfigError(f"NVLink generation {self.nvlink_generation} is not 1..4",
                                  field="nvlink_generation")
         if not isinstance(self.nvlink_mbyte_per_s_per_link, int) or \
-                not 0 < self.nvlink_mbyte_per_s_per_link <= 1 << 24:
-            raise SimConfigError(f"NVLink bandwidth {self.nvlink_mbyte_per_s_per_link!r} MB/s per link must be "
-                                 "positive", field="nvlink_mbyte_per_s_per_link")
+                not 0 < self.nvlink_mbyte_per_s_per_link <= lim.MAX_MBYTE_PER_S:
+            raise SimConfigError(f"NVLink bandwidth {self.nvlink_mbyte_per_s_per_link!r} MB/s per link is not in "
+                                 f"1..{lim.MAX_MBYTE_PER_S}", field="nvlink_mbyte_per_s_per_link")
         if len(self.topology) != n or any(len(r) != n for r in self.topology):
             raise SimConfigError(f"the topology matrix must be {n}x{n}", field="topology")
         for a in range(n):
@@ -159,27 +163,30 @@ class NodeConfig:
                 if m is None and label not in PCIE_P2P_LABELS + NO_PEER_LABELS:
                     raise SimConfigError(f"unknown topology label {label!r} (NV<n>, PIX, PXB, PHB, NODE, SYS)",
                                          field=f)
-                if m is not None and not 1 <= int(m.group(1)) <= 64:
-                    raise SimConfigError(f"{label}: link count must be 1..64", field=f)
+                if m is not None and not 1 <= int(m.group(1)) <= lim.MAX_LINK_COUNT:
+                    raise SimConfigError(f"{label}: link count must be 1..{lim.MAX_LINK_COUNT}", field=f)
                 if label != str(self.topology[b][a]).strip().upper():
                     raise SimConfigError(f"{label!r} differs from topology[{b}][{a}] "
                                          f"{self.topology[b][a]!r}", field=f)
-                if m is not None and int(m.group(1)) * self.nvlink_mbyte_per_s_per_link > 1 << 24:
+                if m is not None and int(m.group(1)) * self.nvlink_mbyte_per_s_per_link > lim.MAX_MBYTE_PER_S:
                     raise SimConfigError(f"{label}: link bandwidth too large", field=f)
-        if self.nvswitch and not 0 < self.nvswitch_links * self.nvlink_mbyte_per_s_per_link <= 1 << 24:
+        if self.nvswitch and not 0 < self.nvswitch_links * self.nvlink_mbyte_per_s_per_link <= lim.MAX_MBYTE_PER_S:
             raise SimConfigError("an NVSwitch node needs nvswitch_links >= 1", field="nvswitch_links")
-        if not isinstance(self.host_memory_bytes, int) or self.host_memory_bytes < 0:
-            raise SimConfigError(f"host memory {self.host_memory_bytes!r} bytes is negative",
+        if not isinstance(self.host_memory_bytes, int) or not 0 <= self.host_memory_bytes <= lim.MAX_HOST_MEMORY_BYTES:
+            raise SimConfigError(f"host memory {self.host_memory_bytes!r} bytes is not in "
+                                 f"0..{format_size(lim.MAX_HOST_MEMORY_BYTES)}",
                                  field="host_memory_bytes")
         c = self.costs
         for name in ("fault_batch_ns", "fault_service_ns", "populate_ns", "pcie_latency_ns", "nvlink_latency_ns"):
             v = getattr(c, name)
-            if not isinstance(v, int) or not 0 <= v <= 1_000_000_000:
-                raise SimConfigError(f"{v!r} ns is not in 0..1 s", field=f"costs.{name}")
-        if not isinstance(c.fault_batch_max, int) or not 1 <= c.fault_batch_max <= 65536:
-            raise SimConfigError(f"{c.fault_batch_max!r} is not in 1..65536", field="costs.fault_batch_max")
-        if not isinstance(c.faults_per_chunk, int) or not 1 <= c.faults_per_chunk <= 512:
-            raise SimConfigError(f"{c.faults_per_chunk!r} is not in 1..512", field="costs.faults_per_chunk")
+            if not isinstance(v, int) or not 0 <= v <= lim.MAX_COST_NS:
+                raise SimConfigError(f"{v!r} ns is not in 0..{lim.MAX_COST_NS}", field=f"costs.{name}")
+        top = lim.MAX_FAULT_BATCH
+        if not isinstance(c.fault_batch_max, int) or not 1 <= c.fault_batch_max <= top:
+            raise SimConfigError(f"{c.fault_batch_max!r} is not in 1..{top}", field="costs.fault_batch_max")
+        top = lim.MAX_FAULTS_PER_CHUNK
+        if not isinstance(c.faults_per_chunk, int) or not 1 <= c.faults_per_chunk <= top:
+            raise SimConfigError(f"{c.faults_per_chunk!r} is not in 1..{top}", field="costs.faults_per_chunk")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -198,51 +205,33 @@ class NodeConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NodeConfig:
-        """Build from a mapping (a TOML table): ``preset`` plus overrides, or every field. Every value must
-        have its field's type (no coercion: ``gpu_count = "4"``, ``4.7`` or ``true`` is refused); sizes are
-        integers or strings in :mod:`huvm.units`' grammar (``"16GiB"``). Errors name the key."""
-        d = dict(d)
-        known = set(cls.__dataclass_fields__) | set(_OVERRIDE_KEYS) | {"preset"}
-        for k in d:
-            if k not in known:
-                raise SimConfigError(f"unknown node key {k!r}", field=k)
-        for k, v in d.items():
-            kind = _NODE_TYPES.get(k)
-            if kind is not None:
-                d[k] = _typed(v, kind, k)
-        base = cls.preset(d.pop("preset")) if "preset" in d else None
-        gpus = d.pop("gpus", None)
-        costs = d.pop("costs", None)
-        mem = d.pop("gpu_memory_bytes", None)
-        res = d.pop("gpu_reserved_bytes", None)
-        count = d.pop("gpu_count", None)
-        if "topology" in d:
-            d["topology"] = _topology(d["topology"])
-        if "gpu_preset" in d:
-            from ..traces.roofline import PRESETS as GPU_PRESETS
+        """Build from a mapping (a TOML table): ``preset`` plus overrides, or every field, checked against
+        :class:`huvm.sim.schema.NodeTable` (no coercion: ``gpu_count = "4"``, ``4.7`` or ``true`` is refused;
+        sizes are integers or strings in :mod:`huvm.units`' grammar, ``"16GiB"``). Errors name the key."""
+        from .schema import node_table
 
-            if d["gpu_preset"] not in GPU_PRESETS:
-                raise SimConfigError(f"unknown GPU preset {d['gpu_preset']!r}; known: {', '.join(GPU_PRESETS)}",
-                                     field="gpu_preset")
-        if base is None:
-            if gpus is None or "topology" not in d or "name" not in d:
+        table = node_table(dict(d))
+        given = table.model_dump(exclude_unset=True)
+        gpus = given.pop("gpus", None)
+        costs = given.pop("costs", None)
+        mem = given.pop("gpu_memory_bytes", None)
+        res = given.pop("gpu_reserved_bytes", None)
+        count = given.pop("gpu_count", None)
+        preset = given.pop("preset", None)
+        if "topology" in given:
+            given["topology"] = tuple(tuple(r) for r in given["topology"])
+        if preset is None:
+            if gpus is None or "topology" not in given or "name" not in given:
                 raise SimConfigError("a node needs 'preset', or 'name', 'gpus' and 'topology'", field="preset")
-            cfg = cls(gpus=(), **d)
+            cfg = cls(gpus=(), **given)
         else:
-            cfg = replace(base, **d)
+            cfg = replace(cls.preset(preset), **given)
         if gpus is not None:
-            cfg = replace(cfg, gpus=tuple(_gpu_spec(g, i) for i, g in enumerate(gpus)))
+            cfg = replace(cfg, gpus=tuple(GpuSpec(**{k: v for k, v in g.items() if v is not None}) for g in gpus))
         if costs is not None:
-            if not isinstance(costs, Mapping):
-                raise SimConfigError(f"expected a table, got {costs!r}", field="costs")
-            for k, v in costs.items():
-                if k not in Costs.__dataclass_fields__:
-                    raise SimConfigError(f"unknown cost {k!r} (known: {', '.join(Costs.__dataclass_fields__)})",
-                                         field=f"costs.{k}")
-                _typed(v, "int", f"costs.{k}")
-            cfg = replace(cfg, costs=replace(cfg.costs, **costs))
+            cfg = replace(cfg, costs=replace(cfg.costs, **{k: v for k, v in costs.items() if v is not None}))
         if count is not None:
-            if not 1 <= count <= cfg.gpu_count:
+            if count > cfg.gpu_count:
                 raise SimConfigError(f"{count} is not in 1..{cfg.gpu_count} (the GPUs of {cfg.name})",
                                      field="gpu_count")
             cfg = cfg.subset(count)
@@ -255,68 +244,11 @@ class NodeConfig:
         except SimConfigError as exc:
             # a GPU field set for every GPU by an override: name the key that was written
             overrides = {"memory_bytes": ("gpu_memory_bytes", mem), "reserved_bytes": ("gpu_reserved_bytes", res)}
-            key, given = overrides.get(exc.path[-1] if exc.path[:1] == ("gpus",) else "", ("", None))
-            if given is not None:
+            key, written = overrides.get(exc.path[-1] if exc.path[:1] == ("gpus",) else "", ("", None))
+            if written is not None:
                 raise SimConfigError(exc.reason, field=key) from None
             raise
         return cfg
-
-
-#: keys of a node table beyond NodeConfig's fields: overrides applied to every GPU, and the GPU count
-_OVERRIDE_KEYS = ("gpu_memory_bytes", "gpu_reserved_bytes", "gpu_count")
-_NODE_TYPES: dict[str, str] = {
-    "preset": "str", "name": "str", "source": "str", "gpu_preset": "str",
-    "gpu_count": "int", "nvlink_generation": "int", "nvlink_mbyte_per_s_per_link": "int", "nvswitch_links": "int",
-    "nvswitch": "bool",
-    "gpu_memory_bytes": "size", "gpu_reserved_bytes": "size", "host_memory_bytes": "size",
-    "gpus": "list", "topology": "list",
-}
-_GPU_TYPES: dict[str, str] = {"name": "str", "memory_bytes": "size", "reserved_bytes": "size",
-                              "pcie_mbyte_per_s": "int"}
-_KIND_NAMES = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list",
-               "size": "a size (bytes, or a string such as \"16GiB\")"}
-
-
-def _typed(v: Any, kind: str, field: str) -> Any:
-    """v checked to be of kind (sizes converted to bytes); SimConfigError naming field otherwise."""
-    ok = {"str": isinstance(v, str), "bool": isinstance(v, bool), "list": isinstance(v, (list, tuple)),
-          "int": isinstance(v, int) and not isinstance(v, bool),
-          "size": isinstance(v, (int, str)) and not isinstance(v, bool)}[kind]
-    if not ok:
-        raise SimConfigError(f"expected {_KIND_NAMES[kind]}, got {v!r}", field=field)
-    if kind == "size":
-        if isinstance(v, str):
-            from ..units import parse_size
-
-            try:
-                v = parse_size(v)
-            except ValueError as exc:
-                raise SimConfigError(str(exc), field=field) from None
-        if v < 0:
-            raise SimConfigError(f"{v} is negative", field=field)
-    return v
-
-
-def _gpu_spec(g: Any, i: int) -> GpuSpec:
-    where = f"gpus[{i}]"
-    if not isinstance(g, Mapping):
-        raise SimConfigError(f"expected a table (name, memory_bytes, reserved_bytes, pcie_mbyte_per_s), got {g!r}",
-                             field=where)
-    kw: dict[str, Any] = {}
-    for k, v in g.items():
-        if k not in _GPU_TYPES:
-            raise SimConfigError(f"unknown GPU key {k!r} (known: {', '.join(_GPU_TYPES)})", field=f"{where}.{k}")
-        kw[k] = _typed(v, _GPU_TYPES[k], f"{where}.{k}")
-    for k in ("name", "memory_bytes"):
-        if k not in kw:
-            raise SimConfigError(f"missing key {k!r}", field=f"{where}.{k}")
-    return GpuSpec(**kw)
-
-
-def _topology(rows: Any) -> tuple[tuple[str, ...], ...]:
-    if not all(isinstance(r, (list, tuple)) and all(isinstance(x, str) for x in r) for r in rows):
-        raise SimConfigError("expected a list of rows of labels such as [\"X\", \"NV2\"]", field="topology")
-    return tuple(tuple(r) for r in rows)
 
 
 def _matrix(rows: str) -> tuple[tuple[str, ...], ...]:
@@ -353,7 +285,31 @@ GPU2  NV1  NV2  X    NV2
 GPU3  NV2  NV1  NV2  X
 """)
 
+# DGX-1 with V100 (= AWS p3.16xlarge): the hybrid cube-mesh. Each GPU has NVLink to four others (NV1 or NV2:
+# its six links), none to the other three, which sit behind the other CPU socket (SYS: no peer-to-peer path).
+# GPU0's links (NV1 to GPUs 1 and 2, NV2 to GPUs 3 and 4) and GPU1's (NV2 to 2 and 5, NV1 to 3) as in the
+# topology NCCL dumped on a DGX-1 V100 (github.com/NVIDIA/nccl/issues/671); GPUs 0-3 are p3.8xlarge's.
+_DGX1_TOPO = _matrix("""
+      GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7
+GPU0  X    NV1  NV1  NV2  NV2  SYS  SYS  SYS
+GPU1  NV1  X    NV2  NV1  SYS  NV2  SYS  SYS
+GPU2  NV1  NV2  X    NV2  SYS  SYS  NV1  SYS
+GPU3  NV2  NV1  NV2  X    SYS  SYS  SYS  NV1
+GPU4  NV2  SYS  SYS  SYS  X    NV1  NV1  NV2
+GPU5  SYS  NV2  SYS  SYS  NV1  X    NV2  NV1
+GPU6  SYS  SYS  NV1  SYS  NV1  NV2  X    NV2
+GPU7  SYS  SYS  SYS  NV1  NV2  NV1  NV2  X
+""")
+
 PRESETS: dict[str, NodeConfig] = {
+    "dgx-1": NodeConfig(
+        name="dgx-1",
+        gpus=tuple(GpuSpec(f"Tesla V100-SXM2-16GB #{i}", 16 * GIB, 512 * MIB, 12_000) for i in range(8)),
+        topology=_DGX1_TOPO, nvlink_generation=2, nvlink_mbyte_per_s_per_link=25_000,
+        host_memory_bytes=512 * GIB, gpu_preset="v100",
+        source="DGX-1 V100 hybrid cube-mesh (NVIDIA/nccl#671 topology dump; p3.16xlarge is the same machine): "
+               "8x V100 16 GB, NVLink 2 at 25 GB/s per link per direction, PCIe 3 ~12 GB/s effective, "
+               "512 GB host; the pairs without NVLink cross the CPU sockets (no peer path)"),
     "aws-p3.8xlarge": NodeConfig(
         name="aws-p3.8xlarge",
         gpus=tuple(GpuSpec(f"Tesla V100-SXM2-16GB #{i}", 16 * GIB, 512 * MIB, 12_000) for i in range(4)),
@@ -388,7 +344,7 @@ PRESETS: dict[str, NodeConfig] = {
         source="ARIADNE's platform: RTX A5000 24 GB, PCIe 4 (24 GB/s effective assumed), driver 535.86"),
 }
 PRESET_ALIASES: dict[str, str] = {"dgx-a100": "dgx-a100-40g", "p3.8xlarge": "aws-p3.8xlarge",
-                                  "hgx-h100-80g": "hgx-h100"}
+                                  "hgx-h100-80g": "hgx-h100", "p3.16xlarge": "dgx-1", "aws-p3.16xlarge": "dgx-1"}
 
 
 def preset_names() -> list[str]:

@@ -50,6 +50,25 @@ class TenantResult:
     host_chunks: int
     done: bool
     ratio_to_ideal: float | None = None
+    ops_done: int = 0
+    alloc_stall_ns: int = 0         # stalled making room for its cudaMalloc allocations (start-up included)
+    background: bool = False
+
+    @property
+    def ops_per_s(self) -> float:
+        """Throughput over its run: what a lender that runs until the others finish is measured by."""
+        return self.ops_done * 1e9 / self.runtime_ns if self.runtime_ns else 0.0
+
+    @property
+    def work_rate(self) -> float:
+        """Share of its run spent computing (its ops' time / its runtime): its throughput whatever the length
+        of its ops or of the run; 1.0 when nothing stalled it."""
+        return self.compute_ns / self.runtime_ns if self.runtime_ns else 0.0
+
+    @property
+    def stall_ns(self) -> int:
+        """Every stall: faults (with their evictions), remote accesses, prefetches in flight, allocations."""
+        return self.fault_stall_ns + self.remote_stall_ns + self.inflight_wait_ns + self.alloc_stall_ns
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
@@ -162,10 +181,12 @@ def _roles(tenants: Sequence[TenantSpec]) -> dict[int, str]:
 def run_scenario(node: NodeConfig | str, tenants: Sequence[TenantSpec], policy: str = "huvm", *,
                  policy_overrides: Mapping[str, int] | None = None, sample_interval_ns: int = 100_000,
                  max_samples: int = 2048, until_ns: int | None = None,
-                 ideal: SimResult | None = None) -> SimResult:
+                 ideal: SimResult | None = None,
+                 gpu_policy_overrides: Mapping[str, int] | None = None) -> SimResult:
     """Run ``tenants`` on the node under ``policy`` (one of :data:`POLICIES`). ``policy_overrides`` replace
-    node-wide policy fields (huvm presets only; e.g. ``{"fetch_mode": 1}``). ``ideal``: a result of the ideal
-    run whose tenant runtimes fill ``ratio_to_ideal``."""
+    node-wide policy fields (huvm presets only; e.g. ``{"fetch_mode": 1}``), ``gpu_policy_overrides`` per-GPU
+    fields of every GPU (``{"flags": 0}``; the tenants' lending keys still win on their GPUs). ``ideal``: a
+    result of the ideal run whose tenant runtimes fill ``ratio_to_ideal``."""
     if policy not in POLICIES:
         raise SimConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}", field="policy")
     if not tenants:
@@ -178,7 +199,8 @@ def run_scenario(node: NodeConfig | str, tenants: Sequence[TenantSpec], policy: 
         for t in tenants:
             sim.add_tenant(t)
         if preset != "stock":
-            gpu_over: dict[int, dict[str, int]] = {}
+            gpu_over: dict[int, dict[str, int]] = {
+                g: dict(gpu_policy_overrides) for g in range(cfg.gpu_count)} if gpu_policy_overrides else {}
             for t in tenants:
                 if t.lend_reserve_bytes is not None:
                     gpu_over.setdefault(t.gpu, {})["lend_reserve_bytes"] = t.lend_reserve_bytes
@@ -208,7 +230,8 @@ def run_scenario(node: NodeConfig | str, tenants: Sequence[TenantSpec], policy: 
                 inflight_wait_ns=r["inflight_wait_ns"], faults=r["faults"], fault_batches=r["fault_batches"],
                 first_touches=r["first_touches"], touches=r["touches"], resident_chunks=r["resident_chunks"],
                 peer_chunks=r["peer_chunks"], host_chunks=r["host_chunks"], done=bool(r["done"]),
-                ratio_to_ideal=ratio))
+                ratio_to_ideal=ratio, ops_done=r["ops_done"], alloc_stall_ns=r["alloc_stall_ns"],
+                background=spec.background))
         s = sim.samples()
         return SimResult(policy=policy, node=cfg.name, tenants=tuple(results), stats=sim.stats(),
                          traffic=sim.traffic(), samples=MemorySeries(**s), sim_time_ns=sim.now_ns, wall_s=wall,

@@ -8,6 +8,8 @@ and benchmarks when no recorded trace is at hand. All deterministic (fixed seeds
 * :func:`training_step` -- a transformer training step (forward, backward, AdamW) with per-layer parameter,
   gradient, optimizer-state and activation chunks; :func:`llama7b_step` sizes it like Llama-7B.
 * :func:`rising`      -- a lender whose footprint rises mid-run (give-back).
+* :func:`spiky`       -- a lender whose footprint rises and falls every period (allocations freed again).
+* :func:`lender`      -- the lender shapes (idle, steady, rising, spiky) sized as shares of a GPU's memory.
 
 Compute time per op is ``ns_per_chunk`` per touched chunk (memory-bound kernels) unless stated otherwise.
 """
@@ -213,3 +215,93 @@ def rising(base_bytes: int, peak_bytes: int, n_ops: int, rise_at_op: int, op_tim
         rows.append(np.arange(pos, pos + chunks_per_op, dtype=np.int64) % live)
         pos += chunks_per_op
     return make_trace(name, rows, op_time_ns, peak, alloc_op=alloc)
+
+
+def spiky(base_bytes: int, spike_bytes: int, period_ops: int, spike_ops: int, op_time_ns: int = 1_000_000,
+          chunks_per_op: int = 4, name: str = "spiky") -> SimTrace:
+    """One period of a lender whose footprint spikes: ``base_bytes`` live throughout, ``spike_bytes`` more
+    allocated before op 0 and freed after op ``spike_ops - 1`` of each ``period_ops``-op period (loop it:
+    ``steps`` > 1 or in the background). Each op touches ``chunks_per_op`` of the live chunks in turn, the
+    spike's first (written when allocated)."""
+    if not 0 < spike_ops <= period_ops:
+        raise ValueError(f"spike_ops {spike_ops} must be in 1..period_ops ({period_ops})")
+    base = _chunks(base_bytes) if base_bytes else 0
+    spike = _chunks(spike_bytes) if spike_bytes else 0
+    n = base + spike
+    alloc = np.full(n, -1, dtype=np.int32)
+    free = np.full(n, -1, dtype=np.int32)
+    alloc[base:] = 0
+    free[base:] = spike_ops - 1
+    rows: list[npt.NDArray[np.int64]] = []
+    modes: list[npt.NDArray[np.uint8]] = []
+    pos = 0
+    for k in range(period_ops):
+        if k < spike_ops and spike:
+            # the whole spike is written in its first ops, then read in turn with the base
+            per = max(chunks_per_op, -(-spike // max(1, spike_ops // 2)))
+            live = np.arange(base, n, dtype=np.int64)
+            first_half = k < max(1, spike_ops // 2)
+            if first_half:
+                lo = k * per
+                r = live[lo:lo + per]
+                m = np.ones(len(r), dtype=np.uint8)
+            else:
+                r = np.arange(pos, pos + chunks_per_op, dtype=np.int64) % n
+                pos += chunks_per_op
+                m = np.zeros(len(r), dtype=np.uint8)
+        elif base:
+            r = np.arange(pos, pos + chunks_per_op, dtype=np.int64) % base
+            pos += chunks_per_op
+            m = np.zeros(len(r), dtype=np.uint8)
+        else:
+            r = np.zeros(0, dtype=np.int64)
+            m = np.zeros(0, dtype=np.uint8)
+        r, idx = np.unique(r, return_index=True)
+        rows.append(r)
+        modes.append(m[idx])
+    return make_trace(name, rows, op_time_ns, n, modes=np.concatenate(modes) if modes else None,
+                      alloc_op=alloc, free_op=free)
+
+
+#: lender shapes of :func:`lender`, as shares of the lender GPU's usable memory (docs/policy.md, "Scenario
+#: matrix"): footprint before, and the extra footprint of a rise or spike.
+LENDER_SHAPES: dict[str, tuple[float, float]] = {
+    "idle": (0.06, 0.0),
+    "steady": (0.30, 0.0),
+    "rising": (0.15, 0.45),
+    "spiky": (0.06, 0.60),
+}
+
+
+def lender(kind: str, usable_bytes: int, horizon_ns: int, op_time_ns: int = 1_000_000,
+           chunks_per_op: int = 4) -> SimTrace:
+    """A lender's job on a GPU with ``usable_bytes``, shaped for a harvester run of about ``horizon_ns``:
+    ``steady`` (a constant footprint read in turn), ``rising`` (grows at a third of the horizon and stays),
+    ``spiky`` (a base plus a spike allocated for half of every tenth of the horizon, then freed), ``idle`` (a
+    footprint touched once). Shares of memory: :data:`LENDER_SHAPES`. Run it in the background (it loops
+    until the harvesters finish); its throughput is what lending costs it."""
+    if kind not in LENDER_SHAPES:
+        raise ValueError(f"unknown lender kind {kind!r}; known: {', '.join(LENDER_SHAPES)}")
+    base_share, extra_share = LENDER_SHAPES[kind]
+    base = int(usable_bytes * base_share)
+    extra = int(usable_bytes * extra_share)
+    ops = max(4, int(horizon_ns // op_time_ns))
+    name = f"lender-{kind}"
+    if kind == "idle":
+        return make_trace(name, [np.arange(_chunks(base), dtype=np.int64)], op_time_ns, _chunks(base))
+    if kind == "steady":
+        return rising(base, base, ops, ops, op_time_ns=op_time_ns, chunks_per_op=chunks_per_op, name=name)
+    if kind == "rising":
+        # long enough that the loop's second round never comes before the harvesters finish
+        return rising(base, base + extra, 4 * ops, max(1, ops // 3), op_time_ns=op_time_ns,
+                      chunks_per_op=chunks_per_op, name=name)
+    period = max(2, ops // 10)
+    return spiky(base, extra, period, max(1, period // 2), op_time_ns=op_time_ns, chunks_per_op=chunks_per_op,
+                 name=name)
+
+
+def horizon_trace(horizon_ns: int, ops: int = 1000) -> SimTrace:
+    """A foreground tenant that only keeps time: ``ops`` empty ops over ``horizon_ns``. Background tenants
+    run until the last foreground tenant is done, so this runs one alone for about ``horizon_ns``."""
+    n = max(1, ops)
+    return make_trace("horizon", [np.zeros(0, dtype=np.int64)] * n, max(1, horizon_ns // n), 0)

@@ -6,6 +6,7 @@ are imported when a DNN trace is generated.
 
 from .cli import add_gen_arguments, cli_gen, cli_info, print_info
 from .gen import BUNDLED, LARGE, GenSpec, bundled, bundled_dir, generate, generate_set, info
+from .refs import resolve
 from .roofline import PRESETS, GpuPreset, preset
 from .schema import CHUNK_BYTES, SCHEMA_VERSION, TraceFormatError
 from .trace import SimTrace, Trace, TraceInfo, load
@@ -13,5 +14,5 @@ from .trace import SimTrace, Trace, TraceInfo, load
 __all__ = [
     "BUNDLED", "CHUNK_BYTES", "LARGE", "PRESETS", "SCHEMA_VERSION", "GenSpec", "GpuPreset", "SimTrace", "Trace",
     "TraceFormatError", "TraceInfo", "add_gen_arguments", "bundled", "bundled_dir", "cli_gen", "cli_info",
-    "generate", "generate_set", "info", "load", "preset", "print_info",
+    "generate", "generate_set", "info", "load", "preset", "print_info", "resolve",
 ]

@@ -22,6 +22,7 @@ class Builder:
         self.s: list[tuple[int, int, int, str, str, str]] = []  # nbytes, alloc, free, kind, dtype, shape
         self.o: list[tuple[str, str, str, int, int, int]] = []  # name, phase, dtype, flops, traffic, fixed
         self.a: list[tuple[int, int, int, int, int]] = []  # op, sid, offset, nbytes, mode
+        self.empty_cache_ops: list[int] = []
 
     @property
     def cur(self) -> int:
@@ -37,6 +38,12 @@ class Builder:
         """Free ``sid`` after the current op."""
         nb, al, _, k, dt, sh = self.s[sid]
         self.s[sid] = (nb, al, max(self.cur, al), k, dt, sh)
+
+    def empty_cache(self) -> None:
+        """After the current op's frees, release every wholly free segment (``torch.cuda.empty_cache()``):
+        the memory goes back to the device, and the footprint falls."""
+        if self.cur >= 0 and self.cur not in self.empty_cache_ops:
+            self.empty_cache_ops.append(self.cur)
 
     def op(self, name: str, phase: str, *, traffic: int = 0, flops: int = 0, fixed_ns: int = -1,
            dtype: str = "float32") -> int:
@@ -64,6 +71,8 @@ class Builder:
 
     def tables(self, meta: dict[str, Any]) -> Tables:
         n_ops = len(self.o)
+        if self.empty_cache_ops:
+            meta = {**meta, "empty_cache_ops": list(self.empty_cache_ops)}
         a = np.array(self.a, dtype=np.int64).reshape(-1, 5)
         t = Tables(
             meta=meta,

@@ -9,7 +9,10 @@ The allocator is a simplified PyTorch ``CUDACachingAllocator`` (c10/cuda/CUDACac
   otherwise;
 * best fit (smallest free block that fits, lowest address on ties), split when the remainder is at
   least 512 B (small pool) or more than 1 MiB (large pool), coalesce neighbours on free;
-* segments are never released (no ``empty_cache``), as in a steady-state training loop.
+* segments are released only by an explicit ``empty_cache`` (the op numbers listed in the trace's
+  ``meta["empty_cache_ops"]``: after the frees of such an op, every wholly free segment goes back to the
+  device, ``torch.cuda.empty_cache()``); a steady-state training loop never releases one. A released
+  segment's address range is not reused: later segments are placed above the highest ever.
 
 Segments are laid out from address 0 upwards, 2 MiB aligned, so chunk ``c`` covers
 ``[c * 2 MiB, (c + 1) * 2 MiB)`` of the tenant's address space. Storages live before the traced
@@ -51,6 +54,7 @@ class CachingAllocator:
 
     top: int = 0
     segments: list[tuple[int, int, int]] = field(default_factory=list)  # (base, nbytes, alloc_op)
+    released: dict[int, int] = field(default_factory=dict)  # segment base -> the op after which it was freed
     _free: dict[bool, list[tuple[int, int]]] = field(default_factory=lambda: {True: [], False: []})
     _by_addr: dict[int, _Block] = field(default_factory=dict)
 
@@ -111,6 +115,16 @@ class CachingAllocator:
         if nb.next is not None:
             nb.next.prev = b
 
+    def empty_cache(self, op: int) -> None:
+        """Release every wholly free segment (a free block spanning its whole segment) after op."""
+        sizes = {base: n for base, n, _ in self.segments}
+        for base, n in sizes.items():
+            b = self._by_addr.get(base)
+            if b is not None and b.free and b.size == n and base not in self.released:
+                self._remove_free(b)
+                del self._by_addr[base]
+                self.released[base] = op
+
     def free(self, addr: int) -> None:
         b = self._by_addr[addr]
         assert not b.free, f"double free at {addr:#x}"
@@ -127,8 +141,11 @@ class CachingAllocator:
 
 
 def place(nbytes: npt.NDArray[np.int64], alloc_op: npt.NDArray[np.int32], free_op: npt.NDArray[np.int32],
-          n_ops: int) -> tuple[npt.NDArray[np.int64], list[tuple[int, int, int]]]:
-    """Run the allocator over the storages' lifetimes. Returns (addr per storage, segments)."""
+          n_ops: int, empty_cache_ops: tuple[int, ...] = ()
+          ) -> tuple[npt.NDArray[np.int64], list[tuple[int, int, int]], dict[int, int]]:
+    """Run the allocator over the storages' lifetimes. Returns (addr per storage, segments, released
+    segments: base -> the op after which it was freed)."""
+    release = set(empty_cache_ops)
     n = len(nbytes)
     addr = np.full(n, -1, dtype=np.int64)
     alloc = CachingAllocator()
@@ -152,7 +169,9 @@ def place(nbytes: npt.NDArray[np.int64], alloc_op: npt.NDArray[np.int32], free_o
         while fi < len(fl) and fop[fi] == k:
             alloc.free(int(addr[fl[fi]]))
             fi += 1
-    return addr, alloc.segments
+        if k in release:
+            alloc.empty_cache(k)
+    return addr, alloc.segments, alloc.released
 
 
 def expand(t: Tables) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int8]]:
@@ -207,11 +226,13 @@ def live_bytes(t: Tables) -> npt.NDArray[np.int64]:
 
 def finalize(t: Tables) -> Tables:
     """Fill the derived columns in place: addr, segments, chunks, ops.bytes, ops.live_bytes."""
-    addr, segs = place(t.s_nbytes, t.s_alloc_op, t.s_free_op, t.n_ops)
+    ec = tuple(int(k) for k in t.meta.get("empty_cache_ops", ()))
+    addr, segs, released = place(t.s_nbytes, t.s_alloc_op, t.s_free_op, t.n_ops, ec)
     t.s_addr = addr
     t.g_base = np.array([s[0] for s in segs], dtype=np.int64)
     t.g_nbytes = np.array([s[1] for s in segs], dtype=np.int64)
     t.g_alloc_op = np.array([s[2] for s in segs], dtype=np.int32)
+    t.g_free_op = np.array([released.get(s[0], -1) for s in segs], dtype=np.int32)
     t.c_op, t.c_chunk, t.c_mode = expand(t)
     ob = np.zeros(t.n_ops, dtype=np.int64)
     np.add.at(ob, t.a_op, t.a_nbytes)

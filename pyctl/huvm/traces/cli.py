@@ -18,7 +18,7 @@ from .trace import TraceInfo
 def add_gen_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``trace gen MODEL OUT``."""
     p.add_argument("model", help="gpt2-xl, llama-7b, llama-13b, bert-large, resnet152, ... | pagerank, bfs, "
-                                 "wcc | lender-idle, lender-steady, lender-rising")
+                                 "wcc | lender-idle, lender-steady, lender-rising, lender-spiky")
     p.add_argument("out", type=Path, help="output trace directory (NAME.trace)")
     p.add_argument("--batch", type=argtypes.count(1, 65536), default=None, help="batch size (1..65536)")
     p.add_argument("--seq", type=argtypes.count(1, 1 << 20), default=None,

@@ -19,7 +19,7 @@ from .trace import TraceInfo, load
 
 GENERATOR = f"huvm.traces/{SCHEMA_VERSION}"
 GRAPH_ALGS = ("pagerank", "bfs", "wcc")
-LENDERS = ("lender-idle", "lender-steady", "lender-rising")
+LENDERS = ("lender-idle", "lender-steady", "lender-rising", "lender-spiky")
 
 Tick = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -136,8 +136,8 @@ def generate(model: str, out: Path | str, *, batch: int | None = None, seq: int 
     ``model``: a DNN from :data:`huvm.traces.models.MODELS` (``gpt2-xl``, ``llama-7b``, ``bert-large``,
     ``resnet152``, ...; batch/seq/amp/checkpoint/optimizer apply), a graph algorithm ``pagerank``,
     ``bfs`` or ``wcc`` (``graph``: tiny, small, twitter; or ``pagerank-small`` etc.), or a lender
-    ``lender-idle``, ``lender-steady``, ``lender-rising`` (``mem_gib``, ``seconds``). Same arguments,
-    same bytes.
+    ``lender-idle``, ``lender-steady``, ``lender-rising``, ``lender-spiky`` (``mem_gib``, ``seconds``).
+    Same arguments, same bytes.
     """
     out = Path(out)
     with _progress_bar(progress, model) as tick:
@@ -180,6 +180,7 @@ BUNDLED: list[GenSpec] = [
     GenSpec("lender-idle", "lender-idle", {}, "idle lender, 16 GiB GPU, 60 s"),
     GenSpec("lender-steady", "lender-steady", {}, "steady small job, 14 % of 16 GiB, 60 s"),
     GenSpec("lender-rising", "lender-rising", {}, "14 % of 16 GiB, 69 % from 30 s on"),
+    GenSpec("lender-spiky", "lender-spiky", {}, "6 % of 16 GiB, +62 % for 0.5 s of every 1 s (one period: loop it)"),
     GenSpec("demo-harvester", "gpt2-medium", {"batch": 6, "seq": 1024},
             "demo harvester: GPT-2 medium B6 S1024 fp32, ~26 GB peak = 1.6x a V100 16 GB"),
 ]

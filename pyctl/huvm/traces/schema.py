@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("base", pa.int64()),
             ("nbytes", pa.int64()),
             ("alloc_op", pa.int32()),
+            ("free_op", pa.int32()),
         ]
     ),
     "chunks": pa.schema(
@@ -92,6 +93,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
 }
+
+#: segments written before segments could be released (no free_op column: every segment is kept)
+LEGACY_SCHEMAS = {"segments": pa.schema([("base", pa.int64()), ("nbytes", pa.int64()), ("alloc_op", pa.int32())])}
 
 ROW_GROUP_ROWS = 65536
 
@@ -149,6 +153,14 @@ class Tables:
     c_op: I32
     c_chunk: I32
     c_mode: I8
+    # segments: the op after which each is released (cudaFree by empty_cache; -1 = kept; empty = all kept)
+    g_free_op: I32 = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+
+    def segment_free_ops(self) -> I32:
+        """g_free_op, or -1 for every segment of a trace that releases none."""
+        if len(self.g_free_op) == len(self.g_base):
+            return self.g_free_op
+        return np.full(len(self.g_base), -1, dtype=np.int32)
 
     @property
     def n_ops(self) -> int:
@@ -209,6 +221,7 @@ def _arrow_tables(t: Tables) -> dict[str, pa.Table]:
                 pa.array(t.g_base.astype(np.int64)),
                 pa.array(t.g_nbytes.astype(np.int64)),
                 pa.array(t.g_alloc_op.astype(np.int32)),
+                pa.array(t.segment_free_ops().astype(np.int32)),
             ],
             schema=SCHEMAS["segments"],
         ),
@@ -270,6 +283,8 @@ def _read_table(path: Path, name: str) -> tuple[pa.Table, Mapping[bytes, bytes]]
         raise TraceFormatError(f, name, "metadata", f"table tag {md.get(TABLE_KEY)!r}")
     want = SCHEMAS[name]
     got = pf.schema_arrow.remove_metadata()
+    if name in LEGACY_SCHEMAS and got.equals(LEGACY_SCHEMAS[name]):
+        want = got
     if not got.equals(want):
         raise TraceFormatError(f, name, "schema", f"columns {got} do not match {want}")
     parts: list[pa.Table] = []
@@ -339,6 +354,8 @@ def read_tables(path: Path) -> Tables:
         c_op=_np(c, "op", np.int32),
         c_chunk=_np(c, "chunk", np.int32),
         c_mode=_np(c, "mode", np.int8),
+        g_free_op=(_np(g, "free_op", np.int32) if "free_op" in g.column_names
+                   else np.full(g.num_rows, -1, dtype=np.int32)),
     )
     validate(t, path)
     return t
@@ -405,6 +422,9 @@ def validate(t: Tables, path: Path | str) -> None:
     check("segments", (t.g_base < 0) | (t.g_nbytes <= 0), "bad base or nbytes")
     check("segments", (t.g_base % CHUNK_BYTES) != 0, "segment base not 2 MiB aligned")
     check("segments", (t.g_alloc_op < -1) | (t.g_alloc_op >= n_ops), "alloc_op out of range")
+    gfree = t.segment_free_ops()
+    check("segments", (gfree < -1) | (gfree >= n_ops), "free_op out of range")
+    check("segments", (gfree >= 0) & (t.g_alloc_op >= 0) & (gfree < t.g_alloc_op), "released before allocated")
     if len(t.g_base) > 1:
         ends = t.g_base[:-1] + t.g_nbytes[:-1]
         check("segments", np.concatenate([[False], t.g_base[1:] < ends]), "segments overlap or unsorted")

@@ -22,7 +22,8 @@ class SimTrace:
     ``touch_mode`` (0 read, 1 write of new data, 2 read-modify-write). Chunk ids are 2 MiB units of this
     tenant's address space, ``0 .. n_chunks-1``. Chunk ``c`` is reserved (its allocator segment is
     cudaMalloc'ed) before op ``chunk_alloc_op[c]`` runs (-1: before the trace starts) and released
-    after op ``chunk_free_op[c]`` (-1: never, the caching allocator keeps its segments).
+    after op ``chunk_free_op[c]`` (-1: never: the caching allocator keeps its segments unless the trace empties
+    its cache, ``meta["empty_cache_ops"]``).
     """
 
     name: str
@@ -136,8 +137,11 @@ class Trace:
         first[1:] = np.cumsum(counts)
         n_chunks = self.n_chunks
         calloc = np.full(n_chunks, -1, dtype=np.int32)
-        for base, nb, op in zip(t.g_base.tolist(), t.g_nbytes.tolist(), t.g_alloc_op.tolist(), strict=True):
+        cfree = np.full(n_chunks, -1, dtype=np.int32)
+        for base, nb, op, fop in zip(t.g_base.tolist(), t.g_nbytes.tolist(), t.g_alloc_op.tolist(),
+                                     t.segment_free_ops().tolist(), strict=True):
             calloc[base >> CHUNK_SHIFT:(base + nb + CHUNK_BYTES - 1) >> CHUNK_SHIFT] = op
+            cfree[base >> CHUNK_SHIFT:(base + nb + CHUNK_BYTES - 1) >> CHUNK_SHIFT] = fop
         return SimTrace(
             name=self.name,
             gpu_preset=gpu_preset,
@@ -146,7 +150,7 @@ class Trace:
             touch_chunk=t.c_chunk.astype(np.uint32),
             touch_mode=t.c_mode.astype(np.uint8),
             chunk_alloc_op=calloc,
-            chunk_free_op=np.full(n_chunks, -1, dtype=np.int32),
+            chunk_free_op=cfree,
             peak_live_bytes=self.peak_live_bytes,
         )
 

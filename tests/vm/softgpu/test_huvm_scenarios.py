@@ -560,3 +560,145 @@ def test_test_commands_refused_while_gpus_are_registered(session: sglib.Session)
         assert len(node.info().gpus) == len(session.gpus), "the node changed"
     finally:
         node.close()
+
+
+# ---- lender-grows (defect 9: proactive give-back) ------------------------------------------------------------------
+
+def _huvm_free(node: Any, slot: int) -> int:
+    """Free memory of a huvm slot as the policy sees it (GET_INFO: PMA's free 2 MiB pages + UVM's free root
+    chunks)."""
+    return int(node.info().gpus[slot].free_bytes)
+
+
+@_scenario("lender-grows")
+def test_lender_grows(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """The lender (GPU1, lend reserve R) holds guest chunks; its own process then allocates until its free
+    memory is R/2 below the reserve, without ever running out of memory (nothing has to evict). The lender's
+    worker must give guest chunks back (to host) until its free memory is back at R, before its own work has
+    to evict; its own data stays; counters equal residency; no byte lost."""
+    s, node = session, huvm_node
+    assert len(s.gpus) >= 2, "lender-grows needs at least 2 GPUs"
+    g0, lender = s.gpus[0], s.gpus[1]
+    slot = _slots(node, s)
+    owner, holder = slot[g0.index], slot[lender.index]
+    reserve = 16 * MIB
+
+    _, policy = node.apply_preset("huvm")
+    _, policy = node.set([f"gpu.{holder}.lend_reserve={reserve >> 20}MiB"])
+    assert policy.gpus[holder].lend_reserve_bytes == reserve, policy.gpus[holder]
+
+    seed = 0x1E_6D0
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
+    st1 = _settled_stats(node, owner)
+    counts1, _ = _blocks_by_place(s, r.base, size)
+    guest1 = counts1.get(f"GPU{lender.index}", 0)
+    free1 = _huvm_free(node, holder)
+    print(f"lender-grows: residency {counts1}; {lender.name} holds {guest1} guest chunks, free "
+          f"{free1 >> 20} MiB (reserve {reserve >> 20} MiB)")
+    assert guest1 > 0, f"no guest chunk on {lender.name}: {counts1}"
+    assert free1 >= reserve, f"{lender.name} admitted guests below its reserve: free {free1 >> 20} MiB"
+
+    # The lender's own work: allocations that leave free memory R/2 below the reserve, in 2 MiB steps,
+    # never more than what is free (no allocation has to evict).
+    grow = (free1 - reserve // 2) // CHUNK * CHUNK
+    own = managed(grow)
+    own_seed = 0x0_6E0
+    sglib.fill_pattern(own, own_seed)
+    for off in range(0, grow, CHUNK):
+        own.migrate(lender, off, CHUNK)
+    st2 = _settled_stats(node, owner, also=(holder,))
+    counts2, odd2 = _blocks_by_place(s, r.base, size)
+    free2 = _huvm_free(node, holder)
+    own_bad = sglib.resident_exactly_on(s.uvm, own, lender)
+    d = st2.delta(st1)
+    given = d.gpus[holder]["giveback"]
+    guest2 = counts2.get(f"GPU{lender.index}", 0)
+    print(f"lender-grows: own data {grow >> 20} MiB on {lender.name}; residency {counts2}; free "
+          f"{free2 >> 20} MiB; giveback +{given}, {lender.name} evict_to_host +{d.gpus[holder]['evict_to_host']}")
+    sglib.perf("lender_grows_giveback_chunks", given, "chunks", guest_before=guest1, guest_after=guest2,
+               free_after_mib=free2 >> 20)
+
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert not odd2, f"blocks split between processors: {odd2[:8]}"
+    assert not own_bad, f"the lender's own data is not (all) on {lender.name}: {own_bad[:4]}"
+    assert given > 0, f"{lender.name} is {(reserve - free2) >> 20} MiB below its reserve and gave nothing back"
+    assert free2 >= reserve or guest2 == 0, \
+        f"{lender.name} still {(reserve - free2) >> 20} MiB below its reserve with {guest2} guest chunks left"
+    assert guest1 - guest2 == given, f"{guest1 - guest2} chunks left {lender.name}, giveback counted {given}"
+    assert counts2.get("cpu", 0) - counts1.get("cpu", 0) == given, f"given-back chunks not on the host: {counts2}"
+    assert d.gpus[holder]["evict_to_host"] == 0, "the lender evicted its own data"
+    assert st2.pair(owner, holder)["held_bytes"] == guest2 * CHUNK
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
+    n_bad, first = sglib.pattern_mismatches(own, own_seed)
+    assert n_bad == 0, f"{n_bad} words of the lender's own data differ, first at 0x{first:x}"
+
+
+# ---- block-split (defect 2) ------------------------------------------------------------------------------------------
+
+def _munmap(addr: int, length: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    if libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(length)) != 0:
+        raise OSError(ctypes.get_errno(), f"munmap(0x{addr:x}, {length})")
+
+
+@_scenario("block-split")
+def test_block_split(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """munmap of the second half of a block harvested on a peer splits the block (UVM splits the range and
+    its 2 MiB block). Before the split, the block's pages on the peer go to the host (a give-back): no piece
+    of a split block stays harvested, the gauges equal the chunks UVM shows on peers, the first half's data
+    is intact."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    _, policy = node.apply_preset("huvm")
+    assert policy.preset_name == "huvm"
+
+    seed = 0xB1_0C5
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
+    _settled_stats(node, owner)
+    names = {g.uuid: g for g in s.gpus}
+    victim, holder_gpu = None, None
+    for off in range(0, size, CHUNK):
+        where = s.uvm.va_residency_info(r.base + off).resident_on
+        if len(where) == 1 and where[0] in names and names[where[0]].index != g0.index:
+            victim, holder_gpu = off, names[where[0]]
+            break
+    assert victim is not None, "no block landed on a peer"
+    holder = slot[holder_gpu.index]
+    st1 = node.stats()
+
+    half = CHUNK // 2
+    _munmap(r.base + victim + half, half)
+
+    st2 = _settled_stats(node, owner, also=(holder,))
+    first_half = s.uvm.va_residency_info(r.base + victim).resident_on
+    before, odd_a = _blocks_by_place(s, r.base, victim)
+    after, odd_b = _blocks_by_place(s, r.base + victim + CHUNK, size - victim - CHUNK)
+    peers = [p for p in s.gpus if p.index != g0.index]
+    on_peers = {p.index: before.get(f"GPU{p.index}", 0) + after.get(f"GPU{p.index}", 0) for p in peers}
+    d = st2.delta(st1)
+    held = {p.index: st2.pair(owner, slot[p.index])["held_bytes"] for p in peers}
+    print(f"block-split: block +{victim >> 20} MiB on {holder_gpu.name}, second half unmapped; first half now on "
+          f"{[names[u].name if u in names else 'cpu' for u in first_half]}; "
+          f"giveback +{d.gpus[holder]['giveback']}; held {held}; on peers {on_peers}")
+
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert not odd_a and not odd_b, f"blocks split between processors: {(odd_a + odd_b)[:8]}"
+    assert holder_gpu.uuid not in first_half, f"the split block's first half stayed on {holder_gpu.name}"
+    assert d.gpus[holder]["giveback"] == 1, f"giveback +{d.gpus[holder]['giveback']} for the split block"
+    assert held == {k: v * CHUNK for k, v in on_peers.items()}, f"held_bytes {held} != chunks on peers {on_peers}"
+    assert st2.gpus[owner].scalar("harvested_bytes") == sum(on_peers.values()) * CHUNK, \
+        f"harvested_bytes {st2.gpus[owner].scalar('harvested_bytes')} != {sum(on_peers.values())} chunks"
+    for p in peers:
+        assert st2.gpus[slot[p.index]].scalar("lent_bytes") == on_peers[p.index] * CHUNK, \
+            f"lent_bytes of {p.name} != {on_peers[p.index]} chunks"
+    for off, n in ((0, victim + half), (victim + CHUNK, size - victim - CHUNK)):
+        n_bad, first = sglib.pattern_mismatches(r, seed, off, n)
+        assert n_bad == 0, f"{n_bad} words differ in +{off >> 20} MiB..+{(off + n) >> 20} MiB, first at 0x{first:x}"

@@ -11,8 +11,10 @@ from textual.widgets import DataTable, Footer, Static
 from huvm_top.metrics import gpu_metrics, pair_metrics, va_space_metrics
 
 KEYS = """\
-[b]keys[/b]  q quit   p policy editor   space pause   1/2/3 apply preset stock/atc22/huvm
-      m next peer-matrix metric   c clear event log   ? this help   esc close
+[b]keys[/b]  q quit   p policy editor   space pause   1/2/3 preset stock/atc22/huvm (shows the change; y applies)
+      v next view (graphs, gpu detail, peers, processes, events)   enter on a GPU row: its detail
+      g next graph metric   m next peer-matrix metric   s sort processes   / filter processes or events
+      w save the event log shown   c clear the event log   ? this help   esc close
 [b]policy editor[/b]  tab/shift+tab move   enter open a choice   ctrl+s apply   ctrl+r reload   esc back
 """
 

@@ -2,7 +2,9 @@
 
 Nothing is sent until ctrl+s. Values are parsed and checked first (:mod:`huvm_top.policy_rules`, then the
 source's library checks); a refusal, local or by the core, names the field, marks it and leaves every edit
-in place. The form is generated from the ABI's policy structs (field names, header comments as help).
+in place. The form is generated from the ABI's policy structs (header comments as help). Fields are named
+by ``huvmctl policy set``'s keys (``prefetch_chunks``, ``gpu.2.lend_limit``) and show their range, so what
+works here can be typed there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from huvm_top import abi
 from huvm_top.model import FieldError, NodeInfo, PolicyRefused, PolicyState, SourceError
 from huvm_top.policy_rules import FieldSpec, check_policy, format_value, gpu_specs, node_specs, parse_value
+from huvm_top.screens.preset_confirm import gpu_key
 from huvm_top.sources.base import StatsSource
 
 
@@ -68,14 +71,14 @@ class PolicyEditor(Screen[PolicyState | None]):
             yield Static("node", classes="section")
             for s in node_specs():
                 with Horizontal(classes="row"):
-                    yield Label(s.name, classes="name")
+                    yield Label(s.key, classes="name")
                     yield _editor(s, self.policy.node.get(s.name, s.lo), widget_id(s.name))
                     yield Static(self._help(s), classes="help")
             for i, g in enumerate(self.policy.gpus):
                 yield Static(self._gpu_title(i), classes="section")
                 for s in gpu_specs():
                     with Horizontal(classes="row"):
-                        yield Label(s.name, classes="name")
+                        yield Label(gpu_key(self.info, g.uuid, s.key), classes="name")
                         yield _editor(s, int(getattr(g, s.name)), widget_id(f"gpus[{i}].{s.name}"))
                         yield Static(self._help(s), classes="help")
         yield Static("", id="policy-error")
@@ -86,11 +89,24 @@ class PolicyEditor(Screen[PolicyState | None]):
         yield Footer()
 
     def _help(self, s: FieldSpec) -> str:
+        """The field's range (or choices), then its header comment."""
         if s.is_enum:
-            return " | ".join(s.choices)
-        if s.is_bytes:
-            return f"{s.help} (e.g. 8GiB, unlimited)"
-        return s.help
+            return f"{' | '.join(s.choices)}: {s.help}"
+        if s.is_bool:
+            return f"on | off: {s.help}"
+        return f"{format_value(s, s.lo)}..{format_value(s, s.hi)}: {s.help}" + (
+            " (e.g. 8GiB)" if s.is_bytes else "")
+
+    def key_of(self, field: str) -> str:
+        """The editor's field (``gpus[1].lend_reserve_bytes``, ``prefetch_chunks``) as huvmctl's key
+        (``gpu.1.lend_reserve``, by the GPU's index on the node)."""
+        by_field = {s.name: s.key for s in (*node_specs(), *gpu_specs())}
+        if field.startswith("gpus["):
+            index, name = field[len("gpus["):].split("].", 1)
+            if index.isdigit() and int(index) < len(self.policy.gpus):
+                return gpu_key(self.info, self.policy.gpus[int(index)].uuid, by_field.get(name, name))
+            return field
+        return by_field.get(field, field)
 
     def _gpu_title(self, i: int) -> str:
         uuid = self.policy.gpus[i].uuid
@@ -173,7 +189,7 @@ class PolicyEditor(Screen[PolicyState | None]):
         """Name the field, mark and focus its editor; the edits stay as they are."""
         self._clear_marks()
         who = "refused by the core" if by == "core" else "not sent"
-        self._show_status(f"{who}: {field}: {message}", error=True)
+        self._show_status(f"{who}: {self.key_of(field)}: {message}", error=True)
         w = self._widget(field)
         if w is not None:
             w.add_class("-invalid")

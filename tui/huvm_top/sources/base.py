@@ -39,6 +39,11 @@ class StatsSource(Protocol):
         """The policy a preset would give on this node (not applied)."""
         ...
 
+    def wait(self, timeout: float) -> None:
+        """After :class:`~huvm_top.model.NodeAbsent`: block until the node may have come (the module or its
+        device changed), at most timeout seconds."""
+        ...
+
     def close(self) -> None:
         ...
 

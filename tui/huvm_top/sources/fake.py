@@ -18,6 +18,7 @@ from huvm_top.model import (
     FieldError,
     GpuInfo,
     GpuPolicy,
+    NodeAbsent,
     NodeInfo,
     PolicyRefused,
     PolicyState,
@@ -48,11 +49,14 @@ class FakeSource:
         memory_gib: int = 16,
         snapshots: Sequence[Snapshot] | None = None,
         fail_open: str | None = None,
+        absent: int = 0,
     ) -> None:
         self.n = gpus
         self.memory = memory_gib * GIB
         self._playback = list(snapshots) if snapshots is not None else None
         self._fail_open = fail_open
+        self.absent = absent  # the first ``absent`` opens find no node (NodeAbsent), as before a module load
+        self.waits = 0
         self._step = 0
         self._lock = threading.Lock()
         self._gpus = [_zero_gpu() for _ in range(gpus)]
@@ -67,6 +71,9 @@ class FakeSource:
     def open(self) -> NodeInfo:
         if self._fail_open:
             raise SourceError(self._fail_open)
+        if self.absent > 0:
+            self.absent -= 1
+            raise NodeAbsent("/dev/fake-uvm does not exist: the nvidia-uvm module is not loaded")
         gpus = tuple(GpuInfo(i, f"fake{i}", f"GPU-fake-{i:04d}", self.memory) for i in range(self.n))
         return NodeInfo("fake", f"fake node ({self.n} GPUs)", gpus)
 
@@ -183,6 +190,10 @@ class FakeSource:
             node["hysteresis_ms"] = 50
         gen = self._policy.generation if hasattr(self, "_policy") else 0
         return PolicyState(gen, node, gpus)
+
+    def wait(self, timeout: float) -> None:
+        self.waits += 1
+        time.sleep(min(timeout, 0.02))
 
     def close(self) -> None:
         self.closed = True

@@ -9,11 +9,14 @@ core's refusal comes back with the field it names.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from huvm import errors as herr
 from huvm import policy as hp
+from huvm.attach import WAITABLE, Attachment, attach
 from huvm.client import Node
 from huvm.info import NodeInfo as HuvmNodeInfo
 from huvm.mirror import Mirror
@@ -25,6 +28,7 @@ from huvm_top.model import (
     FieldError,
     GpuInfo,
     GpuPolicy,
+    NodeAbsent,
     NodeInfo,
     PolicyRefused,
     PolicyState,
@@ -32,6 +36,8 @@ from huvm_top.model import (
     SourceError,
     VaSpace,
 )
+
+T = TypeVar("T")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -89,7 +95,12 @@ def to_policy(s: PolicyState, base: hp.Policy | None = None) -> hp.Policy:
 
 
 class LiveSource:
-    """A StatsSource over :func:`huvm.open` (or a given :class:`huvm.Node`, for tests)."""
+    """A StatsSource over :func:`huvm.attach.attach` (or a given :class:`huvm.Node`, for tests).
+
+    On the kernel backend every read opens the device and closes it again (:mod:`huvm.attach`): huvm-top
+    never keeps the module from being unloaded, and reads it again when it is back. While it is not there,
+    reads raise :class:`~huvm_top.model.NodeAbsent` and :meth:`wait` blocks until udev or inotify report
+    the module or its device node changing."""
 
     def __init__(
         self,
@@ -97,55 +108,82 @@ class LiveSource:
         device: str | None = None,
         sim_config: str | None = None,
         node: Node | None = None,
+        attachment: Attachment | None = None,
     ) -> None:
         self.backend = backend
         self.device = device
         self.sim_config = sim_config
-        self.node = node
+        self.node = node  # a node held for every call (given, or SimSource's); else sessions of attachment
+        self.attachment = attachment
         self.info: HuvmNodeInfo | None = None
         self.label: str | None = None  # what the status line calls the node (default: the backend's words)
         self.va_spaces = True  # also list the processes (LIST_VA_SPACES) with each snapshot
-        self._lock = threading.Lock()  # one ioctl at a time: workers of the app and of the editor
+        self._lock = threading.RLock()  # one ioctl at a time: workers of the app and of the editor
 
-    def _call(self, what: str, fn: Any, *args: Any) -> Any:
-        if self.node is None:
-            raise SourceError("not open")
+    @contextmanager
+    def _session(self) -> Iterator[Node]:
+        with self._lock:
+            if self.node is not None:
+                yield self.node
+                return
+            if self.attachment is None:
+                raise SourceError("not open")
+            try:
+                with self.attachment.session() as node:
+                    yield node
+            except herr.DeviceUnavailable as exc:
+                if exc.reason in WAITABLE:
+                    raise NodeAbsent(_one_line(exc), exc.reason) from exc
+                raise SourceError(_one_line(exc)) from exc
+
+    def _call(self, what: str, fn: Callable[[Node], T]) -> T:
         try:
-            with self._lock:
-                return fn(*args)
+            with self._session() as node:
+                return fn(node)
+        except SourceError:
+            raise
         except herr.HuvmError as exc:
             raise SourceError(f"{what}: {_one_line(exc)}") from exc
 
     def open(self) -> NodeInfo:
-        import huvm
-
-        if self.node is None:
+        """Attach (the node may be absent: :class:`~huvm_top.model.NodeAbsent`, and :meth:`wait`)."""
+        if self.node is None and self.attachment is None:
             try:
-                self.node = huvm.open(self.backend, self.device, sim_config=self.sim_config)
+                self.attachment = attach(self.backend, self.device, sim_config=self.sim_config)
             except herr.HuvmError as exc:
                 raise SourceError(_one_line(exc)) from exc
             except OSError as exc:
                 raise SourceError(f"{exc.filename or 'open'}: {exc.strerror}") from exc
-        self.info = self._call("GET_INFO", self.node.info)
-        assert self.info is not None
-        desc = self.label or self.node.backend.description
+        self.info = self._call("GET_INFO", lambda n: n.info())
+        desc = self.label or (self.node.backend.description if self.node is not None else
+                              self.attachment.description if self.attachment is not None else "huvm node")
         return node_info(self.info, f"{desc} ({len(self.info.gpus)} GPUs)")
 
+    def wait(self, timeout: float) -> None:
+        """Block until the module or its device may have changed, at most timeout seconds."""
+        if self.attachment is not None:
+            self.attachment.wait(timeout)
+        else:
+            threading.Event().wait(timeout)
+
     def snapshot(self) -> Snapshot:
-        assert self.node is not None
-        stats = self._call("GET_STATS", self.node.stats)
-        self.info = self._call("GET_INFO", self.node.info)
-        vas: tuple[VaSpace, ...] = ()
-        if self.va_spaces:
-            try:
-                vas = tuple(va_space(v) for v in self._call("LIST_VA_SPACES", self.node.va_spaces))
-            except SourceError:
-                self.va_spaces = False  # not offered by this backend: stop asking
+        def read(node: Node) -> tuple[StatsSnapshot, HuvmNodeInfo, tuple[VaSpace, ...]]:
+            stats, info = node.stats(), node.info()
+            vas: tuple[VaSpace, ...] = ()
+            if self.va_spaces:
+                try:
+                    vas = tuple(va_space(v) for v in node.va_spaces())
+                except herr.DeviceUnavailable:
+                    raise
+                except herr.HuvmError:
+                    self.va_spaces = False  # not offered by this backend: stop asking
+            return stats, info, vas
+
+        stats, self.info, vas = self._call("GET_STATS", read)
         return snapshot(stats, self.info, vas)
 
     def get_policy(self) -> PolicyState:
-        assert self.node is not None
-        return to_state(self._call("GET_POLICY", self.node.get_policy))
+        return to_state(self._call("GET_POLICY", lambda n: n.get_policy()))
 
     def _field(self, key: str | None, policy: PolicyState) -> str:
         """huvm's key (``gpu.2.lend_reserve``, GPU index) -> the editor's field (``gpus[i].lend_reserve_bytes``,
@@ -164,12 +202,13 @@ class LiveSource:
 
     def check_policy(self, policy: PolicyState) -> list[FieldError]:
         """The policy core's validation on a mirror of the node (the one validator; it words its answer)."""
-        if self.node is None or self.info is None:
+        if self.info is None:
             return []
+        info = self.info
         try:
-            current = self._call("GET_POLICY", self.node.get_policy)
+            current = self._call("GET_POLICY", lambda n: n.get_policy())
             p = to_policy(policy, current)
-            Mirror(self.info, current).validate(p)
+            Mirror(info, current).validate(p)
         except herr.PolicyError as exc:
             msg = str(exc)
             key = exc.key or ""
@@ -181,11 +220,12 @@ class LiveSource:
         return []
 
     def set_policy(self, policy: PolicyState) -> PolicyState:
-        assert self.node is not None
         try:
-            with self._lock:
-                current = self.node.get_policy()
-                new = self.node.set_policy(to_policy(policy, current))
+            with self._session() as node:
+                current = node.get_policy()
+                new = node.set_policy(to_policy(policy, current))
+        except SourceError:
+            raise
         except herr.Conflict as exc:
             raise PolicyRefused("generation", f"{_one_line(exc)}: ctrl+r reloads") from exc
         except herr.InvalidValue as exc:
@@ -195,17 +235,20 @@ class LiveSource:
         return to_state(new)
 
     def preset(self, name: str) -> PolicyState:
-        assert self.node is not None and self.info is not None
         try:
             value = hp.preset_value(name)
         except herr.PolicyError as exc:
             raise SourceError(_one_line(exc)) from exc
-        current = self._call("GET_POLICY", self.node.get_policy)
-        p = Mirror(self.info, current).preset(value)
+        current = self._call("GET_POLICY", lambda n: n.get_policy())
+        info = self.info if self.info is not None else self._call("GET_INFO", lambda n: n.info())
+        p = Mirror(info, current).preset(value)
         return to_state(replace(p, generation=current.generation))
 
     def close(self) -> None:
         node, self.node = self.node, None
-        if node is not None:
-            with self._lock:
+        att, self.attachment = self.attachment, None
+        with self._lock:
+            if node is not None:
                 node.close()
+            if att is not None:
+                att.close()

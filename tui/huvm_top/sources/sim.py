@@ -7,7 +7,7 @@ policy commands go through the same dispatch as the kernel's), all under the Liv
   simulated time paced to the wall clock (``speed`` simulated seconds per second); when it ends it starts
   again on a fresh node with the policy then in force (counters restart from zero);
 - without the simulator, a synthetic load is fed through the real policy core's test events (evictions,
-  fault fetch-backs, prefetches, pre-eviction, give-backs on a 4-GPU huvm.testing.CoreNode), so every
+  fault fetch-backs, prefetches, pre-eviction, give-backs on a 4-GPU huvm.corenode.CoreNode), so every
   figure is still the core's own decision and accounting.
 """
 
@@ -105,7 +105,7 @@ class SimSource(LiveSource):
         if self.synthetic:
             if self.sim_config:
                 raise SourceError("--sim-config needs huvm's simulator (huvm.sim), which is not available")
-            from huvm.testing import CoreNode
+            from huvm.corenode import CoreNode
 
             core = CoreNode(4)
             node = Node(core)

@@ -1,6 +1,9 @@
-"""Trace events from bcc (tracepoints or USDT probes): a scrolling log, counts and log2 histograms."""
+"""Trace events from bcc (tracepoints or USDT probes): a scrolling log (filtered, saved on request), counts and
+log2 histograms."""
 
 from __future__ import annotations
+
+from collections import deque
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -29,11 +32,16 @@ def describe(ev: TraceEvent) -> str:
 
 
 class EventLog(Horizontal):
-    """Log on the left, counts and the bytes histogram of the busiest event on the right."""
+    """Log on the left, counts and the bytes histogram of the busiest event on the right.
 
-    def __init__(self, *, id: str | None = None, enabled_note: str = "") -> None:
+    The last ``keep`` events are kept: a filter (``/``: words that must all appear in the line, e.g.
+    ``evict gpu1 peer_full``) redraws the log from them, and :meth:`save` writes the lines shown to a file."""
+
+    def __init__(self, *, id: str | None = None, enabled_note: str = "", keep: int = 5000) -> None:
         super().__init__(id=id)
         self.lines = 0
+        self.filter = ""
+        self.kept: deque[str] = deque(maxlen=keep)
         self.log_view = RichLog(id="event-lines", max_lines=1000, wrap=False, markup=False)
         self.summary = Static(enabled_note, id="event-summary")
 
@@ -41,10 +49,39 @@ class EventLog(Horizontal):
         yield self.log_view
         yield self.summary
 
+    def _matches(self, line: str) -> bool:
+        words = self.filter.lower().split()
+        low = line.lower()
+        return all(w in low for w in words)
+
     def add_events(self, events: list[TraceEvent]) -> None:
-        for ev in events[-200:]:
-            self.log_view.write(describe(ev))
-            self.lines += 1
+        for ev in events:
+            self.kept.append(describe(ev))
+        for line in [describe(ev) for ev in events[-200:]]:
+            if self._matches(line):
+                self.log_view.write(line)
+                self.lines += 1
+
+    def shown(self) -> list[str]:
+        """The kept lines that pass the filter, oldest first."""
+        return [line for line in self.kept if self._matches(line)]
+
+    def set_filter(self, text: str) -> None:
+        self.filter = text.strip()
+        self.log_view.clear()
+        shown = self.shown()
+        for line in shown[-1000:]:
+            self.log_view.write(line)
+        self.lines = len(shown)
+        self.border_subtitle = f"filter: {self.filter}" if self.filter else ""
+
+    def save(self, path: str) -> int:
+        """Write the lines shown (filtered) to path; returns how many. OSError if it cannot be written."""
+        shown = self.shown()
+        with open(path, "w", encoding="utf-8") as f:
+            for line in shown:
+                f.write(line + "\n")
+        return len(shown)
 
     def set_summary(self, counts: dict[str, int], hists: dict[str, list[int]], lost: int = 0) -> None:
         parts = [" ".join(f"{k}={counts[k]}" for k in abi.event_names() if counts.get(k))]
@@ -58,4 +95,5 @@ class EventLog(Horizontal):
 
     def clear(self) -> None:
         self.log_view.clear()
+        self.kept.clear()
         self.lines = 0

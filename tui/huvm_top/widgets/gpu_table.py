@@ -1,10 +1,14 @@
-"""Per-GPU table: memory, lent/harvested bytes and the rates of evictions, fetches, prefetches, give-backs.
+"""Per-GPU table: the memory headline first (a bar, own, lent and harvested bytes), then the rates of
+evictions, fetches, prefetches and give-backs.
 
-Columns are metrics of huvm's metric table (labels are their names; counters shown per second).
+The headline columns come first so that they are on screen at 80 columns; the rate columns follow and
+scroll sideways. Numbers are right-aligned. Rate columns are metrics of huvm's metric table (labels are
+their names; counters shown per second). ``enter`` on a row selects that GPU for the detail view.
 """
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import DataTable
 
 from huvm_top import fmt
@@ -12,8 +16,11 @@ from huvm_top.metrics import Metric, gpu_metric
 from huvm_top.model import NodeInfo
 from huvm_top.rates import Rates
 
-# Which metrics get a column, in order (the full table is on the help screen).
-# Rates a tuner watches first, then the other paths, then the lent/harvested gauges.
+# The headline: memory split between the GPU's own data and other GPUs' data it holds (lent), and its
+# data held by peers (harvested). "own" is used memory less lent bytes.
+HEADLINE: tuple[tuple[str, str], ...] = (("own", "own"), ("lent_bytes", "lent"), ("harvested_bytes", "harvested"))
+
+# Rate columns after the headline, in order (the full table is on the help screen and in the detail view).
 COLUMNS: tuple[str, ...] = (
     "faults",
     "evict_to_peer",
@@ -25,16 +32,41 @@ COLUMNS: tuple[str, ...] = (
     "remote_map",
     "prefetch_local",
     "prefetch_to_peer",
-    "lent_bytes",
-    "harvested_bytes",
 )
 
+NAME_WIDTH = 14  # longer names are cut (the index column identifies the GPU)
+BAR_WIDTH = 10
 
-NAME_WIDTH = 24  # longer names are cut (the index column identifies the GPU)
+
+def right(text: str) -> Text:
+    return Text(text, justify="right")
 
 
-class GpuTable(DataTable[str]):
-    """One row per GPU; row key ``gpu<i>``, column keys ``gpu``, ``name``, ``memory`` and metric keys."""
+def memory_bar(own: int, lent: int, total: int, width: int = BAR_WIDTH) -> Text:
+    """``own`` then ``lent`` as full blocks in two colours, free memory dotted, and the used percentage."""
+    if total <= 0:
+        return Text("-")
+    own_cells = round(width * max(own, 0) / total)
+    lent_cells = min(round(width * max(lent, 0) / total), width - own_cells)
+    free_cells = width - own_cells - lent_cells
+    used = max(own, 0) + max(lent, 0)
+    bar = Text()
+    bar.append("\u2588" * own_cells, style="bold dodger_blue1")
+    bar.append("\u2588" * lent_cells, style="bold orange1")
+    bar.append("\u00b7" * free_cells, style="grey50")
+    bar.append(f" {min(100, round(100 * used / total)):>3}%")
+    return bar
+
+
+def split_memory(total: int, free: int, lent: int) -> tuple[int, int, int]:
+    """(own, lent, used) bytes of a GPU: used = total - free; own = used - lent (never below 0)."""
+    used = max(total - free, 0)
+    return max(used - lent, 0), lent, used
+
+
+class GpuTable(DataTable[str | Text]):
+    """One row per GPU; row key ``gpu<i>``, column keys ``gpu``, ``name``, ``memory``, ``own``, then metric
+    keys (``lent_bytes``, ``harvested_bytes``, the rates)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, zebra_stripes=True, cursor_type="row")
@@ -42,19 +74,22 @@ class GpuTable(DataTable[str]):
         self._info: NodeInfo | None = None
 
     def on_mount(self) -> None:
-        self.add_column("gpu", key="gpu")
+        self.add_column(right("gpu"), key="gpu")
         self.add_column("name", key="name")
-        self.add_column("used/total", key="memory")
+        self.add_column("memory", key="memory")
+        for key, label in HEADLINE:
+            self.add_column(right(label), key=key)
         for m in self.metrics:
-            self.add_column(m.label, key=m.key)
+            self.add_column(right(m.label), key=m.key)
 
     def set_node(self, info: NodeInfo) -> None:
         self._info = info
         self.clear()
         for g in info.gpus:
             name = g.name if len(g.name) <= NAME_WIDTH else g.name[: NAME_WIDTH - 1] + "\u2026"
-            cells = [str(g.index), name if g.present else f"{name} (gone)", fmt.nbytes(g.memory_bytes)]
-            cells += ["-"] * len(self.metrics)
+            cells: list[str | Text] = [right(str(g.index)), name if g.present else f"{name} (gone)",
+                                       right(fmt.nbytes(g.memory_bytes))]
+            cells += [right("-")] * (len(HEADLINE) + len(self.metrics))
             self.add_row(*cells, key=f"gpu{g.index}")
 
     def update_rates(self, rates: Rates) -> None:
@@ -65,9 +100,22 @@ class GpuTable(DataTable[str]):
             if g.index >= len(rates.gpus):
                 continue
             row = f"gpu{g.index}"
-            if g.index < len(free):
-                used = g.memory_bytes - free[g.index]
-                self.update_cell(row, "memory", f"{fmt.nbytes(used)}/{fmt.nbytes(g.memory_bytes)}", update_width=True)
             values = rates.gpus[g.index]
+            lent = int(values.get("lent_bytes", 0))
+            if g.index < len(free):
+                own, lent, _used = split_memory(g.memory_bytes, free[g.index], lent)
+                self.update_cell(row, "memory", memory_bar(own, lent, g.memory_bytes), update_width=True)
+                self.update_cell(row, "own", right(fmt.nbytes(own)), update_width=True)
+            self.update_cell(row, "lent_bytes", right(fmt.nbytes(lent)), update_width=True)
+            self.update_cell(row, "harvested_bytes", right(fmt.nbytes(values.get("harvested_bytes", 0))),
+                             update_width=True)
             for m in self.metrics:
-                self.update_cell(row, m.key, fmt.value(m, values.get(m.key, 0.0)), update_width=True)
+                self.update_cell(row, m.key, right(fmt.value(m, values.get(m.key, 0.0))), update_width=True)
+
+    def selected_gpu(self) -> int | None:
+        """The GPU index of the cursor row, if any."""
+        if self._info is None or not self._info.gpus or self.cursor_row < 0:
+            return None
+        if self.cursor_row >= len(self._info.gpus):
+            return None
+        return self._info.gpus[self.cursor_row].index

@@ -1,15 +1,12 @@
-"""Test doubles: a bare policy core with a synthetic node, reachable as a backend or as a fake ioctl.
+"""A bare policy core with a synthetic node, as a backend: the real C core with no simulator around it.
 
 :class:`CoreNode` holds a ``huvm_core_t`` (the real C core) with N synthetic GPUs and runs commands through
-the core's own ``huvm_dispatch``, like the kernel glue does. :meth:`CoreNode.fake_ioctl` returns an
-``fcntl.ioctl`` stand-in for :class:`huvm.backend.KernelBackend`, with the kernel's behaviours that matter
-to user space: unknown numbers fail with EINVAL (the stock module), an unprivileged caller is refused
-changes, and a command can be made to fail with an errno.
+the core's own ``huvm_dispatch``, like the kernel glue does. huvm-top's ``--sim`` drives one with the core's
+test events where huvm's simulator is not built; the tests build their kernel stand-ins on it.
 """
 
 from __future__ import annotations
 
-import errno
 from typing import Any
 
 from . import abi
@@ -44,16 +41,13 @@ class CoreNode:
         self.caller: Any = ffi.new("huvm_caller_t *")
         self.caller.privileged = 1 if privileged else 0
         self.caller.allow_test = 1
-        self.calls: list[int] = []
-        self.fail_errno: int | None = None
 
     @property
     def description(self) -> str:
-        return "bare policy core (test)"
+        return "bare policy core"
 
     def dispatch(self, cmd: int, buf: Any) -> int:
         """Run cmd on a writable buffer holding the params (what the kernel copies in and out)."""
-        self.calls.append(cmd)
         ffi = abi.ffi
         data = ffi.from_buffer(buf)
         status: int = abi.lib.huvm_dispatch(self.core, ffi.NULL, ffi.NULL, self.caller, cmd, data, len(buf))
@@ -65,24 +59,3 @@ class CoreNode:
 
     def close(self) -> None:
         pass
-
-    def fake_ioctl(self, *, known: bool = True) -> Any:
-        """An fcntl.ioctl stand-in: known=False behaves like the stock module (EINVAL for huvm numbers)."""
-
-        def ioctl(fd: int, cmd: int, buf: Any, mutate: bool = True) -> int:
-            if self.fail_errno is not None:
-                raise OSError(self.fail_errno, "injected")
-            size = abi.lib.huvm_cmd_params_size(cmd) if known else 0
-            if size == 0:
-                raise OSError(errno.EINVAL, "Invalid argument")
-            # as uvm_huvm_ioctl(): the header is checked first; if refused, only the header (with the
-            # module's ABI version) goes back and the ioctl fails with EINVAL
-            ffi = abi.ffi
-            hdr = ffi.cast("huvm_hdr_t *", ffi.from_buffer(buf))
-            err = ffi.new("uint32_t *")
-            if abi.lib.huvm_check_hdr(cmd, hdr, size, err) != abi.lib.HUVM_NV_OK:
-                raise OSError(errno.EINVAL, "Invalid argument")
-            self.dispatch(cmd, buf)
-            return 0
-
-        return ioctl

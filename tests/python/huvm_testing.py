@@ -1,0 +1,47 @@
+"""Test doubles over :class:`huvm.corenode.CoreNode` (not shipped with huvm): a kernel stand-in.
+
+:class:`CoreNode` records the commands it runs and offers :meth:`CoreNode.fake_ioctl`, an ``fcntl.ioctl``
+stand-in for :class:`huvm.backend.KernelBackend` with the kernel's behaviours that matter to user space:
+unknown numbers fail with EINVAL (the stock module), an unprivileged caller is refused changes, and a
+command can be made to fail with an errno.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+from huvm import abi, corenode
+
+
+class CoreNode(corenode.CoreNode):
+    def __init__(self, gpu_count: int = 4, memory_bytes: int = 16 << 30, *, privileged: bool = True,
+                 backend: int | None = None) -> None:
+        super().__init__(gpu_count, memory_bytes, privileged=privileged, backend=backend)
+        self.calls: list[int] = []
+        self.fail_errno: int | None = None
+
+    def dispatch(self, cmd: int, buf: Any) -> int:
+        self.calls.append(cmd)
+        return super().dispatch(cmd, buf)
+
+    def fake_ioctl(self, *, known: bool = True) -> Any:
+        """An fcntl.ioctl stand-in: known=False behaves like the stock module (EINVAL for huvm numbers)."""
+
+        def ioctl(fd: int, cmd: int, buf: Any, mutate: bool = True) -> int:
+            if self.fail_errno is not None:
+                raise OSError(self.fail_errno, "injected")
+            size = abi.lib.huvm_cmd_params_size(cmd) if known else 0
+            if size == 0:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            # as uvm_huvm_ioctl(): the header is checked first; if refused, only the header (with the
+            # module's ABI version) goes back and the ioctl fails with EINVAL
+            ffi = abi.ffi
+            hdr = ffi.cast("huvm_hdr_t *", ffi.from_buffer(buf))
+            err = ffi.new("uint32_t *")
+            if abi.lib.huvm_check_hdr(cmd, hdr, size, err) != abi.lib.HUVM_NV_OK:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            self.dispatch(cmd, buf)
+            return 0
+
+        return ioctl

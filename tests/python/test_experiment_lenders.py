@@ -1,0 +1,77 @@
+"""Experiments measure the lender's cost: every tenant against running alone, harvester speedup and lender
+slowdown side by side in the summary JSON, the report, the tables and a plot (docs/experiments.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from huvm import experiment
+from huvm.experiment.spec import load
+
+EXP = """
+[experiment]
+name = "spiky-lender"
+policies = ["stock", "huvm-atc22", "huvm"]
+ideal = false
+
+[node]
+preset = "aws-p3.8xlarge"
+gpu_count = 2
+
+[[tenant]]
+name = "gpt2"
+gpu = 0
+trace = "bundled:gpt2-small"
+steps = 3
+role = "harvester"
+
+[[tenant]]
+name = "squeeze"
+gpu = 0
+trace = ""
+static = "12GiB"
+
+[[tenant]]
+name = "spiky"
+gpu = 1
+trace = "bundled:lender-spiky"
+steps = 0
+managed = false
+role = "lender"
+"""
+
+
+def test_lender_cost_is_measured_against_running_alone(tmp_path: Path) -> None:
+    f = tmp_path / "exp.toml"
+    f.write_text(EXP)
+    res, files = experiment.run_to(load(f), tmp_path / "out")
+    out = tmp_path / "out"
+    rows = {r.policy: r for r in experiment.policy_rows(res)}
+    # stock never lends: the lender runs as fast as alone
+    assert rows["stock"].harvester_speedup == 1.0
+    assert rows["stock"].lender_slowdown is not None and abs(rows["stock"].lender_slowdown - 1) < 0.005
+    assert rows["stock"].worst_lender == "spiky"
+    # the peer tier speeds the harvester up, and what it costs the lender is reported beside it
+    for p in ("huvm-atc22", "huvm"):
+        assert rows[p].harvester_speedup is not None and rows[p].harvester_speedup > 1.05
+        assert rows[p].lender_slowdown is not None
+    assert rows["huvm"].lender_slowdown <= 1.02                  # type: ignore[operator]
+    # the baseline: each traced tenant alone on the node under stock
+    assert set(res.alone) == {("gpt2", None), ("spiky", None)}
+    alone = res.alone[("spiky", None)]
+    assert not alone.foreground and alone.work_rate > 0.99
+    summary = json.loads((out / "summary.json").read_text())
+    srows = {r["policy"]: r for r in summary["results"]}
+    assert srows["huvm"]["lender_slowdown"] == rows["huvm"].lender_slowdown
+    lender = [t for t in summary["tenants"] if t["tenant"] == "spiky" and t["policy"] == "huvm-atc22"][0]
+    assert lender["role"] == "lender" and lender["slowdown_vs_alone"] == rows["huvm-atc22"].lender_slowdown
+    idle = [t for t in summary["tenants"] if t["tenant"] == "squeeze"][0]
+    assert idle["role"] == "idle" and idle["slowdown_vs_alone"] is None
+    tenants = pq.read_table(out / "data/tenants.parquet").to_pylist()
+    assert {t["tenant"] for t in tenants if t["run_id"] == "alone#0"} == {"gpt2", "spiky"}
+    assert all("alloc_stall_ns" in t for t in tenants)
+    report = (out / "report.md").read_text()
+    assert "lender slowdown" in report and "harvester speedup" in report and "(spiky)" in report
+    assert (out / "plots/harvest_and_lend.png") in files

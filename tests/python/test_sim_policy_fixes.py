@@ -1,0 +1,148 @@
+"""Issue 14's policy fixes, on the simulated node (the core decides, docs/policy.md describes each):
+
+* a lender's own data never leaves it while it holds guests' chunks, in pre-eviction as in eviction;
+* pre-eviction only under real pressure: a job that nearly fits is never slower than under stock;
+* the fastest link with room, not the emptiest peer weighted by bandwidth;
+* a lender whose footprint spikes keeps the memory it used lately (lending costs it nothing after that).
+
+Each scenario below lost under the previous core (numbers in docs/policy.md, "Evaluation").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from huvm import traces
+from huvm.sim import MIB, NodeConfig, TenantSpec, run_scenario, workloads
+from huvm.sim.matrix import NOISE
+
+GIB = 1 << 30
+
+
+def _node(gpus: int, usable: int) -> NodeConfig:
+    """p3.8xlarge's links (NV1/NV2, PCIe 3) with GPUs of `usable` bytes for UVM (plus 256 MiB reserved)."""
+    return NodeConfig.preset("aws-p3.8xlarge").subset(gpus).with_gpu_memory(usable + 256 * MIB, 256 * MIB)
+
+
+@pytest.mark.parametrize("kind", ["random", "streaming", "hot-cold"])
+@pytest.mark.parametrize("spare_mib", [0, 16, 32, 64])
+def test_near_fit_job_is_not_slower_than_stock(kind: str, spare_mib: int) -> None:
+    """A job that fits its GPU with 0-64 MiB to spare never has to evict, so huvm must not evict either (the
+    64-chunk pre-eviction reserve used to evict its working set ahead of a need that never came: 1.2-1.4x
+    slower on random access, 7.7x on a streaming loop)."""
+    usable = 2 * GIB
+    ws = usable - spare_mib * MIB
+    trace = {"random": lambda: workloads.random_access(ws, 1500, seed=3),
+             "streaming": lambda: workloads.streaming(ws, passes=3),
+             "hot-cold": lambda: workloads.hot_cold(ws, 1500, seed=4)}[kind]()
+    tenants = [TenantSpec(0, trace, role="harvester"), TenantSpec(1, static_bytes=GIB // 2, role="lender")]
+    node = _node(2, usable)
+    stock = run_scenario(node, tenants, "stock", sample_interval_ns=0)
+    huvm = run_scenario(node, tenants, "huvm", sample_interval_ns=0)
+    assert huvm.tenant(0).runtime_ns <= stock.tenant(0).runtime_ns
+    assert huvm.counter_total("evict_to_host") + huvm.counter_total("evict_to_peer") == 0
+    if kind == "streaming":
+        # the prototype's preset keeps its reserve whatever the pressure (its known cliff, kept faithful)
+        atc = run_scenario(node, tenants, "huvm-atc22", sample_interval_ns=0)
+        assert atc.stats["gpus"][0]["preevict_to_host"] + atc.stats["gpus"][0]["preevict_to_peer"] > 0
+        assert atc.tenant(0).runtime_ns > stock.tenant(0).runtime_ns
+
+
+def test_slight_overflow_keeps_a_burst_sized_reserve() -> None:
+    """16 MiB over its GPU, random access: a reserve of the last fault batch's size, not 64 chunks (which
+    multiplied the faults 8x and lost to stock by 19 %)."""
+    usable = 2 * GIB
+    trace = workloads.random_access(usable + 16 * MIB, 2000, seed=5)
+    tenants = [TenantSpec(0, trace, role="harvester"), TenantSpec(1, static_bytes=GIB // 2, role="lender")]
+    node = _node(2, usable)
+    stock = run_scenario(node, tenants, "stock", sample_interval_ns=0).tenant(0)
+    huvm = run_scenario(node, tenants, "huvm", sample_interval_ns=0).tenant(0)
+    assert huvm.runtime_ns < stock.runtime_ns
+    assert huvm.faults < 2 * stock.faults
+
+
+@pytest.mark.parametrize("preset", ["huvm", "huvm-atc22"])
+def test_lender_keeps_its_own_data_while_it_holds_guests(preset: str) -> None:
+    """GPU 1 lends to GPU 0, then its own managed job starts and grows: guests go back to host first, in
+    its pre-evictions as in its evictions; its own data never leaves it for them (the simulator's
+    pre-eviction used to take the lender's own list head)."""
+    usable = 512 * MIB
+    harvester = workloads.streaming(usable * 3 // 2, passes=6, chunks_per_op=4)
+    lender = workloads.streaming(usable * 7 // 8, passes=40, chunks_per_op=2)
+    tenants = [TenantSpec(0, harvester, role="harvester"),
+               TenantSpec(1, lender, background=True, start_ns=10_000_000, role="lender")]
+    res = run_scenario(_node(2, usable), tenants, preset, sample_interval_ns=0)
+    g1 = res.stats["gpus"][1]
+    assert res.stats["gpus"][0]["evict_to_peer"] > 0
+    assert g1["giveback"] > 0
+    assert g1["evict_to_host"] == 0 and g1["preevict_to_host"] == 0, g1
+
+
+def _graph_with_busy_fast_peer(policy: str, **over: Any) -> Any:
+    """PageRank (soc-twitter scale, 1.3 GiB) on GPU 0 of a p3.8xlarge with 1 GiB GPUs: GPU 3, the only NV2
+    peer (50 GB/s), holds a 600 MiB job; GPUs 1 and 2 (NV1, 25 GB/s) are empty."""
+    trace = traces.load(traces.bundled("pagerank-twitter")).to_sim_events("v100")
+    tenants = [TenantSpec(0, trace, steps=3, role="harvester"), TenantSpec(1, role="lender"),
+               TenantSpec(2, role="lender"), TenantSpec(3, static_bytes=600 * MIB, role="lender")]
+    return run_scenario(NodeConfig.preset("aws-p3.8xlarge").with_gpu_memory(1280 * MIB, 256 * MIB), tenants,
+                        policy, sample_interval_ns=0, policy_overrides=over or None)
+
+
+def test_fastest_link_beats_bandwidth_weighting_when_the_fast_peer_is_busier() -> None:
+    """Bandwidth weighting (free x rate) sent the data to an emptier NV1 peer and lost 11 % to the
+    prototype; the fastest link with room keeps it behind the NV2 link, where every fetch-back is twice as
+    fast (faults are serviced one block after another, so spreading over links buys nothing back)."""
+    huvm = _graph_with_busy_fast_peer("huvm")
+    atc = _graph_with_busy_fast_peer("huvm-atc22")
+    bw = _graph_with_busy_fast_peer("huvm", peer_select=2)       # HUVM_PEER_SELECT_BW_WEIGHTED
+    pairs = huvm.stats["pairs"][0]
+    assert pairs[3]["evict_chunks"] > max(pairs[1]["evict_chunks"], pairs[2]["evict_chunks"])
+    assert huvm.tenant(0).runtime_ns * (1 + NOISE) < atc.tenant(0).runtime_ns
+    assert huvm.tenant(0).runtime_ns * (1 + NOISE) < bw.tenant(0).runtime_ns
+
+
+def _spiky_lender_run(policy: str) -> Any:
+    usable = GIB
+    harvester = workloads.streaming(3 * usable, passes=3, chunks_per_op=8)
+    spiky = workloads.lender("spiky", usable, horizon_ns=200_000_000, op_time_ns=1_000_000)
+    tenants = [TenantSpec(0, harvester, role="harvester"),
+               TenantSpec(1, spiky, background=True, managed=False, role="lender"),
+               TenantSpec(2, static_bytes=64 * MIB, role="lender")]
+    return run_scenario(_node(3, usable), tenants, policy, sample_interval_ns=0)
+
+
+def test_spiky_lender_keeps_its_recent_peak() -> None:
+    """A lender that cudaMallocs 60 % of its GPU for half of every period: huvm lends only memory it has not
+    used lately, so after its first spike its allocations never wait for a give-back; the prototype's
+    settings lend its spike memory again between spikes and it stalls at every spike."""
+    stock = _spiky_lender_run("stock").tenant(1)
+    huvm = _spiky_lender_run("huvm")
+    atc = _spiky_lender_run("huvm-atc22")
+    assert stock.alloc_stall_ns == 0 and stock.ops_per_s > 0
+    slow_huvm = stock.ops_per_s / huvm.tenant(1).ops_per_s
+    slow_atc = stock.ops_per_s / atc.tenant(1).ops_per_s
+    assert slow_huvm <= 1.02, slow_huvm
+    assert atc.tenant(1).alloc_stall_ns > 0 and atc.stats["gpus"][1]["giveback"] > 0
+    assert slow_atc > slow_huvm
+    # the stall is what the throughput lost: its runtime is its ops plus its stalls
+    t = atc.tenant(1)
+    assert t.runtime_ns == t.compute_ns + t.stall_ns
+
+
+def test_prefetch_feedback_stops_prefetching_for_random_access() -> None:
+    """Random access at 2x with busy peers: a 16-chunk window prefetched at every host fault only displaced
+    the working set (both presets ran 1.5-1.8x slower than stock). With feedback, once most prefetched chunks
+    leave unused, one chunk probes instead; the prototype's settings keep the window."""
+    usable = GIB
+    trace = workloads.random_access(2 * usable, 3000, seed=9)
+    tenants = [TenantSpec(0, trace, role="harvester"),
+               TenantSpec(1, static_bytes=usable * 7 // 8, role="lender")]      # little to lend
+    node = _node(2, usable)
+    stock = run_scenario(node, tenants, "stock", sample_interval_ns=0)
+    huvm = run_scenario(node, tenants, "huvm", sample_interval_ns=0)
+    atc = run_scenario(node, tenants, "huvm-atc22", sample_interval_ns=0)
+    assert huvm.tenant(0).runtime_ns <= stock.tenant(0).runtime_ns
+    assert atc.tenant(0).runtime_ns > stock.tenant(0).runtime_ns
+    pf = {r.policy: r.counter_total("prefetch_local") + r.counter_total("prefetch_to_peer") for r in (huvm, atc)}
+    assert 0 < pf["huvm"] * 4 < pf["huvm-atc22"], pf
