@@ -4,10 +4,11 @@
 #                   sources over the real policy core and the simulator, bcc USDT when root) and a
 #                   check of the installed console script
 #   make top        run huvm-top on a simulated node under load (no GPU needed)
+#   make tui-screenshots   regenerate docs/img/huvm-top-80x24.svg and -160x50.svg (headless, simulated node)
 #
 # Lint (ruff, mypy --strict) of tui/huvm_top is part of pyctl.mk's `lint`.
 
-.PHONY: tui-test top
+.PHONY: tui-test top tui-screenshots
 
 TUI_PYTEST_ARGS ?=
 
@@ -21,3 +22,6 @@ top: | venv
 	@$(VENV)/bin/huvm-top --sim
 
 test: tui-test
+
+tui-screenshots: | venv
+	@cd $(ROOT) && $(PY) tui/scripts/screenshots.py $(ROOT)/docs/img

@@ -10,7 +10,7 @@ with its unit (``evict_to_peer_chunks``, ``from_peer_bytes``; rates end in ``_pe
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -156,16 +156,166 @@ class VaSpacesDoc(_Doc):
     va_spaces: list[VaSpace]
 
 
-DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsIntervalDoc, VaSpacesDoc)
+PolicyValue = int | bool | str | None
+
+
+class PolicyChange(_Model):
+    key: str = Field(description="node key, or gpu.INDEX.FIELD (gpu.1.lend_limit_bytes) for a GPU's entry")
+    old: PolicyValue = Field(description="as in the policy document: sizes in bytes, null for unlimited (or "
+                                         "for a GPU entry that was not there), enums by name")
+    new: PolicyValue
+
+
+class PolicyChangeDoc(_Doc):
+    """``policy set | preset | apply``: what changed (or would, with ``--dry-run``)."""
+
+    kind: Literal["policy-change"] = Field(json_schema_extra={"const": "policy-change"})
+    applied: bool = Field(description="false for --dry-run: nothing was sent")
+    generation: int
+    preset: str
+    changes: list[PolicyChange]
+
+
+class PolicyDiffDoc(_Doc):
+    """``policy diff FILE``: the current policy against the file's."""
+
+    kind: Literal["policy-diff"] = Field(json_schema_extra={"const": "policy-diff"})
+    file: str
+    changes: list[PolicyChange] = Field(description="old: the node's value now; new: the file's")
+
+
+class PolicyKey(_Model):
+    key: str = Field(description="as huvmctl policy set takes it (gpu.N.KEY for per-GPU keys)")
+    scope: Literal["node", "gpu"]
+    type: Literal["enum", "bool", "int", "size"]
+    min: int | None = Field(description="int: the smallest value; size: in bytes")
+    max: int | None = Field(description="int: the largest value; size: in bytes, null when unlimited is the top")
+    choices: list[str] | None = Field(description="enum: the names it takes")
+    unlimited_allowed: bool
+    help: str
+
+
+class PolicyKeysDoc(_Doc):
+    kind: Literal["policy-keys"] = Field(json_schema_extra={"const": "policy-keys"})
+    presets: list[str]
+    keys: list[PolicyKey]
+
+
+class NvLinkState(_Model):
+    link: int
+    active: bool
+    remote_bus_id: str | None
+
+
+class TopologyGpu(_Model):
+    index: int
+    uuid: str
+    name: str
+    memory_bytes: int
+    pcie_mbyte_per_s: int
+    nvml_index: int | None = Field(description="null without NVML")
+    pci_bus_id: str | None
+    pcie_gen: int | None
+    pcie_width: int | None
+    nvlinks: list[NvLinkState]
+
+
+class TopologyLink(_Model):
+    gpu: int
+    peer: int
+    label: str = Field(description="as nvidia-smi topo -m prints it: NV<n> for n NVLink links, or PCIe")
+    mbyte_per_s: int
+
+
+class TopologyDoc(_Doc):
+    kind: Literal["topology"] = Field(json_schema_extra={"const": "topology"})
+    nvml: bool = Field(description="whether NVML answered (without it every NVML field is null)")
+    gpus: list[TopologyGpu]
+    links: list[TopologyLink]
+    notes: list[str]
+
+
+class SimPreset(_Model):
+    name: str
+    gpu_count: int
+    gpu_name: str
+    memory_bytes: int = Field(description="of each GPU")
+    nvswitch: bool
+    aliases: list[str]
+    source: str
+
+
+class SimPresetsDoc(_Doc):
+    kind: Literal["sim-presets"] = Field(json_schema_extra={"const": "sim-presets"})
+    presets: list[SimPreset]
+
+
+class ExperimentDoc(_Doc):
+    """``experiment run`` and ``sim run``: the summary (the rows are those of summary.json)."""
+
+    kind: Literal["experiment"] = Field(json_schema_extra={"const": "experiment"})
+    experiment: str
+    node: str
+    sweep_key: str | None
+    results: list[dict[str, Any]] = Field(description="one object per (sweep value, policy)")
+    tenants: list[dict[str, Any]] = Field(description="one object per tenant of each run")
+    notes: list[str]
+    files: list[str] = Field(description="files written (none for sim run)")
+
+
+class TraceInfoDoc(_Doc):
+    kind: Literal["trace-info"] = Field(json_schema_extra={"const": "trace-info"})
+    path: str
+    trace_kind: str = Field(description="dnn, graph, lender, ...")
+    model: str
+    size_bytes: int = Field(description="on disk")
+    n_ops: int
+    n_storages: int
+    n_accesses: int
+    n_touches: int
+    n_chunks: int
+    peak_live_bytes: int
+    peak_op: int
+    peak_phase: str
+    reserved_bytes: int
+    static_bytes: int
+    flops: int
+    params: int
+    est_time_s: dict[str, float] = Field(description="GPU preset -> estimated time of one step")
+    meta: dict[str, Any] = Field(description="the generator's parameters")
+
+
+class WatchEventDoc(_Doc):
+    """``watch``: one per line."""
+
+    kind: Literal["watch-event"] = Field(json_schema_extra={"const": "watch-event"})
+    unix_time_s: float
+    source: Literal["module", "device"]
+    action: Literal["add", "remove"]
+    name: str = Field(description="the module (nvidia_uvm, huvm_ktest) or the device node")
+
+
+DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsIntervalDoc, VaSpacesDoc,
+                                     PolicyChangeDoc, PolicyDiffDoc, PolicyKeysDoc, TopologyDoc, SimPresetsDoc,
+                                     ExperimentDoc, TraceInfoDoc, WatchEventDoc)
+#: any document, told apart by ``kind``
+AnyDocument: Any = Annotated[Union[DOCUMENTS], Field(discriminator="kind")]  # noqa: UP007 - a runtime tuple
 
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of every document: one ``oneOf`` keyed by ``kind``."""
     from pydantic import TypeAdapter
 
-    union: Any = StatusDoc | PolicyShowDoc | StatsDoc | StatsIntervalDoc | VaSpacesDoc
-    schema: dict[str, Any] = TypeAdapter(union).json_schema()
+    schema: dict[str, Any] = TypeAdapter(AnyDocument).json_schema()
     return schema
+
+
+def validate(doc: Any) -> _Doc:
+    """A document (parsed JSON) checked against the schema; pydantic's ValidationError when it is not one."""
+    from pydantic import TypeAdapter
+
+    parsed: _Doc = TypeAdapter(AnyDocument).validate_python(doc, strict=True)
+    return parsed
 
 
 # ---- from the library's objects --------------------------------------------------------------------------
@@ -235,3 +385,57 @@ def stats_interval(d: StatsDelta) -> StatsIntervalDoc:
 
 def dump(doc: _Model) -> dict[str, Any]:
     return doc.model_dump(mode="json")
+
+
+def policy_values(p: Policy, info: NodeInfo | None = None) -> dict[str, PolicyValue]:
+    """A policy as flat key -> value, the values as in :class:`PolicyDoc` (GPU entries ``gpu.INDEX.FIELD``,
+    by UUID for a GPU the node does not have)."""
+    doc = policy(p, info)
+    out: dict[str, PolicyValue] = {"preset": doc.preset, **{k: getattr(doc, k) for k in NODE_KEYS}}
+    for g in doc.gpus:
+        for name, value in g.model_dump().items():
+            if name not in ("index", "uuid"):
+                out[f"gpu.{g.uuid if g.index is None else g.index}.{name}"] = value
+    return out
+
+
+def changes(before: Policy, after: Policy, info: NodeInfo | None = None) -> list[PolicyChange]:
+    """What differs from before to after (generation left out)."""
+    a, b = policy_values(before, info), policy_values(after, info)
+    return [PolicyChange(key=k, old=a.get(k), new=b.get(k)) for k in dict.fromkeys([*a, *b])
+            if k not in a or k not in b or a[k] != b[k]]
+
+
+def policy_keys() -> PolicyKeysDoc:
+    from .policy import preset_names
+
+    keys = []
+    for spec in KEYS.values():
+        ranged = spec.kind in ("int", "bytes")
+        keys.append(PolicyKey(
+            key=spec.name if spec.scope == "node" else f"gpu.N.{spec.name}", scope=spec.scope,
+            type="size" if spec.kind == "bytes" else spec.kind, min=spec.lo if ranged else None,
+            max=spec.hi if ranged and not (spec.unlimited and spec.hi == abi.UNLIMITED) else None,
+            choices=list(spec.choices()) if spec.kind == "enum" else None, unlimited_allowed=spec.unlimited,
+            help=spec.help))
+    return PolicyKeysDoc.make(presets=list(preset_names()), keys=keys)
+
+
+def topology(topo: Any) -> TopologyDoc:
+    """A :class:`huvm.topology.Topology`."""
+    return TopologyDoc.make(
+        nvml=topo.nvml, notes=list(topo.notes),
+        gpus=[TopologyGpu(index=g.index, uuid=g.uuid, name=g.name, memory_bytes=g.memory_bytes,
+                          pcie_mbyte_per_s=g.pcie_mbyte_per_s, nvml_index=g.nvml_index, pci_bus_id=g.pci_bus_id,
+                          pcie_gen=g.pcie_gen, pcie_width=g.pcie_width,
+                          nvlinks=[NvLinkState(link=n.link, active=n.active, remote_bus_id=n.remote_bus_id)
+                                   for n in g.nvlinks]) for g in topo.gpus],
+        links=[TopologyLink(gpu=a, peer=b, label=label, mbyte_per_s=mbps) for a, b, label, mbps in topo.links])
+
+
+def trace_info(info: Any) -> TraceInfoDoc:
+    """A :class:`huvm.traces.TraceInfo`."""
+    d = dict(info.to_dict())
+    d["trace_kind"] = d.pop("kind")
+    return TraceInfoDoc.make(**d)
+

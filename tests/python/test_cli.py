@@ -67,7 +67,8 @@ def test_topology(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(capsys, *SIM, "topology")
     assert rc == 0 and "NV2 50000" in out and "NVML unavailable" in out
     d = run_json(capsys, *SIM, "topology")
-    assert isinstance(d, dict) and d["nvml"] is False and len(d["gpus"]) == 4 and len(d["links"]) == 6
+    assert isinstance(d, dict) and d["kind"] == "topology" and d["nvml"] is False and len(d["gpus"]) == 4
+    assert len(d["links"]) == 6 and set(d["links"][0]) == {"gpu", "peer", "label", "mbyte_per_s"}
 
 
 def test_va_spaces(capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,14 +83,16 @@ def test_policy_show_set_preset(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and 'preset = "huvm"' in out and '[gpu.GPU-' in out
     d = run_json(capsys, *SIM, "policy", "set", "prefetch_chunks=8", "gpu.1.role=lender")
     assert isinstance(d, dict) and d["applied"] is True and d["preset"] == "custom"
-    assert {c["key"] for c in d["changes"]} == {"preset", "prefetch_chunks", "gpu.1.role"}
+    assert d["kind"] == "policy-change" and {c["key"] for c in d["changes"]} == {"preset", "prefetch_chunks",
+                                                                               "gpu.1.role"}
     d = run_json(capsys, *SIM, "policy", "set", "--dry-run", "prefetch_chunks=8")
     assert isinstance(d, dict) and d["applied"] is False
     d = run_json(capsys, *SIM, "policy", "preset", "stock")
     assert isinstance(d, dict) and d["preset"] == "stock"
     assert any(c["key"] == "gpu.0.role" and c["new"] == "none" for c in d["changes"])
     d = run_json(capsys, *SIM, "policy", "keys")
-    assert isinstance(d, list) and {k["key"] for k in d} >= {"prefetch_chunks", "gpu.N.role"}
+    assert isinstance(d, dict) and d["kind"] == "policy-keys"
+    assert {k["key"] for k in d["keys"]} >= {"prefetch_chunks", "gpu.N.role"}
 
 
 def test_policy_save_diff_apply(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -97,12 +100,12 @@ def test_policy_save_diff_apply(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     rc, _, _ = run(capsys, *SIM, "policy", "save", str(saved))
     assert rc == 0 and saved.is_file()
     d = run_json(capsys, *SIM, "policy", "diff", str(saved))
-    assert d == []
+    assert d == {"schema_version": 1, "kind": "policy-diff", "file": str(saved), "changes": []}
     tuned = tmp_path / "tuned.toml"
     tuned.write_text('preset = "huvm-atc22"\nprefetch_chunks = 8\n[gpu.0]\nrole = "harvester"\n')
     d = run_json(capsys, *SIM, "policy", "diff", str(tuned))
-    assert isinstance(d, list)
-    keys = {c["key"] for c in d}
+    assert isinstance(d, dict)
+    keys = {c["key"] for c in d["changes"]}
     assert {"prefetch_chunks", "peer_select", "gpu.0.role"} <= keys
     d = run_json(capsys, *SIM, "policy", "apply", str(tuned))
     assert isinstance(d, dict) and d["applied"] and d["preset"] == "custom"
@@ -187,7 +190,9 @@ def test_stats(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_sim_presets(capsys: pytest.CaptureFixture[str]) -> None:
     d = run_json(capsys, "sim", "presets")
-    assert isinstance(d, list) and "aws-p3.8xlarge" in {r["name"] for r in d}
+    assert isinstance(d, dict) and d["kind"] == "sim-presets"
+    p3 = next(r for r in d["presets"] if r["name"] == "aws-p3.8xlarge")
+    assert p3["gpu_count"] == 4 and p3["memory_bytes"] == 16 << 30 and "p3.8xlarge" in p3["aliases"]
 
 
 SMALL = """
@@ -218,7 +223,7 @@ def test_sim_run_and_experiment_run(capsys: pytest.CaptureFixture[str], tmp_path
     assert rc == 0 and "stock" in out and "huvm-atc22" in out and "ideal" in out and "x ideal" in out
     assert not (tmp_path / "out").exists()
     d = run_json(capsys, "experiment", "run", str(f), "--out", str(tmp_path / "out"))
-    assert isinstance(d, dict)
+    assert isinstance(d, dict) and d["kind"] == "experiment"
     assert [r["policy"] for r in d["results"]] == ["stock", "huvm-atc22", "huvm", "ideal"]
     assert str(tmp_path / "out" / "report.md") in d["files"]
     rc, out, _ = run(capsys, "experiment", "run", str(f), "--out", str(tmp_path / "out2"), "--no-progress")
@@ -234,7 +239,7 @@ def test_experiment_file_error(capsys: pytest.CaptureFixture[str], tmp_path: Pat
 
 def test_trace_info(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     d = run_json(capsys, "trace", "info", "bundled:llama-tiny")
-    assert isinstance(d, dict) and d["n_ops"] > 0 and d["peak_live_bytes"] > 0
+    assert isinstance(d, dict) and d["kind"] == "trace-info" and d["n_ops"] > 0 and d["peak_live_bytes"] > 0
     rc, out, _ = run(capsys, "trace", "info", "bundled:llama-tiny")
     assert rc == 0 and "peak live" in out
     rc, out, err = run(capsys, "trace", "info", "bundled:nope")
@@ -250,7 +255,7 @@ def test_trace_gen(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rc, out, err = run(capsys, "trace", "gen", "lender-idle", str(out_dir), "--seconds", "1", "--no-progress")
     assert rc == 0, err
     d = run_json(capsys, "trace", "info", str(out_dir))
-    assert isinstance(d, dict) and d["kind"]
+    assert isinstance(d, dict) and d["trace_kind"] == "lender"
 
 
 def test_export(tmp_path: Path) -> None:
@@ -352,7 +357,8 @@ def test_watch(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     rc, out, _ = run(capsys, "watch", "--device", str(dev), "--timeout", "0.01", "--json")
     events = [json.loads(line) for line in out.splitlines()]
     assert rc == 0
-    assert [(e["kind"], e["action"]) for e in events] == [("module", "add"), ("device", "add"),
+    assert {e["kind"] for e in events} == {"watch-event"}
+    assert [(e["source"], e["action"]) for e in events] == [("module", "add"), ("device", "add"),
                                                           ("module", "remove"), ("device", "remove")]
 
 

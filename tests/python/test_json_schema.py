@@ -1,22 +1,39 @@
-"""huvmctl's --json output against its one JSON schema (huvm.jsonout): every document of every verb that
-has one validates, with schema_version, sizes as integers in bytes, objects not arrays, named GPU lists,
-flags and reasons."""
+"""huvmctl's --json output against its one JSON schema (huvm.jsonout): every document of every verb
+validates against the published JSON Schema (jsonschema) and the models, with schema_version, sizes as
+integers in bytes, objects not arrays, named GPU lists, flags and reasons; no verb prints JSON any other
+way."""
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from huvm import jsonout
 from huvm.cli import main
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 SIM = ("--sim",)
 EXAMPLE = str(Path(jsonout.__file__).parent / "examples" / "consolidation.toml")
-ANY_DOC: Any = TypeAdapter(jsonout.StatusDoc | jsonout.PolicyShowDoc | jsonout.StatsDoc  # type: ignore[operator]
-                           | jsonout.StatsIntervalDoc | jsonout.VaSpacesDoc)
+CLI = Path(jsonout.__file__).parent / "cli"
+SMALL = """[experiment]
+policies = ["stock", "huvm"]
+ideal = false
+[node]
+preset = "aws-p3.8xlarge"
+gpu_count = 2
+gpu_memory_bytes = "3GiB"
+[[tenant]]
+gpu = 0
+trace = "bundled:bfs-small"
+[[tenant]]
+gpu = 1
+trace = "bundled:lender-idle"
+steps = 0
+"""
 
 
 def docs(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
@@ -30,13 +47,8 @@ def docs(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]
 
 def validate(doc: dict[str, Any]) -> None:
     """Against the JSON Schema (jsonschema when installed), and always against the models it comes from."""
-    try:
-        import jsonschema
-    except ImportError:
-        jsonschema = None
-    if jsonschema is not None:
-        jsonschema.validate(doc, jsonout.json_schema())
-    ANY_DOC.validate_python(doc, strict=True)
+    jsonschema.validate(doc, jsonout.json_schema())
+    jsonout.validate(doc)
 
 
 @pytest.mark.parametrize(
@@ -48,10 +60,24 @@ def validate(doc: dict[str, Any]) -> None:
         ((*SIM, "--sim-config", EXAMPLE, "stats"), "stats"),
         ((*SIM, "--sim-config", EXAMPLE, "stats", "0.01", "2"), "stats-interval"),
         ((*SIM, "va-spaces"), "va-spaces"),
+        ((*SIM, "topology"), "topology"),
+        ((*SIM, "policy", "set", "prefetch_chunks=8", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB"), "policy-change"),
+        ((*SIM, "policy", "preset", "stock", "--dry-run"), "policy-change"),
+        ((*SIM, "policy", "apply", "{policy}"), "policy-change"),
+        ((*SIM, "policy", "diff", "{policy}"), "policy-diff"),
+        (("policy", "keys"), "policy-keys"),
+        (("sim", "presets"), "sim-presets"),
+        (("sim", "run", "{experiment}"), "experiment"),
+        (("experiment", "run", "{experiment}", "--out", "{out}"), "experiment"),
+        (("trace", "info", "bundled:bfs-small"), "trace-info"),
     ],
 )
-def test_documents_follow_the_schema(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], kind: str) -> None:
-    out = docs(capsys, *argv)
+def test_documents_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: tuple[str, ...],
+                                     kind: str) -> None:
+    (tmp_path / "p.toml").write_text('preset = "huvm-atc22"\n[gpu.1]\nrole = "lender"\nlend_limit = "4GiB"\n')
+    (tmp_path / "e.toml").write_text(SMALL)
+    files = {"policy": str(tmp_path / "p.toml"), "experiment": str(tmp_path / "e.toml"), "out": str(tmp_path / "o")}
+    out = docs(capsys, *(a.format(**files) for a in argv))
     assert out
     for doc in out:
         assert doc["schema_version"] == jsonout.SCHEMA_VERSION and doc["kind"] == kind
@@ -74,12 +100,21 @@ def test_a_wrong_document_is_refused() -> None:
     good = {"schema_version": 1, "kind": "va-spaces",
             "va_spaces": [{"id": 1, "pid": 2, "uid": 0, "comm": "python", "gpus": [0, 1], "counters": {}}]}
     validate(good)
+    change = {"schema_version": 1, "kind": "policy-diff", "file": "p.toml",
+              "changes": [{"key": "gpu.1.lend_limit_bytes", "old": None, "new": 8 << 30}]}
+    validate(change)
+    schema = jsonout.json_schema()
     for bad in ({**good, "schema_version": 2},
                 {k: v for k, v in good.items() if k != "schema_version"},
+                {**good, "kind": "va_spaces"},
                 {**good, "va_spaces": [{**good["va_spaces"][0], "gpus": 3}]},          # a bitmask
-                {**good, "va_spaces": [[1, 2, 0, "python", [0], {}]]}):                 # positional
-        with pytest.raises((ValidationError, Exception)):
-            validate(bad)
+                {**good, "va_spaces": [[1, 2, 0, "python", [0], {}]]},                 # positional
+                {**change, "changes": [["gpu.1.lend_limit_bytes", None, 8 << 30]]},   # positional
+                {**change, "changes": [{"key": "x", "old": None, "new": [8, "GiB"]}]}):  # not a plain value
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+        with pytest.raises(ValidationError):
+            jsonout.validate(bad)
 
 
 def test_json_schema_is_published() -> None:
@@ -88,3 +123,46 @@ def test_json_schema_is_published() -> None:
     assert "schema_version" in text and "host_reason_chunks" in text and "lend_limit_bytes" in text
     doc = (Path(__file__).resolve().parents[2] / "docs" / "pyctl.md").read_text()
     assert "schema_version" in doc and "huvm.jsonout" in doc
+
+
+def test_watch_events_follow_the_schema(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                        tmp_path: Path) -> None:
+    import huvm.watch
+    from huvm.watch import Event
+
+    def events(self: object, timeout: float | None = None) -> Any:
+        yield Event("module", "add", "nvidia_uvm")
+        yield Event("device", "remove", str(tmp_path / "nvidia-uvm"))
+
+    monkeypatch.setattr(huvm.watch.Watcher, "events", events)
+    out = docs(capsys, "watch", "--device", str(tmp_path / "nvidia-uvm"), "--timeout", "0.01")
+    assert [(d["kind"], d["source"], d["action"]) for d in out] == [("watch-event", "module", "add"),
+                                                                     ("watch-event", "device", "remove")]
+    for doc in out:
+        validate(doc)
+
+
+def test_policy_changes_carry_typed_values(capsys: pytest.CaptureFixture[str]) -> None:
+    (doc,) = docs(capsys, *SIM, "policy", "set", "--dry-run", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
+                  "nvlink_only=false")
+    changes = {c["key"]: (c["old"], c["new"]) for c in doc["changes"]}
+    assert changes["gpu.1.lend_limit_bytes"] == (None, 8 << 30)  # unlimited -> 8 GiB, in bytes
+    assert changes["gpu.1.role"][1] == "lender" and changes["nvlink_only"] == (True, False)
+    (keys,) = docs(capsys, "policy", "keys")
+    by_key = {k["key"]: k for k in keys["keys"]}
+    assert by_key["gpu.N.lend_limit"]["type"] == "size" and by_key["gpu.N.lend_limit"]["max"] is None
+    assert by_key["preevict_chunks"]["max"] == jsonout.abi.lib.HUVM_PREEVICT_MAX_CHUNKS
+
+
+def test_every_kind_is_tested_and_every_verb_prints_through_the_models() -> None:
+    """Each document kind appears in the cases above, and every print_json/print_jsonl of the CLI prints
+    jsonout.dump(...) of a model: no verb has JSON of its own."""
+    text = Path(__file__).read_text()
+    kinds = {cls.model_fields["kind"].json_schema_extra["const"] for cls in jsonout.DOCUMENTS}  # type: ignore[index]
+    assert {k for k in kinds if f'"{k}"' not in text} == set()
+    for path in CLI.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("print_json", "print_jsonl"):
+                arg = node.args[0]
+                assert isinstance(arg, ast.Call) and ast.unparse(arg.func) == "jsonout.dump", \
+                    f"{path.name}:{node.lineno}: {ast.unparse(node)}"

@@ -95,7 +95,7 @@ def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_missing_device_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     missing = tmp_path / "nvidia-uvm"
-    assert main(["--backend", "kernel", "--device", str(missing)]) == 1
+    assert main(["--backend", "kernel", "--device", str(missing), "--no-wait"]) == 1  # (without it: waits)
     err = capsys.readouterr().err
     assert err.startswith("huvm-top: error: ") and str(missing) in err and err.count("\n") == 1
 

@@ -96,3 +96,23 @@ def test_cli_replay_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["--replay", "x.jsonl", "--sim"]) == 2
     assert main(["--fake", "--record", str(tmp_path / "no" / "dir.jsonl")]) == 1
     assert "cannot write the record" in capsys.readouterr().err
+
+
+def test_record_keeps_trace_events_and_replay_skips_them(tmp_path: Path) -> None:
+    from huvm_top.model import TraceEvent
+
+    path = tmp_path / "run.jsonl"
+    fake = FakeSource()
+    rec = Recorder(path)
+    rec.header(fake.open(), fake.get_policy())
+    snaps = [fake.snapshot()]
+    rec.add(snaps[0])
+    rec.add_events([TraceEvent(5, "evict", 0, 2, 5, 2097152, 0x1000), TraceEvent(6, "fetch", 1, 2, 0, 4096, 0)])
+    snaps.append(fake.snapshot())
+    rec.add(snaps[1])
+    rec.close()
+    ev = [json.loads(line) for line in path.read_text().splitlines() if '"ev"' in line]
+    assert rec.events == 2 and ev == [{"ev": [[5, "evict", 0, 2, 5, 2097152, 4096], [6, "fetch", 1, 2, 0, 4096, 0]]}]
+    replay = ReplaySource(path)
+    replay.open()
+    assert replay.snapshots == snaps

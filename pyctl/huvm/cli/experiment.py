@@ -54,11 +54,13 @@ def _run(args: argparse.Namespace, outdir: Path | None) -> int:
         bar.update(task, completed=len(planned))
     elapsed = time.monotonic() - t0
     if args.json:
+        from .. import jsonout
         from ..experiment.output import summary_dict
 
         d = summary_dict(res)
-        d["files"] = [str(f) for f in files]
-        print_json(d)
+        print_json(jsonout.dump(jsonout.ExperimentDoc.make(
+            experiment=d["experiment"], node=d["node"], sweep_key=d["sweep_key"], results=d["results"],
+            tenants=d["tenants"], notes=d["notes"], files=[str(f) for f in files])))
         return 0
     for table in experiment.rich_tables(res):
         out.print(table)
@@ -80,22 +82,25 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_presets(args: argparse.Namespace) -> int:
+    from .. import jsonout
     from ..sim.config import PRESET_ALIASES, PRESETS
+    from ..units import format_size
 
-    rows: list[dict[str, Any]] = [{"name": n, "gpus": len(c.gpus), "gpu": c.gpus[0].name.split(" #")[0],
-             "memory_gib": c.gpus[0].memory_bytes / 2**30, "nvswitch": c.nvswitch,
-             "aliases": [a for a, t in PRESET_ALIASES.items() if t == n], "source": c.source}
-            for n, c in PRESETS.items()]
+    doc = jsonout.SimPresetsDoc.make(presets=[
+        jsonout.SimPreset(name=n, gpu_count=len(c.gpus), gpu_name=c.gpus[0].name.split(" #")[0],
+                          memory_bytes=c.gpus[0].memory_bytes, nvswitch=c.nvswitch,
+                          aliases=[a for a, t in PRESET_ALIASES.items() if t == n], source=c.source)
+        for n, c in PRESETS.items()])
     if args.json:
-        print_json(rows)
+        print_json(jsonout.dump(doc))
         return 0
     from rich.table import Table
 
     t = Table(title="Simulated node presets", title_justify="left")
     for col in ("name", "gpus", "gpu", "memory", "aliases"):
         t.add_column(col)
-    for r in rows:
-        t.add_row(r["name"], str(r["gpus"]), r["gpu"], f"{r['memory_gib']:.0f} GiB", ", ".join(r["aliases"]))
+    for r in doc.presets:
+        t.add_row(r.name, str(r.gpu_count), r.gpu_name, format_size(r.memory_bytes), ", ".join(r.aliases))
     out.print(t)
     return 0
 

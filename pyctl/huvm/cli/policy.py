@@ -14,8 +14,9 @@ def _report(node: Node, before: Policy, after: Policy, args: argparse.Namespace,
     info = node.info()
     changes = before.diff(after, info)
     if args.json:
-        print_json({"applied": applied, "generation": after.generation, "preset": after.preset_name,
-                    "changes": [{"key": k, "old": a, "new": b} for k, a, b in changes]})
+        print_json(jsonout.dump(jsonout.PolicyChangeDoc.make(
+            applied=applied, generation=after.generation, preset=after.preset_name,
+            changes=jsonout.changes(before, after, info))))
         return 0
     out.print(render.diff_table(changes, "before", "after" if applied else "would be"))
     if applied:
@@ -68,11 +69,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
         info = node.info()
         pf = policyfile.load(args.file, info)
         before, new = node.plan(pf.settings, preset=pf.preset, info=info)
-        changes = before.diff(new, info)
         if args.json:
-            print_json([{"key": k, "current": a, "file": b} for k, a, b in changes])
+            print_json(jsonout.dump(jsonout.PolicyDiffDoc.make(file=args.file,
+                                                               changes=jsonout.changes(before, new, info))))
         else:
-            out.print(render.diff_table(changes, "current", args.file))
+            out.print(render.diff_table(before.diff(new, info), "current", args.file))
         return 0
 
 
@@ -85,10 +86,10 @@ def cmd_save(args: argparse.Namespace) -> int:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    keys = describe_keys()
     if args.json:
-        print_json(keys)
+        print_json(jsonout.dump(jsonout.policy_keys()))
         return 0
+    keys = describe_keys()
     from rich.table import Table
 
     t = Table(title="Policy keys (presets: " + ", ".join(preset_names()) + ")", title_justify="left")

@@ -31,7 +31,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
         info = node.info()
         topo = discover(info)
         if args.json:
-            print_json(topo.to_dict())
+            print_json(jsonout.dump(jsonout.topology(topo)))
             return 0
         out.print(render.topology_table(topo))
         out.print(render.links_table(info))

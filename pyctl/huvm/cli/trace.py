@@ -28,7 +28,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: {exc.strerror or exc}") from None
     if args.json:
-        print_json(info.to_dict())
+        from .. import jsonout
+
+        print_json(jsonout.dump(jsonout.trace_info(info)))
     else:
         traces.print_info(info)
     return 0

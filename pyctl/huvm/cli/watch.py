@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .. import argtypes
+from .. import argtypes, jsonout
 from .common import out, print_jsonl
 
 
@@ -21,7 +21,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     try:
         for ev in w.events(timeout=args.timeout):
             if args.json:
-                print_jsonl({"time": time.time(), "kind": ev.kind, "action": ev.action, "name": ev.name})
+                print_jsonl(jsonout.dump(jsonout.WatchEventDoc.make(unix_time_s=time.time(), source=ev.kind,
+                                                                     action=ev.action, name=ev.name)))
             else:
                 out.print(f"{time.strftime('%H:%M:%S')} {ev.kind} {ev.action}: {ev.name}")
     except KeyboardInterrupt:

@@ -1,6 +1,7 @@
 """Simulator speed (``make bench-sim``; run it pinned to one core: ``taskset -c 0``).
 
-1. Chunk-touch events per second of the C model, on an oversubscribed harvester (faults, evictions to a
+1. Chunk-touch events per second of the C model, and faults (touches that need the paging model: a
+   migration, an eviction, a populate) per second, on an oversubscribed harvester (faults, evictions to a
    peer and host, prefetch) and on a resident workload (the fast path).
 2. Wall time to simulate one training step of a Llama-7B-sized trace on every GPU of an 8-GPU HGX H100 node
    (each GPU oversubscribed: 8 harvesters), and with one harvester and seven lenders. The recorded trace
@@ -39,8 +40,10 @@ def _load_llama(path: str | None, gpu_preset: str) -> tuple[Any, str]:
 
 
 def _line(label: str, res: SimResult) -> str:
-    return (f"  {label:<44} {res.touches:>10,} touches  {res.wall_s * 1e3:8.1f} ms wall  "
-            f"{res.touches_per_s / 1e6:6.2f} M touches/s")
+    faults = sum(t.faults for t in res.tenants)
+    fps = faults / res.wall_s if res.wall_s > 0 else float("inf")
+    return (f"  {label:<44} {res.touches:>10,} touches  {faults:>9,} faults  {res.wall_s * 1e3:8.1f} ms wall  "
+            f"{res.touches_per_s / 1e6:6.2f} M touches/s  {fps / 1e6:6.2f} M faults/s")
 
 
 def main(argv: list[str] | None = None) -> int:
