@@ -234,7 +234,9 @@ printf '%s\n' "$softgpu_pytest_args" > "$ird/softgpu-pytest.args"
 # ---- 3. boot ----
 # The softgpu phase: one pci-testdev (1b36:0005, no Linux driver) per emulated GPU, the pci_dev that
 # huvm-softgpu binds and hands to UVM for the DMA API; no vIOMMU (DMA address == guest physical). The
-# framebuffers are vmalloc'd guest RAM: VM_MEM leaves 1.5 GiB beside them.
+# framebuffers are vmalloc'd guest RAM: VM_MEM leaves 1.5 GiB beside them. slab_nomerge: every slab cache
+# counts its own objects (Debian merges caches of equal size), so a module's caches can be counted, and the
+# kernel checks each one for objects left when the module destroys it at unload.
 devs=()
 if has_phase softgpu; then
     for _ in $(seq "$gpus"); do devs+=(-device pci-testdev); done
@@ -262,7 +264,7 @@ timeout --kill-after=5 "$timeout_s" qemu-system-x86_64 \
     -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
     -fsdev local,id=results,path="$out",security_model=none,multidevs=remap \
     -device virtio-9p-pci,fsdev=results,mount_tag=results \
-    -append "console=ttyS0 loglevel=4 printk.time=1 log_buf_len=4M panic=-1 oops=panic panic_on_warn=1 preempt=full quiet" \
+    -append "console=ttyS0 loglevel=4 printk.time=1 log_buf_len=4M panic=-1 oops=panic panic_on_warn=1 preempt=full slab_nomerge quiet" \
     < /dev/null 2>&1 | tee "$out/console.log"
 qrc=${PIPESTATUS[0]}
 set -e

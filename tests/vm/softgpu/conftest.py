@@ -27,11 +27,13 @@ if not IN_GUEST:
 elif not os.environ.get("HUVM_UVM_VARIANT", "").startswith("patched"):
     # huvm's scenarios need the patched module: on NVIDIA's stock module they are not test cases at all (a
     # skipped qemu test fails CI), and the session summary says they were not run.
-    collect_ignore = ["test_huvm_scenarios.py"]
+    collect_ignore = ["test_huvm_scenarios.py", "test_huvm_lifecycle.py"]
 
 
-#: the files in the order they run: each builds on what the previous one proved
-ORDER = ("test_builtin.py", "test_roundtrip.py", "test_oversub.py", "test_huvm_scenarios.py")
+#: the files in the order they run: each builds on what the previous one proved. test_huvm_lifecycle.py
+#: is last: its final tests close every session-scoped fixture and unload/reload the modules.
+ORDER = ("test_builtin.py", "test_roundtrip.py", "test_oversub.py", "test_huvm_scenarios.py",
+         "test_huvm_lifecycle.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -49,6 +51,7 @@ def sg() -> Iterator[Any]:
     from huvm import softgpu
 
     dev = softgpu.SoftGpu.open()
+    sglib.hold("sg", dev.close)
     try:
         gpus = dev.info().gpus
         if sglib.GPUS_EXPECTED:
@@ -64,19 +67,21 @@ def sg() -> Iterator[Any]:
                   + " ".join(f"{ln.peer}:{ln.type}x{ln.count}" for ln in g.links if ln.type != "none"))
         yield dev
     finally:
-        dev.close()
+        sglib.drop("sg")
 
 
 @pytest.fixture(scope="session")
 def uvm_cpu() -> Iterator[Any]:
     """An initialised UVM file with no GPU: the pure-CPU built-in tests (stage 1)."""
+    import sglib
     from huvm import uvm
 
     u = uvm.Uvm.open()
+    sglib.hold("uvm_cpu", u.close)
     try:
         yield u
     finally:
-        u.close()
+        sglib.drop("uvm_cpu")
 
 
 @pytest.fixture(scope="session")
@@ -85,10 +90,11 @@ def uvm_gpus(sg: Any) -> Iterator[Any]:
     import sglib
 
     s = sglib.open_session(sg, va_spaces=False)
+    sglib.hold("uvm_gpus", lambda: sglib.close_session(s))
     try:
         yield s
     finally:
-        sglib.close_session(s)
+        sglib.drop("uvm_gpus")
 
 
 @pytest.fixture(scope="session")
@@ -98,10 +104,11 @@ def session(sg: Any) -> Iterator[Any]:
     import sglib
 
     s = sglib.open_session(sg, va_spaces=True)
+    sglib.hold("session", lambda: sglib.close_session(s))
     try:
         yield s
     finally:
-        sglib.close_session(s)
+        sglib.drop("session")
 
 
 @pytest.fixture

@@ -52,6 +52,9 @@ class Session:
     va_spaces: list[softgpu.VaSpace] = field(default_factory=list)
     channels: list[softgpu.Channel] = field(default_factory=list)
     peers_enabled: list[tuple[int, int]] = field(default_factory=list)
+    #: GPUs unregistered from the VA space by a test (UVM_UNREGISTER_GPU took their GPU VA space and
+    #: channel with them): close_session skips their unregister calls
+    gone: set[int] = field(default_factory=set)
 
     @property
     def client(self) -> int:
@@ -68,10 +71,14 @@ class Session:
         return out
 
 
-def open_session(sg: softgpu.SoftGpu, *, va_spaces: bool) -> Session:
-    """Build a Session step by step; a failing step raises naming itself (the GPU, the call)."""
+def open_session(sg: softgpu.SoftGpu, *, va_spaces: bool, count: int | None = None) -> Session:
+    """Build a Session step by step (with the first ``count`` GPUs, default all); a failing step raises
+    naming itself (the GPU, the call)."""
+    gpus = sg.gpus if count is None else sg.gpus[:count]
+    if not gpus:
+        raise errors.UsageError(f"open_session: no GPU to register (count={count}, {len(sg.gpus)} GPUs)")
     u = uvm.Uvm.open()
-    s = Session(sg, u, sg.gpus)
+    s = Session(sg, u, gpus)
     client = sg.client
     try:
         for g in s.gpus:
@@ -107,13 +114,17 @@ def close_session(s: Session) -> None:
 
     u, client = s.uvm, s.client
     for g, chan in zip(s.gpus, s.channels, strict=False):
-        attempt(f"UVM_UNREGISTER_CHANNEL {g.name}", partial(u.unregister_channel, g, client, chan.handle))
+        if g.index not in s.gone:
+            attempt(f"UVM_UNREGISTER_CHANNEL {g.name}", partial(u.unregister_channel, g, client, chan.handle))
     for g in s.gpus[: len(s.va_spaces)]:
-        attempt(f"UVM_UNREGISTER_GPU_VASPACE {g.name}", partial(u.unregister_gpu_va_space, g))
+        if g.index not in s.gone:
+            attempt(f"UVM_UNREGISTER_GPU_VASPACE {g.name}", partial(u.unregister_gpu_va_space, g))
     for a, b in s.peers_enabled:
-        attempt(f"UVM_DISABLE_PEER_ACCESS {a} <-> {b}", partial(u.disable_peer_access, s.gpus[a], s.gpus[b]))
+        if a not in s.gone and b not in s.gone:
+            attempt(f"UVM_DISABLE_PEER_ACCESS {a} <-> {b}", partial(u.disable_peer_access, s.gpus[a], s.gpus[b]))
     for g in s.gpus:
-        attempt(f"UVM_UNREGISTER_GPU {g.name}", partial(u.unregister_gpu, g))
+        if g.index not in s.gone:
+            attempt(f"UVM_UNREGISTER_GPU {g.name}", partial(u.unregister_gpu, g))
     u.close()
     objects: list[softgpu.Channel | softgpu.VaSpace] = [*s.channels, *s.va_spaces]
     for obj in objects:
@@ -127,6 +138,43 @@ def _step(what: str, fn: Callable[[], Any]) -> Any:
         return fn()
     except errors.HuvmError as exc:
         raise errors.HuvmError(f"session setup: {what}: {exc}", status=exc.status, command=exc.command) from exc
+
+
+# ---- what the session-scoped fixtures hold open -----------------------------------------------------------
+
+#: name -> close function of what the session-scoped fixtures (conftest.py) opened, in opening order. A test
+#: that unloads the modules (test_huvm_lifecycle.py) closes them all first (release_fixtures); the fixtures'
+#: own teardown then finds nothing left to close.
+_FIXTURE_HANDLES: dict[str, Callable[[], None]] = {}
+
+
+def hold(name: str, close: Callable[[], None]) -> None:
+    """Remember a session-scoped fixture's open handle and how to close it."""
+    _FIXTURE_HANDLES[name] = close
+
+
+def drop(name: str) -> None:
+    """Close a fixture's handle if it is still open (a fixture's teardown; closes at most once)."""
+    close = _FIXTURE_HANDLES.pop(name, None)
+    if close is not None:
+        close()
+
+
+def release_fixtures() -> list[str]:
+    """Close everything the session-scoped fixtures hold, newest first (a UVM session before the softgpu
+    client its objects belong to), so that nvidia-uvm and huvm-softgpu can be unloaded. Every handle is
+    closed; failures are raised together at the end. Returns the names closed. Tests that need those
+    fixtures cannot run after this in the same pytest session."""
+    names = list(reversed(_FIXTURE_HANDLES))
+    failures = []
+    for name in names:
+        try:
+            drop(name)
+        except errors.HuvmError as exc:
+            failures.append(f"{name}: {exc}")
+    if failures:
+        raise errors.HuvmError("closing the fixtures' handles: " + "; ".join(failures))
+    return names
 
 
 # ---- data ---------------------------------------------------------------------------------------------------
@@ -178,6 +226,30 @@ def same_bytes(region: uvm.ManagedRegion, expected: np.ndarray[Any, Any]) -> tup
     return (diff.size == 0), (int(diff[0]) if diff.size else -1)
 
 
+def blocks_by_place(s: Session, base: int, size: int) -> tuple[dict[str, int], list[str]]:
+    """Every 2 MiB block of [base, base + size) classified by where its first and last pages are resident:
+    'cpu', 'GPU<n>' or 'mixed'/'nowhere'/'GPUa+GPUb' (those also listed, one line each, in the second
+    value)."""
+    names = {g.uuid: f"GPU{g.index}" for g in s.gpus}
+    names[uvm.cpu_uuid()] = "cpu"
+    counts: dict[str, int] = {}
+    odd: list[str] = []
+    for off in range(0, size, CHUNK):
+        places = set()
+        for page in (off, off + CHUNK - PAGE):
+            r = s.uvm.va_residency_info(base + page)
+            places.add(tuple(sorted(names.get(u, "?") for u in r.resident_on)))
+        if len(places) == 1:
+            (where,) = places
+            key = where[0] if len(where) == 1 else "+".join(where) or "nowhere"
+        else:
+            key = "mixed"
+        if key in ("mixed", "nowhere") or "+" in key:
+            odd.append(f"+{off >> 20} MiB: {sorted(places)}")
+        counts[key] = counts.get(key, 0) + 1
+    return counts, odd
+
+
 def sample_offsets(size: int) -> list[int]:
     """Pages to check residency of: the first and the last page of every 2 MiB block."""
     out: list[int] = []
@@ -198,6 +270,61 @@ def resident_exactly_on(u: uvm.Uvm, region: uvm.ManagedRegion, proc: uvm.Process
         if r.resident_on != (want,):
             bad.append(f"+0x{off:x}: {r.describe()}")
     return bad
+
+
+# ---- kernel memory (leak checks of the lifecycle scenarios) --------------------------------------------------
+
+def _quiesce() -> None:
+    """Drop the page/dentry/inode caches and shrink every slab cache (flushes the per-CPU slabs)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+    for cache in os.listdir("/sys/kernel/slab"):
+        try:
+            with open(f"/sys/kernel/slab/{cache}/shrink", "w") as f:
+                f.write("1")
+        except OSError:
+            pass
+
+
+def _slab_sample() -> dict[str, tuple[int, int]]:
+    _quiesce()
+    out: dict[str, tuple[int, int]] = {}
+    with open("/proc/slabinfo") as f:
+        for line in f.read().splitlines()[2:]:
+            fields = line.split()
+            out[fields[0]] = (int(fields[1]), int(fields[4]))
+    return out
+
+
+def slabs() -> dict[str, tuple[int, int]]:
+    """cache -> (active objects, objects per slab): the least of three samples after dropping caches and
+    shrinking every cache (transient references only add objects, so the minimum is the steady state).
+    The Debian kernel merges slab caches (SLAB_MERGE_DEFAULT): nvidia-uvm's caches count in the caches
+    they are merged into."""
+    samples = []
+    for _ in range(3):
+        samples.append(_slab_sample())
+        time.sleep(0.3)
+    return {k: (min(sm[k][0] for sm in samples if k in sm), v[1]) for k, v in samples[-1].items()}
+
+
+def slab_growth(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], floor: int,
+                ignore: frozenset[str] = frozenset()) -> dict[str, int]:
+    """Caches that grew by more than max(floor, one slab) objects from before to after."""
+    grown = {}
+    for name, (n, per_slab) in after.items():
+        if name in ignore:
+            continue
+        d = n - before.get(name, (0, 0))[0]
+        if d > max(floor, per_slab):
+            grown[name] = d
+    return grown
+
+
+def vmalloc_areas() -> int:
+    with open("/proc/vmallocinfo") as f:
+        return sum(1 for _ in f)
 
 
 # ---- timing and the result tables ------------------------------------------------------------------------
