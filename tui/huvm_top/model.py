@@ -64,6 +64,7 @@ class GpuPolicy:
     role: int
     lend_limit_bytes: int
     lend_reserve_bytes: int
+    flags: int = 0  # HUVM_GPU_POLICY_* (set by presets; not edited here)
 
 
 @dataclass
@@ -78,7 +79,7 @@ class PolicyState:
         return PolicyState(
             self.generation,
             dict(self.node),
-            [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes) for g in self.gpus],
+            [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, g.flags) for g in self.gpus],
         )
 
 

@@ -80,16 +80,12 @@ def snapshot(stats: StatsSnapshot, info: HuvmNodeInfo | None, va_spaces: tuple[V
 
 def to_state(p: hp.Policy) -> PolicyState:
     node = {"preset": p.preset, **{hp.KEYS[k].field: int(getattr(p, hp.KEYS[k].field)) for k in hp.NODE_KEYS}}
-    gpus = [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes) for g in p.gpus]
+    gpus = [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, g.flags) for g in p.gpus]
     return PolicyState(p.generation, node, gpus)
 
 
 def to_policy(s: PolicyState, base: hp.Policy | None = None) -> hp.Policy:
-    flags = {g.uuid.lower(): g.flags for g in base.gpus} if base is not None else {}
-    gpus = tuple(
-        hp.GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, flags.get(g.uuid.lower(), 0))
-        for g in s.gpus
-    )
+    gpus = tuple(hp.GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, g.flags) for g in s.gpus)
     fields = {hp.KEYS[k].field: s.node[hp.KEYS[k].field] for k in hp.NODE_KEYS if hp.KEYS[k].field in s.node}
     return hp.Policy(s.generation, s.node.get("preset", 0), gpus=gpus, **fields)
 

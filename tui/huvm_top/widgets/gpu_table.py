@@ -34,7 +34,16 @@ COLUMNS: tuple[str, ...] = (
     "prefetch_to_peer",
 )
 
-NAME_WIDTH = 14  # longer names are cut (the index column identifies the GPU)
+NAME_WIDTH = 14  # longer names are cut (the index column identifies the GPU; the detail view has it whole)
+
+
+def short_name(name: str, width: int = NAME_WIDTH) -> str:
+    """A GPU's name for the table: without the vendor word ("Tesla V100-SXM2-16GB" -> "V100-SXM2-16GB"),
+    cut to width with an ellipsis."""
+    for vendor in ("NVIDIA ", "Tesla "):
+        if name.startswith(vendor) and len(name) > len(vendor):
+            name = name[len(vendor):]
+    return name if len(name) <= width else name[: width - 1] + "\u2026"
 BAR_WIDTH = 10
 
 
@@ -51,7 +60,7 @@ def memory_bar(own: int, lent: int, total: int, width: int = BAR_WIDTH) -> Text:
     free_cells = width - own_cells - lent_cells
     used = max(own, 0) + max(lent, 0)
     bar = Text()
-    bar.append("\u2588" * own_cells, style="bold dodger_blue1")
+    bar.append("\u2588" * own_cells, style="bold green3")
     bar.append("\u2588" * lent_cells, style="bold orange1")
     bar.append("\u00b7" * free_cells, style="grey50")
     bar.append(f" {min(100, round(100 * used / total)):>3}%")
@@ -69,11 +78,19 @@ class GpuTable(DataTable[str | Text]):
     keys (``lent_bytes``, ``harvested_bytes``, the rates)."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, zebra_stripes=True, cursor_type="row")
+        # the cursor row keeps the bar's colours (its cells' own styles win over the cursor's foreground)
+        super().__init__(id=id, zebra_stripes=True, cursor_type="row", cursor_foreground_priority="renderable")
         self.metrics: tuple[Metric, ...] = tuple(gpu_metric(k) for k in COLUMNS)
         self._info: NodeInfo | None = None
 
+    def on_focus(self) -> None:
+        self.show_cursor = True
+
+    def on_blur(self) -> None:
+        self.show_cursor = False  # unfocused, no row hides its memory bar under the cursor
+
     def on_mount(self) -> None:
+        self.show_cursor = self.has_focus
         self.add_column(right("gpu"), key="gpu")
         self.add_column("name", key="name")
         self.add_column("memory", key="memory")
@@ -86,7 +103,7 @@ class GpuTable(DataTable[str | Text]):
         self._info = info
         self.clear()
         for g in info.gpus:
-            name = g.name if len(g.name) <= NAME_WIDTH else g.name[: NAME_WIDTH - 1] + "\u2026"
+            name = short_name(g.name)
             cells: list[str | Text] = [right(str(g.index)), name if g.present else f"{name} (gone)",
                                        right(fmt.nbytes(g.memory_bytes))]
             cells += [right("-")] * (len(HEADLINE) + len(self.metrics))
