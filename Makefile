@@ -25,7 +25,7 @@ help:
 	@echo "  demo           set up and run the example consolidation experiment (simulated node)"
 	@echo "  test           all tests (C core, Python, module build, sparse, qemu test bed)"
 	@echo "  source patch module check-kernel load unload dkms-install dkms-remove refresh-patches"
-	@echo "  vm-test bench traces lint"
+	@echo "  vm-test bench eval traces lint"
 
 # System packages (Debian); a no-op when everything is present.
 deps:
