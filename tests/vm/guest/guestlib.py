@@ -59,6 +59,18 @@ def set_node(node: Any, gpu_count: int = GPUS, memory: int = MEMORY, free: int =
     return node.call(lib.HUVM_IOCTL_TEST_SET_NODE, node_params(gpu_count, memory, free))
 
 
+def build_busy_node() -> None:
+    """Root's set-up for the unprivileged suite (test commands need CAP_SYS_ADMIN): a GPUS-GPU node
+    with 6 evictions and 2 faults on GPU 0, left in place for the unprivileged process to read."""
+    node = open_node()
+    try:
+        set_node(node)
+        event(node, lib.HUVM_TEST_EVENT_EVICT, 0, 6)
+        event(node, lib.HUVM_TEST_EVENT_FAULT, 0, 2)
+    finally:
+        node.close()
+
+
 def get_policy(node: Any) -> Any:
     """GET_POLICY as an owning ``huvm_policy_t *``. (A struct field of a cdata, like ``params.policy``, does
     not keep its owner alive: ``node.call(...).policy`` would point into freed memory.)"""

@@ -168,7 +168,7 @@ POLICY_CASES: list[tuple[str, Mutation, int, int]] = [
      lib.HUVM_FIELD_GPU_COUNT),
     ("role", gpu_entry(2, "role", lib.HUVM_ROLE_COUNT), lib.HUVM_NV_ERR_OUT_OF_RANGE,
      gpu_field(2, lib.HUVM_FIELD_GPU_ROLE)),
-    ("gpu_flags", gpu_entry(1, "flags", 1), lib.HUVM_NV_ERR_INVALID_ARGUMENT, gpu_field(1, lib.HUVM_FIELD_GPU_FLAGS)),
+    ("gpu_flags", gpu_entry(1, "flags", lib.HUVM_GPU_POLICY_FLAGS_KNOWN + 1), lib.HUVM_NV_ERR_INVALID_ARGUMENT, gpu_field(1, lib.HUVM_FIELD_GPU_FLAGS)),
     # contradictory settings
     ("prefetch_on_of_nothing", both(node_field("prefetch_mode", lib.HUVM_PREFETCH_LOCAL),
                                     node_field("prefetch_chunks", 0)),

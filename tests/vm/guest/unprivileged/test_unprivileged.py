@@ -35,10 +35,7 @@ def user_node() -> Iterator[Any]:
 
 @pytest.fixture
 def busy_user_node(user_node: Any) -> Any:
-    """Test commands are gated by the module's allow_test, not by privilege: the user builds the node."""
-    guestlib.set_node(user_node)
-    guestlib.event(user_node, lib.HUVM_TEST_EVENT_EVICT, 0, 6)
-    guestlib.event(user_node, lib.HUVM_TEST_EVENT_FAULT, 0, 2)
+    """Test commands need CAP_SYS_ADMIN: root built this node (guestlib.build_busy_node, run-guest.sh)."""
     return user_node
 
 
@@ -46,6 +43,16 @@ def test_runs_unprivileged() -> None:
     assert os.geteuid() == 65534 and os.getegid() == 65534
     assert os.getgroups() == []
     assert cap_eff() == 0
+
+
+def test_test_commands_need_privilege(busy_user_node: Any) -> None:
+    node = busy_user_node
+    before = guestlib.snapshot(node)
+    with pytest.raises(huvm.PermissionDenied):
+        guestlib.set_node(node, gpu_count=2)
+    with pytest.raises(huvm.PermissionDenied):
+        guestlib.event(node, lib.HUVM_TEST_EVENT_EVICT, 0, 1)
+    assert guestlib.snapshot(node) == before
 
 
 def test_reads_are_allowed(busy_user_node: Any) -> None:
