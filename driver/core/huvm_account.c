@@ -74,32 +74,42 @@ void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_
         HUVM_TRACE(evict, owner, dst, reason, bytes, va);
 }
 
-void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t remote_map,
+_Static_assert(HUVM_FETCHED_MOVED == HUVM_FETCH_MIGRATE && HUVM_FETCHED_REMOTE_MAP == HUVM_FETCH_REMOTE_MAP,
+               "the first fetch event reasons are the fetch modes");
+
+void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode,
                         uint64_t bytes, uint64_t va)
 {
     uint64_t chunks = huvm_chunks_of(bytes);
 
-    if (!valid_gpu(core, owner) || (src != HUVM_DEST_HOST && (!valid_gpu(core, src) || src == owner))) {
+    if (!valid_gpu(core, owner) || (src != HUVM_DEST_HOST && (!valid_gpu(core, src) || src == owner)) ||
+        mode >= HUVM_FETCHED_COUNT) {
         HUVM_ASSERT(0);
         return;
     }
     if (src == HUVM_DEST_HOST) {
-        remote_map = 0;
+        if (mode == HUVM_FETCHED_PAGES)
+            chunks = bytes / HUVM_CHUNK_SIZE;       /* whole chunks only: a page run is not a chunk */
+        else
+            mode = HUVM_FETCHED_MOVED;
         huvm_atomic64_add(CTR(core, owner, fetch_from_host), chunks);
         huvm_atomic64_add(CTR(core, owner, bytes_from_host), bytes);
     }
-    else if (remote_map) {
-        remote_map = 1;
+    else if (mode == HUVM_FETCHED_REMOTE_MAP) {
         huvm_atomic64_add(CTR(core, owner, remote_map), chunks);
     }
     else {
-        huvm_atomic64_add(CTR(core, owner, fetch_from_peer), chunks);
-        huvm_atomic64_add(CTR(core, owner, bytes_from_peer), bytes);
-        huvm_atomic64_add(CTR(core, src, bytes_to_peer), bytes);
-        huvm_atomic64_add(&core->pairs[owner][src].fetch_chunks, chunks);
-        held_sub(core, owner, src, bytes);
+        if (mode != HUVM_FETCHED_RELEASED) {
+            huvm_atomic64_add(CTR(core, owner, bytes_from_peer), bytes);
+            huvm_atomic64_add(CTR(core, src, bytes_to_peer), bytes);
+        }
+        if (mode != HUVM_FETCHED_PAGES) {
+            huvm_atomic64_add(CTR(core, owner, fetch_from_peer), chunks);
+            huvm_atomic64_add(&core->pairs[owner][src].fetch_chunks, chunks);
+            held_sub(core, owner, src, bytes);
+        }
     }
-    HUVM_TRACE(fetch, owner, src, remote_map, bytes, va);
+    HUVM_TRACE(fetch, owner, src, mode, bytes, va);
 }
 
 void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, uint64_t bytes, uint64_t va)

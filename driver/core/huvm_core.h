@@ -176,8 +176,11 @@ void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state
 /* owner's chunk evicted to dst (GPU index or HUVM_DEST_HOST) for reason; flags HUVM_EVICT_FLAG_PREEVICT. */
 void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_t reason, uint32_t flags,
                         uint64_t bytes, uint64_t va);
-/* owner's data brought back from src (GPU index or HUVM_DEST_HOST); remote_map: mapped, not moved. */
-void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t remote_map,
+/* owner's data brought back from src (GPU index or HUVM_DEST_HOST); mode HUVM_FETCHED_*: a whole chunk moved
+ * (bytes and chunk counters, gauges), remote-mapped (chunk counter only), pages copied (bytes only; from
+ * host also the whole chunks among them), or a peer's chunk released after its pages came back (chunk
+ * counters and gauges, no bytes). From host, REMOTE_MAP and RELEASED count as MOVED. */
+void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode,
                         uint64_t bytes, uint64_t va);
 /* holder gave back owner's harvested data to host. */
 void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, uint64_t bytes, uint64_t va);

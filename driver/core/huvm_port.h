@@ -5,8 +5,9 @@
  * the qemu test module) or to libc (the simulator, the C tests, the Python extension):
  *   fixed-width types, huvm_memcpy/huvm_memset/huvm_memcmp, HUVM_ASSERT, HUVM_READ_ONCE/HUVM_WRITE_ONCE,
  *   relaxed atomic counter primitives on uint64_t fields (huvm_atomic64_*), and
- *   HUVM_TRACE(name, gpu, peer, reason, bytes, va): a kernel tracepoint huvm:<name> (trace_<name>()) or a USDT probe
- *   huvm:<name> (sys/sdt.h), the same names and arguments (driver/core/huvm_events.h).
+ *   HUVM_TRACE(name, gpu, peer, reason, bytes, va): a kernel tracepoint huvm:huvm_<name>
+ *   (trace_huvm_<name>()) or a USDT probe huvm:huvm_<name> (sys/sdt.h), the same names and arguments
+ *   (driver/core/huvm_events.h).
  *
  * No floating point anywhere in the core: the kernel forbids it and the user-space build checks it with
  * -mgeneral-regs-only (driver/core/core.mk).
@@ -60,14 +61,14 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
     return (uint64_t)atomic64_cmpxchg(huvm_atomic64_ptr(p), (s64)old, (s64)new_val) == old;
 }
 
-/* Tracepoints: trace_<name>() (event huvm:<name>) from driver/uvm/uvm_huvm_trace.h (already included, with
+/* Tracepoints: trace_huvm_<name>() (event huvm:huvm_<name>) from driver/uvm/uvm_huvm_trace.h (already included, with
  * CREATE_TRACE_POINTS, in the one file of the module that defines them: including it again there would
  * define them twice). */
 #if !defined(_UVM_HUVM_TRACE_H)
 #include "uvm_huvm_trace.h"
 #endif
 #define HUVM_TRACE(name, gpu, peer, reason, bytes, va) \
-    trace_##name((u32)(gpu), (u32)(peer), (u32)(reason), (u64)(bytes), (u64)(va))
+    trace_huvm_##name((u32)(gpu), (u32)(peer), (u32)(reason), (u64)(bytes), (u64)(va))
 
 #else /* user space */
 
@@ -109,7 +110,7 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
     return __atomic_compare_exchange_n(p, &old, new_val, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
-/* USDT probes huvm:<name> when sys/sdt.h is available (systemtap-sdt-dev); otherwise nothing. Every argument
+/* USDT probes huvm:huvm_<name> when sys/sdt.h is available (systemtap-sdt-dev); otherwise nothing. Every argument
  * is passed as uint64_t (8-byte operands such as 8@%r12): bcc 0.26 (Debian 12) reads 4-byte register
  * operands (4@%r12d, 4@%ebp) as 0, so gpu, peer and reason would be lost. Readers still see the values of
  * the kernel tracepoints (u32 gpu/peer/reason, zero-extended). */
@@ -122,7 +123,7 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
 
 #if defined(HUVM_HAVE_USDT)
 #define HUVM_USDT(name, gpu, peer, reason, bytes, va) \
-    DTRACE_PROBE5(huvm, name, (uint64_t)(uint32_t)(gpu), (uint64_t)(uint32_t)(peer), \
+    DTRACE_PROBE5(huvm, huvm_##name, (uint64_t)(uint32_t)(gpu), (uint64_t)(uint32_t)(peer), \
                   (uint64_t)(uint32_t)(reason), (uint64_t)(bytes), (uint64_t)(va))
 #else
 #define HUVM_USDT(name, gpu, peer, reason, bytes, va) \

@@ -44,6 +44,12 @@
 
 #include "huvm_core.h"
 
+/* The synthetic node's GPUs as nvidia-uvm would number them: the CPU is 0, GPU index i is i + 1. */
+u32 uvm_huvm_trace_uvm_id(u32 slot)
+{
+    return slot < HUVM_MAX_GPUS ? slot + 1 : 0;
+}
+
 #define HUVM_KTEST_NAME "huvm_ktest"
 
 static int allow_test = 1;

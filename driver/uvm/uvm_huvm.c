@@ -33,6 +33,7 @@
 #include "uvm_va_range.h"
 #include "uvm_range_group.h"
 #include "uvm_tools.h"
+#include "uvm_perf_events.h"
 #include "uvm_mmu.h"
 #include "uvm_kvmalloc.h"
 #include "uvm_conf_computing.h"
@@ -75,6 +76,11 @@ typedef struct
     // The slot's key; kept after the GPU goes away so that it gets the same slot (and its counters) back.
     NvProcessorUuid uuid;
     bool used;
+
+    // nvidia-uvm's processor id of the GPU last in this slot (uvm_id_value()), for the tracepoints; kept
+    // after the GPU goes away (events about its data may still follow). Written under g_uvm_huvm.lock,
+    // read without it.
+    NvU32 uvm_id;
 
     // When this GPU last evicted its own data (ns), for the core's hysteresis.
     atomic64_t last_evict_ns;
@@ -125,6 +131,12 @@ static struct
 static bool huvm_enabled(void)
 {
     return uvm_huvm_enable && g_uvm_huvm.initialized;
+}
+
+// LOCKING: none (a plain read of a word written under g_uvm_huvm.lock).
+u32 uvm_huvm_trace_uvm_id(u32 slot)
+{
+    return slot < HUVM_MAX_GPUS ? READ_ONCE(g_uvm_huvm.slots[slot].uvm_id) : uvm_id_value(UVM_ID_CPU);
 }
 
 // LOCKING: g_uvm_huvm.lock held (read or write).
@@ -468,6 +480,7 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
         slot = &g_uvm_huvm.slots[index];
         slot->used = true;
         slot->uuid = gpu->parent->uuid;
+        WRITE_ONCE(slot->uvm_id, uvm_id_value(gpu->id));
         atomic64_set(&slot->last_evict_ns, 0);
         atomic64_set(&slot->last_pressure_ns, 0);
         atomic64_set(&slot->batch_alloc_bytes, 0);
@@ -1049,7 +1062,9 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
         return;
 
     if (dst == owner) {
-        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, 0, UVM_CHUNK_SIZE_MAX, va_block->start);
+        // Its pages were counted as they were copied (migration_event()): the chunk and the gauges now.
+        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, HUVM_FETCHED_RELEASED, UVM_CHUNK_SIZE_MAX,
+                           va_block->start);
         atomic64_inc(&va_space->huvm.fetch_from_peer);
     }
     else {
@@ -1057,6 +1072,74 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
         huvm_account_giveback(&g_uvm_huvm.core, holder, owner, UVM_CHUNK_SIZE_MAX, va_block->start);
     }
     va_space_harvested_sub(va_space);
+}
+
+// Every copy into a GPU that brings data back: pages of a chunk harvested on a peer copied to the chunk's
+// owner (a fetch-back, whole or partial: the peer keeps the chunk until its last page leaves,
+// release_peer_chunk()), and pages copied from host (a host fetch). Evictions, pre-evictions and huvm's own
+// prefetches are accounted where they are decided; copies between other places are not huvm's business.
+// nvidia-uvm notifies one event per run of contiguous pages (block_copy_resident_pages_between()).
+// LOCKING: UVM_PERF_EVENT_MIGRATION: the block lock is held, the VA space lock maybe not (evictions; those
+// return first); the VA space's perf events lock is held for read. Takes the PMM list lock of the source
+// GPU and g_uvm_huvm.lock (read), leaves.
+static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    uvm_va_block_t *va_block = event_data->migration.block;
+    uvm_processor_id_t src_id = event_data->migration.src;
+    uvm_processor_id_t dst_id = event_data->migration.dst;
+    uvm_va_space_t *va_space;
+    uvm_va_block_gpu_state_t *src_state;
+    uvm_gpu_t *src_gpu = NULL;
+    NvU32 dst, src = HUVM_DEST_HOST, owner = HUVM_SLOT_NONE;
+
+    UVM_ASSERT(event_id == UVM_PERF_EVENT_MIGRATION);
+    uvm_assert_mutex_locked(&va_block->lock);
+
+    if (!g_uvm_huvm.initialized || event_data->migration.cause == UVM_MAKE_RESIDENT_CAUSE_EVICTION ||
+        !UVM_ID_IS_GPU(dst_id) || uvm_va_block_is_hmm(va_block))
+        return;
+
+    // huvm's multi-path prefetches run in its worker and are accounted by prefetch_block().
+    if (g_uvm_huvm.prefetch_q_running && current == g_uvm_huvm.prefetch_q.q_kthread)
+        return;
+
+    va_space = uvm_va_block_get_va_space(va_block);
+    if (UVM_ID_IS_GPU(src_id)) {
+        if (!uvm_processor_mask_test(&va_block->harvested_on, src_id))
+            return;
+        src_state = uvm_va_block_gpu_state_get(va_block, src_id);
+        src_gpu = uvm_va_space_get_gpu(va_space, src_id);
+        if (!src_state || !src_state->chunks || !src_state->chunks[0] ||
+            !chunk_harvest_info(src_gpu, src_state->chunks[0], &owner))
+            return;
+    }
+
+    read_lock(&g_uvm_huvm.lock);
+    dst = slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, dst_id));
+    if (src_gpu)
+        src = slot_of_gpu_locked(src_gpu);
+    read_unlock(&g_uvm_huvm.lock);
+
+    // (HUVM_SLOT_NONE and HUVM_DEST_HOST are the same number: a GPU source is checked through src_gpu.)
+    if (dst == HUVM_SLOT_NONE || (src_gpu && (src == HUVM_SLOT_NONE || owner != dst || src == dst)))
+        return;
+
+    huvm_account_fetch(&g_uvm_huvm.core, dst, src, HUVM_FETCHED_PAGES, event_data->migration.bytes,
+                       event_data->migration.address);
+    if (!src_gpu && event_data->migration.bytes >= UVM_CHUNK_SIZE_MAX)
+        atomic64_add(event_data->migration.bytes / UVM_CHUNK_SIZE_MAX, &va_space->huvm.fetch_from_host);
+}
+
+// LOCKING: the VA space lock is held for write (uvm_va_space_create(), after uvm_perf_heuristics_load());
+// takes the VA space's perf events lock for write, as the heuristics do.
+NV_STATUS uvm_huvm_va_space_events_load(uvm_va_space_t *va_space)
+{
+    uvm_assert_rwsem_locked_write(&va_space->lock);
+
+    if (!g_uvm_huvm.initialized)
+        return NV_OK;
+
+    return uvm_perf_register_event_callback(&va_space->perf_events, UVM_PERF_EVENT_MIGRATION, migration_event);
 }
 
 // LOCKING: the block lock is held (end of uvm_va_block_make_resident_finish()).
@@ -1178,7 +1261,8 @@ bool uvm_huvm_fetch_remote(uvm_va_block_t *va_block, uvm_processor_id_t processo
     // Counted once per harvested block (residency is chosen page by page).
     if (remote && !va_block->huvm_remote_mapped) {
         va_block->huvm_remote_mapped = true;
-        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, 1, UVM_CHUNK_SIZE_MAX, va_block->start);
+        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, HUVM_FETCHED_REMOTE_MAP, UVM_CHUNK_SIZE_MAX,
+                           va_block->start);
     }
 
     return remote;

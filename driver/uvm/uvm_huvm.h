@@ -61,6 +61,13 @@ void uvm_huvm_remove_gpu(uvm_gpu_t *gpu);
 void uvm_huvm_va_space_init(uvm_va_space_t *va_space);
 void uvm_huvm_va_space_destroy(uvm_va_space_t *va_space);
 
+// Registers huvm's UVM_PERF_EVENT_MIGRATION callback on the VA space (copies that bring data back to a GPU:
+// page-level fetch-backs from peers and fetches from host). Destroying the VA space's perf events frees the
+// registration.
+// LOCKING: the VA space lock is held for write (uvm_va_space_create(), after uvm_perf_heuristics_load());
+// takes the VA space's perf events lock for write.
+NV_STATUS uvm_huvm_va_space_events_load(uvm_va_space_t *va_space);
+
 // Eviction (uvm_va_block_evict_chunks()): move pages_to_evict of root_chunk on gpu to the destination
 // the core picks (a peer GPU or the CPU), always with cause EVICTION; falls back to the CPU on any
 // failure of the peer path. Replaces upstream's single uvm_va_block_make_resident(UVM_ID_CPU) call.

@@ -1,9 +1,12 @@
 /*
  * huvm: kernel tracepoints, subsystem "huvm". SPDX-License-Identifier: MIT
  *
- * The names and arguments are those of driver/core/huvm_events.h, the same as the simulator's USDT probes
- * (provider huvm): huvm:evict, huvm:preevict, huvm:fetch, huvm:giveback, huvm:prefetch, huvm:policy, each
- * with (gpu, peer, reason, bytes, va). The core fires them through HUVM_TRACE (huvm_port.h).
+ * The events are those of driver/core/huvm_events.h with its prefix, the same as the simulator's USDT probes
+ * (provider huvm): huvm:huvm_evict, huvm:huvm_preevict, huvm:huvm_fetch, huvm:huvm_giveback,
+ * huvm:huvm_prefetch, huvm:huvm_policy (kernel symbols __tracepoint_huvm_evict, ...), each with (gpu, peer,
+ * reason, bytes, va) as huvm's GPU indices, plus uvm_gpu and uvm_peer: the same GPUs as nvidia-uvm's own
+ * processor ids (uvm_id_value(): 0 = the CPU/host, GPUs from 1), as UVM's tools events name them. The core
+ * fires them through HUVM_TRACE (huvm_port.h).
  *
  * Use: exactly one .c file of the module defines the tracepoints:
  *     #define CREATE_TRACE_POINTS
@@ -22,6 +25,10 @@
 #include <linux/types.h>
 #include <linux/tracepoint.h>
 
+/* nvidia-uvm's processor id (uvm_id_value()) of huvm GPU index slot; HUVM_DEST_HOST (and anything not a
+ * GPU) is the CPU, 0. Lock-free; provided by the module that defines the tracepoints. */
+u32 uvm_huvm_trace_uvm_id(u32 slot);
+
 DECLARE_EVENT_CLASS(huvm_event_class,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va),
@@ -31,6 +38,8 @@ DECLARE_EVENT_CLASS(huvm_event_class,
         __field(u32, reason)
         __field(u64, bytes)
         __field(u64, va)
+        __field(u32, uvm_gpu)
+        __field(u32, uvm_peer)
     ),
     TP_fast_assign(
         __entry->gpu = gpu;
@@ -38,36 +47,39 @@ DECLARE_EVENT_CLASS(huvm_event_class,
         __entry->reason = reason;
         __entry->bytes = bytes;
         __entry->va = va;
+        __entry->uvm_gpu = uvm_huvm_trace_uvm_id(gpu);
+        __entry->uvm_peer = uvm_huvm_trace_uvm_id(peer);
     ),
-    TP_printk("gpu=%u peer=%u reason=%u bytes=%llu va=0x%llx",
+    TP_printk("gpu=%u peer=%u reason=%u bytes=%llu va=0x%llx uvm_gpu=%u uvm_peer=%u",
               __entry->gpu, __entry->peer, __entry->reason,
-              (unsigned long long)__entry->bytes, (unsigned long long)__entry->va)
+              (unsigned long long)__entry->bytes, (unsigned long long)__entry->va,
+              __entry->uvm_gpu, __entry->uvm_peer)
 );
 
-/* One per HUVM_EVENTS(X) entry of huvm_events.h, in its order. The event names are the bare names
- * (huvm:evict, ...), exactly the simulator's USDT probe names (usdt huvm:evict), so one bcc program
- * serves both. */
-DEFINE_EVENT(huvm_event_class, evict,
+/* One per HUVM_EVENTS(X) entry of huvm_events.h, in its order, named HUVM_EVENT_PREFIX + name
+ * (huvm:huvm_evict, ...), exactly the simulator's USDT probe names (usdt huvm:huvm_evict), so one bcc
+ * program serves both. */
+DEFINE_EVENT(huvm_event_class, huvm_evict,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, preevict,
+DEFINE_EVENT(huvm_event_class, huvm_preevict,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, fetch,
+DEFINE_EVENT(huvm_event_class, huvm_fetch,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, giveback,
+DEFINE_EVENT(huvm_event_class, huvm_giveback,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, prefetch,
+DEFINE_EVENT(huvm_event_class, huvm_prefetch,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, policy,
+DEFINE_EVENT(huvm_event_class, huvm_policy,
     TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
     TP_ARGS(gpu, peer, reason, bytes, va));
 

@@ -129,6 +129,59 @@ TEST(account_fetch_giveback_conservation)
     CHECK(conserved(&core));
 }
 
+/* The kernel's page-level fetches: UVM migrates pages, not chunks. Pages from a peer count bytes only (the
+ * peer still holds the chunk); the chunk's release counts the chunk and the gauges, no bytes again; pages
+ * from host count their bytes and the whole chunks among them. */
+TEST(account_fetch_pages_then_release)
+{
+    const huvm_test_event_t *e;
+
+    fx_node(&core, 2, 16 * GIB, HUVM_PRESET_HUVM);
+    huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, CHUNK, 0x200000);
+
+    huvm_account_fetch(&core, 0, 1, HUVM_FETCHED_PAGES, 64 * 1024, 0x210000);
+    CHECK_EQ(core.counters[0].bytes_from_peer, 64 * 1024);
+    CHECK_EQ(core.counters[1].bytes_to_peer, 64 * 1024);            /* the holder sent them */
+    CHECK_EQ(core.counters[0].fetch_from_peer, 0);
+    CHECK_EQ(core.pairs[0][1].held_bytes, CHUNK);
+    CHECK_EQ(core.counters[1].lent_bytes, CHUNK);
+    e = last_event();
+    CHECK(strcmp(e->name, "fetch") == 0);
+    CHECK_EQ(e->reason, HUVM_FETCHED_PAGES);
+    CHECK_EQ(e->bytes, 64 * 1024);
+    CHECK_EQ(e->va, 0x210000);
+
+    huvm_account_fetch(&core, 0, 1, HUVM_FETCHED_PAGES, CHUNK - 64 * 1024, 0x200000);
+    huvm_account_fetch(&core, 0, 1, HUVM_FETCHED_RELEASED, CHUNK, 0x200000);
+    CHECK_EQ(core.counters[0].bytes_from_peer, CHUNK);         /* not twice */
+    CHECK_EQ(core.counters[0].fetch_from_peer, 1);
+    CHECK_EQ(core.pairs[0][1].fetch_chunks, 1);
+    CHECK_EQ(core.pairs[0][1].held_bytes, 0);
+    CHECK_EQ(core.counters[1].lent_bytes, 0);
+    CHECK_EQ(last_event()->reason, HUVM_FETCHED_RELEASED);
+    CHECK(conserved(&core));
+
+    huvm_account_fetch(&core, 1, HUVM_DEST_HOST, HUVM_FETCHED_PAGES, 4096, 0);
+    CHECK_EQ(core.counters[1].bytes_from_host, 4096);
+    CHECK_EQ(core.counters[1].fetch_from_host, 0);              /* a page is not a chunk */
+    huvm_account_fetch(&core, 1, HUVM_DEST_HOST, HUVM_FETCHED_PAGES, 2 * CHUNK, 0);
+    CHECK_EQ(core.counters[1].fetch_from_host, 2);
+    CHECK_EQ(last_event()->reason, HUVM_FETCHED_PAGES);
+    huvm_account_fetch(&core, 1, HUVM_DEST_HOST, HUVM_FETCHED_RELEASED, CHUNK, 0);   /* host: as moved */
+    CHECK_EQ(core.counters[1].fetch_from_host, 3);
+    CHECK_EQ(last_event()->reason, HUVM_FETCHED_MOVED);
+
+    /* an unknown mode changes nothing */
+    {
+        uint64_t asserts = huvm_port_assert_failures;
+
+        huvm_account_fetch(&core, 0, 1, HUVM_FETCHED_COUNT, CHUNK, 0);
+        CHECK_EQ(huvm_port_assert_failures - asserts, 1);
+    }
+    CHECK_EQ(core.counters[0].bytes_from_peer, CHUNK);
+    CHECK(conserved(&core));
+}
+
 TEST(account_release_gauges_only)
 {
     static huvm_core_t before;

@@ -31,13 +31,13 @@ def test_every_statistic_is_documented() -> None:
 
 
 def test_usdt_probes_are_in_the_extension() -> None:
-    """The user-space build fires USDT probes huvm:<event> (sys/sdt.h): their names are in the .so's notes."""
+    """The user-space build fires USDT probes huvm:huvm_<event> (sys/sdt.h): their names are in the .so's notes."""
     import huvm._huvm_cffi as ext
 
     so = Path(ext.__file__).read_bytes()
     require_or_skip(b"stapsdt" in so, "extension built without sys/sdt.h (install systemtap-sdt-dev)")
     for name in ("evict", "preevict", "fetch", "giveback", "prefetch", "policy"):
-        assert b"huvm\x00" + name.encode() + b"\x00" in so, name
+        assert b"huvm\x00huvm_" + name.encode() + b"\x00" in so, name
 
 
 def test_abi_doc_lists_every_command() -> None:

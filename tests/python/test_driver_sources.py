@@ -88,7 +88,10 @@ def test_tracepoints_match_core_events() -> None:
     text = _strip_c_comments(_read(UVM / "uvm_huvm_trace.h"))
     assert re.search(r"#define TRACE_SYSTEM huvm\b", text)
     defined = re.findall(r"DEFINE_EVENT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*TP_PROTO\(([^)]*)\)", text)
-    assert [name for _, name, _ in defined] == _core_events(), "tracepoints differ from huvm_events.h"
+    prefix = re.search(r'#define HUVM_EVENT_PREFIX "(\w+)"', _read(CORE / "huvm_events.h"))
+    assert prefix and prefix.group(1) == "huvm_", "tracepoint symbols are prefixed (__tracepoint_huvm_evict)"
+    assert [name for _, name, _ in defined] == ["huvm_" + e for e in _core_events()], \
+        "tracepoints differ from huvm_events.h"
     for _, name, proto in defined:
         params = [p.split() for p in proto.split(",")]
         assert [p[-1] for p in params] == EVENT_ARGS, f"huvm:{name}: argument names"
@@ -105,9 +108,9 @@ def test_core_fires_every_event_through_huvm_trace() -> None:
             assert nargs.count(",") == len(EVENT_ARGS) - 1, f"{src.name}: HUVM_TRACE({name}) arguments"
     assert fired == set(_core_events()), f"fired {sorted(fired)}"
     port = _read(CORE / "huvm_port.h")
-    # Kernel: tracepoint huvm:<name> (trace_<name>()); user space (simulator): USDT probe huvm:<name>.
-    assert "trace_##name(" in port
-    assert "DTRACE_PROBE5(huvm, name," in port
+    # Kernel: tracepoint huvm:huvm_<name> (trace_huvm_<name>()); user space: USDT probe huvm:huvm_<name>.
+    assert "trace_huvm_##name(" in port
+    assert "DTRACE_PROBE5(huvm, huvm_##name," in port
 
 
 def test_simulator_probes_come_only_from_the_core() -> None:
@@ -167,7 +170,7 @@ def test_glue_has_no_thresholds_or_peer_choice() -> None:
     # Every outcome is reported back through the core's accounting (which fires the tracepoints).
     for account in ["huvm_account_evict(", "huvm_account_fetch(", "huvm_account_giveback(", "huvm_account_faults("]:
         assert account in glue, account
-    tracepoint_call = r"\btrace_(" + "|".join(_core_events()) + r")\("
+    tracepoint_call = r"\btrace_huvm_(" + "|".join(_core_events()) + r")\("
     assert not re.search(tracepoint_call, glue), "tracepoints fire only from the core's accounting"
 
 

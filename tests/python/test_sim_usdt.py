@@ -105,7 +105,7 @@ def _run_traced(bpf_text: str) -> tuple[Any, dict[str, Any]]:
         assert child.stdout.readline().strip() == "ready"
         usdt = USDT(pid=child.pid)
         for p in PROBES:
-            usdt.enable_probe(probe=f"huvm:{p}", fn_name=f"on_{p}")
+            usdt.enable_probe(probe=f"huvm:huvm_{p}", fn_name=f"on_{p}")
         bpf = BPF(text=bpf_text, usdt_contexts=[usdt])
         child.stdin.write("go\n")
         child.stdin.flush()

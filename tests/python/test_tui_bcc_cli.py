@@ -20,7 +20,7 @@ def test_program_has_one_probe_per_event() -> None:
     tp = bccmod.program("tracepoint")
     for i, name in enumerate(abi.event_names()):
         assert f"int on_{name}(struct pt_regs *ctx)" in usdt
-        assert f"TRACEPOINT_PROBE(huvm, {name})" in tp  # driver/uvm/uvm_huvm_trace.h's names
+        assert f"TRACEPOINT_PROBE(huvm, huvm_{name})" in tp  # driver/uvm/uvm_huvm_trace.h's names
         assert f"return record(ctx, {i}," in usdt
     for n in range(1, 6):  # five arguments: gpu, peer, reason, bytes, va
         assert f"bpf_usdt_readarg({n}, ctx" in usdt

@@ -158,6 +158,16 @@
 #define HUVM_FETCH_REMOTE_MAP           1   /* map the peer's copy remotely over NVLink while it stays there */
 #define HUVM_FETCH_COUNT                2
 
+/* How owner's data came back: huvm_account_fetch's mode, the fetch event's reason argument. The first two
+ * are the fetch modes above. */
+#define HUVM_FETCHED_MOVED              0   /* a whole chunk moved back to its owner (bytes and chunk) */
+#define HUVM_FETCHED_REMOTE_MAP         1   /* a harvested chunk mapped remotely instead of moved */
+#define HUVM_FETCHED_PAGES              2   /* pages copied to the owner (kernel: one UVM migration); a peer
+                                               keeps holding the chunk until HUVM_FETCHED_RELEASED */
+#define HUVM_FETCHED_RELEASED           3   /* the chunk left the peer after its pages were fetched
+                                               (HUVM_FETCHED_PAGES): chunk counters and gauges, no bytes */
+#define HUVM_FETCHED_COUNT              4
+
 /* Prefetch. */
 #define HUVM_PREFETCH_OFF               0
 #define HUVM_PREFETCH_LOCAL             1   /* host -> faulting GPU */

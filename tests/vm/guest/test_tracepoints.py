@@ -29,14 +29,14 @@ def core_events() -> list[str]:
 
 
 def require_contract_names() -> None:
-    """The kernel's tracepoints must be huvm:<name> for every name of huvm_events.h (as the simulator's USDT
-    probes are), so that one bcc/bpftrace script works on both."""
-    names = core_events()
+    """The kernel's tracepoints must be huvm:huvm_<name> for every name of huvm_events.h (as the simulator's
+    USDT probes are), so that one bcc/bpftrace script works on both."""
+    names = ["huvm_" + n for n in core_events()]
     have = sorted(p.name for p in (TRACEFS / "events/huvm").iterdir() if p.is_dir())
     assert have == sorted(names), (
         f"kernel tracepoints are huvm:{{{','.join(have)}}} but driver/core/huvm_events.h (the contract, and the "
         f"simulator's USDT probes) says huvm:{{{','.join(sorted(names))}}}: driver/uvm/uvm_huvm_trace.h must "
-        f"DEFINE_EVENT(huvm_event_class, <name>, ...) with the bare names")
+        f"DEFINE_EVENT(huvm_event_class, huvm_<name>, ...)")
 
 
 def test_tracepoint_formats_match_the_event_list() -> None:
@@ -44,24 +44,27 @@ def test_tracepoint_formats_match_the_event_list() -> None:
     assert names == ["evict", "preevict", "fetch", "giveback", "prefetch", "policy"]
     require_contract_names()
     for name in names:
-        fmt = (TRACEFS / "events/huvm" / name / "format").read_text()
+        fmt = (TRACEFS / "events/huvm" / f"huvm_{name}" / "format").read_text()
         fields = re.findall(r"field:(\w+) (\w+);", fmt)
         own = [(t, n) for t, n in fields if not n.startswith("common_")]
-        assert own == [("u32", "gpu"), ("u32", "peer"), ("u32", "reason"), ("u64", "bytes"), ("u64", "va")], name
+        assert own == [("u32", "gpu"), ("u32", "peer"), ("u32", "reason"), ("u64", "bytes"), ("u64", "va"),
+                       ("u32", "uvm_gpu"), ("u32", "uvm_peer")], name
 
 
 def test_tracefs_sees_every_eviction(node: Any) -> None:
-    """Without bcc: the ftrace ring buffer gets one huvm:evict line per evicted chunk."""
+    """Without bcc: the ftrace ring buffer gets one huvm:huvm_evict line per evicted chunk, with nvidia-uvm's
+    processor ids beside huvm's GPU indices (this module numbers GPU i as i + 1, the host as 0)."""
     require_contract_names()
     inst = TRACEFS / "instances/huvm_ktest"
     inst.mkdir(exist_ok=True)
     try:
-        (inst / "events/huvm/evict/enable").write_text("1")
+        (inst / "events/huvm/huvm_evict/enable").write_text("1")
         r = guestlib.event(node, lib.HUVM_TEST_EVENT_EVICT, 0, 7, va=0x100000000)
-        (inst / "events/huvm/evict/enable").write_text("0")
-        lines = [ln for ln in (inst / "trace").read_text().splitlines() if " evict: " in ln]
+        (inst / "events/huvm/huvm_evict/enable").write_text("0")
+        lines = [ln for ln in (inst / "trace").read_text().splitlines() if " huvm_evict: " in ln]
         assert len(lines) == r.done == 7
         assert "gpu=0 " in lines[0] and "bytes=2097152 " in lines[0] and "va=0x100000000" in lines[0]
+        assert "uvm_gpu=1 " in lines[0] and ("uvm_peer=0" in lines[0]) == ("peer=16 " in lines[0])
     finally:
         inst.rmdir()
 
@@ -73,7 +76,7 @@ struct key_t { u32 ev; u32 gpu; u32 peer; u32 reason; };
 BPF_HASH(counts, struct key_t, u64, 4096);
 BPF_HASH(bytes, struct key_t, u64, 4096);
 """ + "".join(f"""
-TRACEPOINT_PROBE(huvm, {name}) {{
+TRACEPOINT_PROBE(huvm, huvm_{name}) {{
     struct key_t k = {{}};
     k.ev = {i}; k.gpu = args->gpu; k.peer = args->peer; k.reason = args->reason;
     counts.increment(k);

@@ -378,3 +378,84 @@ def write_json(name: str, payload: dict[str, Any]) -> str | None:
         json.dump(payload, f, indent=2, sort_keys=False)
         f.write("\n")
     return path
+
+
+# ---- huvm's tracepoints (the patched module): a private ftrace instance ---------------------------------------
+
+TRACEFS = "/sys/kernel/tracing"
+
+
+@dataclass(frozen=True)
+class HuvmEvent:
+    """One huvm:huvm_<name> record: huvm's GPU indices (gpu, peer) and nvidia-uvm's processor ids."""
+
+    name: str
+    gpu: int
+    peer: int
+    reason: int
+    bytes: int
+    va: int
+    uvm_gpu: int
+    uvm_peer: int
+
+
+class TraceRecorder:
+    """Records every huvm tracepoint into its own ftrace instance (instances/<name>), independent of other
+    tracers (bcc attaches separately). ``events()`` parses what was recorded so far."""
+
+    def __init__(self, name: str = "sg_huvm", buffer_kb: int = 8192) -> None:
+        self.dir = os.path.join(TRACEFS, "instances", name)
+        self.buffer_kb = buffer_kb
+
+    def __enter__(self) -> TraceRecorder:
+        if not os.path.isdir(os.path.join(TRACEFS, "events", "huvm")):
+            raise AssertionError("no huvm tracepoints in tracefs: the patched nvidia-uvm is not loaded")
+        os.makedirs(self.dir, exist_ok=True)
+        with open(os.path.join(self.dir, "buffer_size_kb"), "w") as f:
+            f.write(str(self.buffer_kb))
+        with open(os.path.join(self.dir, "events", "huvm", "enable"), "w") as f:
+            f.write("1")
+        return self
+
+    def events(self) -> list[HuvmEvent]:
+        out = []
+        with open(os.path.join(self.dir, "trace")) as f:
+            for line in f:
+                if line.startswith("#") or " huvm_" not in line:
+                    continue
+                _, _, args = line.partition(": huvm_")
+                name, _, rest = args.partition(": ")
+                kv = dict(item.split("=", 1) for item in rest.split())
+                out.append(HuvmEvent(name, int(kv["gpu"]), int(kv["peer"]), int(kv["reason"]), int(kv["bytes"]),
+                                     int(kv["va"], 16), int(kv["uvm_gpu"]), int(kv["uvm_peer"])))
+        return out
+
+    def lost(self) -> int:
+        """Events the ring buffer dropped (per_cpu stats 'overrun'), summed over CPUs."""
+        total = 0
+        base = os.path.join(self.dir, "per_cpu")
+        for cpu in os.listdir(base):
+            with open(os.path.join(base, cpu, "stats")) as f:
+                for line in f:
+                    if line.startswith("overrun:"):
+                        total += int(line.split()[1])
+        return total
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            with open(os.path.join(self.dir, "events", "huvm", "enable"), "w") as f:
+                f.write("0")
+        finally:
+            os.rmdir(self.dir)
+
+
+def resident_pages(s: Session, base: int, size: int) -> dict[str, int]:
+    """Pages of [base, base + size) by where they are resident ('cpu', 'GPU<n>', '+'-joined, 'nowhere')."""
+    names = {g.uuid: f"GPU{g.index}" for g in s.gpus}
+    names[uvm.cpu_uuid()] = "cpu"
+    out: dict[str, int] = {}
+    for off in range(0, size, PAGE):
+        where = sorted(names.get(u, "?") for u in s.uvm.va_residency_info(base + off).resident_on)
+        key = "+".join(where) or "nowhere"
+        out[key] = out.get(key, 0) + 1
+    return out

@@ -18,6 +18,9 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
   gauges equal the residency, no byte is lost.
 - ``stock-equals-upstream``: the ``stock`` preset on the patched module, the same 1.5x working set: UVM
   evicts to the host only, no peer counter moves, data intact.
+- ``fetch-back``: harvested data comes back to GPU0, 64 KiB of a block (partial: the peer keeps the chunk) and a
+  whole block (the chunk is released), then a block from host: every copy is one ``huvm:huvm_fetch`` event
+  whose bytes equal the pages UVM moved and the counters; ftrace and bcc agree; events carry UVM's GPU ids.
 """
 
 from __future__ import annotations
@@ -681,3 +684,160 @@ def test_block_split(session: sglib.Session, managed: Any, huvm_node: Any, kmsg:
     for off, n in ((0, victim + half), (victim + CHUNK, size - victim - CHUNK)):
         n_bad, first = sglib.pattern_mismatches(r, seed, off, n)
         assert n_bad == 0, f"{n_bad} words differ in +{off >> 20} MiB..+{(off + n) >> 20} MiB, first at 0x{first:x}"
+
+
+# ---- fetch-back (defect 12: every fetch visible, with nvidia-uvm's GPU ids) --------------------------------------
+
+def _block_on(s: sglib.Session, base: int, size: int, gpu: Any, skip: tuple[int, ...] = ()) -> int:
+    """Offset of the first 2 MiB block of [base, base + size) entirely on gpu (first and last page)."""
+    for off in range(0, size, CHUNK):
+        if off in skip:
+            continue
+        if all(s.uvm.va_residency_info(base + off + p).resident_on == (gpu.uuid,) for p in (0, CHUNK - sglib.PAGE)):
+            return off
+    raise AssertionError(f"no block of the region is on {gpu.name}")
+
+
+def _fetched(events: list[sglib.HuvmEvent], lo: int, hi: int, reason: int) -> list[sglib.HuvmEvent]:
+    return [e for e in events if e.name == "fetch" and e.reason == reason and lo <= e.va < hi]
+
+
+@_scenario("fetch-back")
+def test_fetch_back(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """The evict-to-peer workload, then harvested data comes back to GPU0: 64 KiB of one block migrated (a
+    partial fetch-back: the peer keeps the chunk), then another block read by GPU0's SMs (a fault: the whole
+    block comes back and the chunk leaves the peer). Then, under
+    stock, a block on the host is migrated to GPU0 (a host fetch). Every copy is a huvm:huvm_fetch event
+    (reason pages, then released) whose bytes equal the pages UVM moved and the counters' bytes; the events
+    name GPUs by huvm index and by nvidia-uvm's processor id; bcc (huvm-top's tracepoint source) counts the
+    same events as the ftrace instance."""
+    from huvm import abi
+    from huvm_top.sources.bcc import BccSource
+
+    lib = abi.lib
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=off", "fetch_mode=migrate"])
+    assert policy.preevict_chunks == 0 and policy.gpus[owner].role_name != "none"
+
+    seed = 0xFE7C4
+    r, size, _ = _oversubscribe(s, managed, g0, seed)
+    _settled_stats(node, owner)
+    counts, _ = sglib.blocks_by_place(s, r.base, size)
+    peer = next((g for g in s.gpus[1:] if counts.get(f"GPU{g.index}", 0) >= 2), None)
+    assert peer is not None, f"no peer holds two blocks: {counts}"
+    holder = slot[peer.index]
+    a = _block_on(s, r.base, size, peer)
+    b = _block_on(s, r.base, size, peer, skip=(a,))
+
+    bcc = BccSource("tracepoint")
+    bcc.start()
+    try:
+        with sglib.TraceRecorder() as rec:
+            st0 = node.stats()
+            # partial: 64 KiB of block a to GPU0 (UVM_MIGRATE, as cudaMemPrefetchAsync of part of a buffer; a
+            # fault would fetch the whole block: uvm_huvm_prefetch_whole_block())
+            r.migrate(g0, a, 64 * 1024)
+            st1 = _settled_stats(node, owner)
+            pages_a = sglib.resident_pages(s, r.base + a, CHUNK)
+            ev1 = rec.events()
+            # whole: all of block b
+            s.sg.sm_access(s.channels[g0.index], [sglib.softgpu.Access.read(r.base + b, CHUNK, seed=seed)],
+                           check=True, timeout_ms=60_000)
+            st2 = _settled_stats(node, owner)
+            pages_b = sglib.resident_pages(s, r.base + b, CHUNK)
+            # host fetch, under stock: a block brought to the CPU, then migrated to GPU0 as one 2 MiB run
+            node.apply_preset("stock")
+            r.migrate("cpu", b, CHUNK)
+            st3 = node.stats()
+            pages_b_cpu = sglib.resident_pages(s, r.base + b, CHUNK)
+            r.migrate(g0, b, CHUNK)
+            st4 = _settled_stats(node, owner)
+            print(f"fetch-back: block b on the CPU {pages_b_cpu}, then {sglib.resident_pages(s, r.base + b, CHUNK)}; "
+                  f"fetch_from_host +{st4.delta(st3).gpus[owner]['fetch_from_host']} bytes_from_host "
+                  f"+{st4.delta(st3).gpus[owner]['bytes_from_host']}")
+            ev = rec.events()
+            lost = rec.lost()
+        logged: list[Any] = []
+        for _ in range(40):
+            batch = bcc.poll(50)
+            logged.extend(batch)
+            if not batch and len(logged) >= len(ev):
+                break
+        bcc_counts = bcc.counts()
+    finally:
+        bcc.close()
+
+    print(f"fetch-back: peer {peer.name} (slot {holder}), blocks +{a >> 20} MiB (partial) and +{b >> 20} MiB "
+          f"(whole); block a pages {pages_a}; block b pages {pages_b}; {len(ev)} events, {lost} lost")
+    assert lost == 0, f"the trace buffer dropped {lost} events"
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+
+    # partial fetch-back: the pages now on GPU0 came from the peer, as events and as counters
+    on_g0 = pages_a.get(f"GPU{g0.index}", 0)
+    assert 0 < on_g0 < CHUNK // sglib.PAGE and pages_a.get(f"GPU{peer.index}", 0) > 0, \
+        f"block a is not split between {g0.name} and {peer.name}: {pages_a}"
+    part = _fetched(ev1, r.base + a, r.base + a + CHUNK, lib.HUVM_FETCHED_PAGES)
+    assert part and all(e.gpu == owner and e.peer == holder for e in part), \
+        f"no partial fetch-back event for block a (0x{r.base + a:x}); events: {ev1}"
+    assert sum(e.bytes for e in part) == on_g0 * sglib.PAGE, \
+        f"fetch events carry {sum(e.bytes for e in part)} bytes but {on_g0} pages came back"
+    assert not _fetched(ev1, r.base + a, r.base + a + CHUNK, lib.HUVM_FETCHED_RELEASED), "released too early"
+    d1 = st1.delta(st0)
+    assert d1.gpus[owner]["fetch_from_peer"] == 0, "a partial fetch-back counted a chunk"
+    assert st1.pair(owner, holder)["fetch_chunks"] == st0.pair(owner, holder)["fetch_chunks"]
+    from_peer_1 = sum(e.bytes for e in ev1 if e.name == "fetch" and e.reason == lib.HUVM_FETCHED_PAGES
+                      and e.gpu == owner and e.peer != lib.HUVM_DEST_HOST)
+    assert d1.gpus[owner]["bytes_from_peer"] - _evicted_in(ev1, owner, into=True) == from_peer_1, \
+        f"bytes_from_peer +{d1.gpus[owner]['bytes_from_peer']} vs fetch events {from_peer_1}"
+
+    # whole block: its pages (bytes), then the chunk released (one chunk, gauges)
+    assert pages_b == {f"GPU{g0.index}": CHUNK // sglib.PAGE}, f"block b not all on {g0.name}: {pages_b}"
+    ev2 = ev[len(ev1):]
+    whole = _fetched(ev2, r.base + b, r.base + b + CHUNK, lib.HUVM_FETCHED_PAGES)
+    released = _fetched(ev2, r.base + b, r.base + b + CHUNK, lib.HUVM_FETCHED_RELEASED)
+    assert sum(e.bytes for e in whole if e.peer == holder) == CHUNK, whole
+    assert len(released) == 1 and released[0].bytes == CHUNK and released[0].peer == holder, released
+    d2 = st2.delta(st1)
+
+    def pair_change(name: str) -> int:
+        return int(st2.pair(owner, holder)[name] - st1.pair(owner, holder)[name])
+
+    assert pair_change("fetch_chunks") == 1 and d2.gpus[owner]["fetch_from_peer"] == 1, \
+        f"fetch_from_peer +{d2.gpus[owner]['fetch_from_peer']}"
+    assert pair_change("held_bytes") == (pair_change("evict_chunks") - 1) * CHUNK, \
+        f"held_bytes {pair_change('held_bytes'):+} with {pair_change('evict_chunks')} evictions and one release"
+
+    # host fetch: one 2 MiB run from the CPU (uvm_peer 0), one chunk and its bytes
+    ev4 = [e for e in ev if e.name == "fetch" and e.peer == lib.HUVM_DEST_HOST and e.va == r.base + b]
+    assert ev4 and ev4[-1].bytes == CHUNK and ev4[-1].reason == lib.HUVM_FETCHED_PAGES, \
+        f"no host fetch of block b (0x{r.base + b:x}); events after the whole fetch-back: {ev[len(ev1):]}"
+    d4 = st4.delta(st3)
+    assert d4.gpus[owner]["fetch_from_host"] == 1 and d4.gpus[owner]["bytes_from_host"] == CHUNK, \
+        f"fetch_from_host +{d4.gpus[owner]['fetch_from_host']} bytes_from_host +{d4.gpus[owner]['bytes_from_host']}"
+
+    # nvidia-uvm's ids: the CPU is 0; sglib.open_session registered the GPUs in index order, so UVM numbered
+    # them from 1 in that order (its log says "GPU ID 1: ... (softgpu 0)")
+    uvm_id = {g.index: g.index + 1 for g in s.gpus}
+    for e in ev:
+        if e.name == "policy":
+            continue
+        assert e.uvm_gpu == uvm_id[next(i for i, sl in slot.items() if sl == e.gpu)], e
+        want_peer = 0 if e.peer == lib.HUVM_DEST_HOST else uvm_id[next(i for i, sl in slot.items() if sl == e.peer)]
+        assert e.uvm_peer == want_peer, e
+
+    # bcc saw what ftrace saw
+    names = {e.name for e in ev}
+    ftrace_counts = {n: sum(1 for e in ev if e.name == n) for n in names}
+    assert {n: bcc_counts.get(n, 0) for n in names} == ftrace_counts, f"bcc {bcc_counts} vs ftrace {ftrace_counts}"
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ after the fetch-backs, first at 0x{first:x}"
+
+
+def _evicted_in(events: list[sglib.HuvmEvent], gpu: int, *, into: bool) -> int:
+    """Bytes of evictions (and pre-evictions) into GPU gpu (into) as peer."""
+    return sum(e.bytes for e in events if e.name in ("evict", "preevict") and into and e.peer == gpu)

@@ -1,4 +1,4 @@
-"""BccSource: huvm events through bcc, from the kernel tracepoints (``huvm:<event>``, the patched module)
+"""BccSource: huvm events through bcc, from the kernel tracepoints (``huvm:huvm_<event>``, the patched module)
 or the USDT probes (provider ``huvm``) of a process running the simulated node or the policy core.
 
 The BPF program is generated from the event list of ``driver/core/huvm_events.h`` (every event has the
@@ -85,7 +85,7 @@ int on_{name}(struct pt_regs *ctx)
 """
 
 _TP_FN = """
-TRACEPOINT_PROBE(huvm, {name})
+TRACEPOINT_PROBE(huvm, {probe})
 {{
     return record(args, {index}, args->gpu, args->peer, args->reason, args->bytes, args->va);
 }}
@@ -94,11 +94,11 @@ TRACEPOINT_PROBE(huvm, {name})
 
 def program(kind: Literal["tracepoint", "usdt"], events: tuple[str, ...] | None = None) -> str:
     """The BPF C text for the given events (default: all of huvm_events.h). The kernel tracepoints
-    (driver/uvm/uvm_huvm_trace.h) and the USDT probes share the names: ``huvm:evict`` etc."""
+    (driver/uvm/uvm_huvm_trace.h) and the USDT probes share the names: ``huvm:huvm_evict`` etc."""
     events = events or abi.event_names()
     body = _PROLOGUE.replace("NEVENTS", str(len(events)))
     fn = _USDT_FN if kind == "usdt" else _TP_FN
-    return body + "".join(fn.format(name=name, index=i) for i, name in enumerate(events))
+    return body + "".join(fn.format(name=name, probe=abi.probe_name(name), index=i) for i, name in enumerate(events))
 
 
 def tracepoints_present() -> bool:
@@ -199,7 +199,7 @@ class BccSource:
             pid = os.getpid()
         usdt = USDT(pid=pid, path=path) if pid else USDT(path=path)
         for name in self.names:
-            usdt.enable_probe(probe=name, fn_name=f"on_{name}")
+            usdt.enable_probe(probe=abi.probe_name(name), fn_name=f"on_{name}")
         self._bpf = BPF(text=text.encode(), usdt_contexts=[usdt])
         where = f"pid {pid}" if pid else Path(path or "?").name
         self.description = f"bcc: USDT huvm:* in {where}"

@@ -24,7 +24,8 @@ def describe(ev: TraceEvent) -> str:
         what = f"preset={presets[ev.reason] if ev.reason < len(presets) else ev.reason} generation={ev.bytes}"
         return f"{ev.ts_ns / 1e9:12.6f} policy   {what}"
     if ev.name == "fetch":
-        reason = "remote_map" if ev.reason == 1 else "migrate"
+        fetched = abi.fetch_names()
+        reason = fetched[ev.reason] if ev.reason < len(fetched) else str(ev.reason)
     else:
         reason = reasons[ev.reason] if ev.reason < len(reasons) else str(ev.reason)
     return (f"{ev.ts_ns / 1e9:12.6f} {ev.name:<8} gpu{ev.gpu} -> {peer:<5} {reason:<12} "
