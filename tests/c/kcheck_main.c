@@ -12,6 +12,12 @@
 
 static huvm_core_t *huvm_kcheck_core;
 
+/* The tracepoints' nvidia-uvm processor id of a huvm GPU index (uvm_huvm_trace.h): GPU i is i + 1. */
+u32 uvm_huvm_trace_uvm_id(u32 slot)
+{
+    return slot < HUVM_MAX_GPUS ? slot + 1 : 0;
+}
+
 // LOCKING: none (module init; the core is not shared).
 static int __init huvm_kcheck_init(void)
 {
