@@ -5,8 +5,11 @@
 #   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top
 #   make uvm-binding   huvm.uvm's cffi binding of NVIDIA's UVM ioctls, compiled against the pinned upstream
 #                  headers (needs `make source`) into $(UVM_BINDING_DIR); not part of the pip install
+#   make managed-alloc  the PyTorch managed-memory allocator (huvm.experiment.managed_alloc) into
+#                  $(BUILD)/managed-alloc, where CUDA runtime headers exist (skipped with a message elsewhere);
+#                  not part of make test
 
-.PHONY: py-test lint demo-experiment uvm-binding
+.PHONY: py-test lint demo-experiment uvm-binding managed-alloc
 
 PYTEST_ARGS ?=
 DEMO_FILE   ?= $(ROOT)/pyctl/huvm/examples/consolidation.toml
@@ -37,3 +40,6 @@ $(UVM_BINDING_STAMP): $(HUVM_ORIG_STAMP) $(ROOT)/pyctl/huvm/_uvm_build.py | venv
 	@rm -rf $(UVM_BINDING_DIR)
 	@cd $(ROOT) && $(PY) pyctl/huvm/_uvm_build.py --orig $(HUVM_ORIG) --out $(UVM_BINDING_DIR)
 	@touch $@
+
+managed-alloc: | venv
+	@cd $(ROOT) && $(PY) -m huvm.experiment.managed_alloc build --out $(BUILD)/managed-alloc --if-available

@@ -68,6 +68,8 @@ typedef struct {
     uint32_t peer_chunks;               /* chunks to prefetch host -> peer (on the peer's own PCIe link) */
     uint32_t peer;                      /* the peer for peer_chunks (HUVM_DEST_HOST if none) */
     uint32_t stride;                    /* distance in chunks between prefetched chunks */
+    uint32_t peer_local_chunks;         /* TWO_STAGE: chunks of the window held by peers, to bring peer ->
+                                           faulting GPU over NVLink (a glue that ignores it prefetches less) */
 } huvm_prefetch_plan_t;
 
 typedef struct {

@@ -130,11 +130,19 @@ static uint64_t peer_score(const huvm_core_t *core, const huvm_gpu_state_t *stat
     case HUVM_PEER_SELECT_BW_WEIGHTED:
         /* free MiB (<= 2^30) x MB/s (<= 2^24): fits in 64 bits */
         return (clamp_free(core, state, holder) >> 20) * core->links[owner][holder].mbyte_per_s;
-    case HUVM_PEER_SELECT_FASTEST_LINK:
-        /* link MB/s (<= 2^24) above free MiB (<= 2^30): the fastest admitted link, then the most room. A
-         * fault fetches its chunk back over the link it went out on, one block after another, so each
-         * chunk behind a slower link costs its whole transfer time; spreading buys nothing back. */
-        return ((uint64_t)core->links[owner][holder].mbyte_per_s << 32) | (clamp_free(core, state, holder) >> 20);
+    case HUVM_PEER_SELECT_FASTEST_LINK: {
+        /* link MB/s (<= 2^24) above the chunks it already holds for others, fewest first (< 2^30 chunks in
+         * 1 PiB): the fastest admitted link, then the least loaded lender. A fault fetches its chunk back over
+         * the link it went out on, one block after another, so each chunk behind a slower link costs its whole
+         * transfer time; spreading over slower links buys nothing back. Among equal links (an NVSwitch node,
+         * p3.8xlarge's two NV1 peers) the one lending least shares the traffic (and the lender's cost of it)
+         * out, as the prototype's fewest-lent rule does; the most free memory favoured a peer that was itself
+         * about to need it back (two harvesters lending to each other). */
+        uint64_t lent = huvm_atomic64_read(&core->counters[holder].lent_bytes) / HUVM_CHUNK_SIZE;
+
+        return ((uint64_t)core->links[owner][holder].mbyte_per_s << 32) |
+               (0xffffffffull - (lent < 0xffffffffull ? lent : 0xffffffffull));
+    }
     case HUVM_PEER_SELECT_ROUND_ROBIN:
         /* the first peer at or after rr_next[owner], wrapping */
         return HUVM_MAX_GPUS -
@@ -325,6 +333,7 @@ void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state
     plan->peer_chunks = 0;
     plan->peer = HUVM_DEST_HOST;
     plan->stride = 1;
+    plan->peer_local_chunks = 0;
     if (!core || !state || gpu >= core->gpu_count)
         return;
     plan->stride = core->policy.prefetch_stride ? core->policy.prefetch_stride : 1;
@@ -336,22 +345,28 @@ void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state
     if (e && (e->flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK) &&
         state[gpu].prefetch_unused > state[gpu].prefetch_used)
         n = 1;      /* most recent prefetches were wasted: probe with one chunk until they pay again */
+    /* As the prototype's uvm_prefetch_flags: LOCAL (1) brings the window's chunks to the faulting GPU from
+     * host and from peers; TWO_STAGE (3) sends the host-resident ones to a peer (as PEER) and brings the
+     * peer-resident ones to the faulting GPU. */
+    if (mode == HUVM_PREFETCH_LOCAL || mode == HUVM_PREFETCH_TWO_STAGE)
+        plan->peer_local_chunks = n;
     if (mode == HUVM_PREFETCH_LOCAL) {
         plan->local_chunks = n;
         return;
     }
-    /* PEER and MULTIPATH put data on a peer: the GPU must be a harvester, the peer must admit it. */
+    /* PEER, TWO_STAGE and MULTIPATH put data on a peer: the GPU must be a harvester, the peer must admit it. */
     pick.peer = HUVM_DEST_HOST;
     pick.chunks = 0;
     if (huvm_role_harvests(huvm_gpu_role(core, gpu))) {
         pick = pick_peer(core, state, gpu, candidate_mask(core, gpu, candidates), now_ns, 0,
-                         mode == HUVM_PREFETCH_PEER ? n : 0, n);
+                         mode == HUVM_PREFETCH_MULTIPATH ? 0 : n, n);
     }
     if (pick.peer != HUVM_DEST_HOST) {
         plan->peer = pick.peer;
         plan->peer_chunks = pick.chunks;
     }
-    /* PEER never falls back to local memory; MULTIPATH keeps the local share (all of it without a peer). */
+    /* PEER and TWO_STAGE never prefetch host -> local; MULTIPATH keeps the local share (all of it without a
+     * peer). */
     if (mode == HUVM_PREFETCH_MULTIPATH)
         plan->local_chunks = n - plan->peer_chunks;
 }

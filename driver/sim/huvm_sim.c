@@ -68,9 +68,10 @@ static inline uint64_t gpu_used(const sim_gpu_t *g)
     return g->pinned_chunks + g->own.count + g->guest_chunks;
 }
 
+/* Free memory: not used, and not held by a copy out of the GPU that is still in flight. */
 static inline uint64_t gpu_free(const sim_gpu_t *g)
 {
-    uint64_t used = gpu_used(g);
+    uint64_t used = gpu_used(g) + g->inflight;
 
     return used < g->capacity_chunks ? g->capacity_chunks - used : 0;
 }
@@ -99,12 +100,17 @@ static inline void note_own(huvm_sim_t *sim, uint32_t g, uint64_t t)
     huvm_peak_update(&sim->gpus[g].own_peak, (gg->own.count + gg->pinned_chunks) * SIM_CHUNK, t);
 }
 
+static void gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t);
+
 static void refresh_state(huvm_sim_t *sim)
 {
     uint32_t g;
 
     for (g = 0; g < sim->cfg.gpu_count; g++) {
-        sim->state[g].free_bytes = gpu_free(&sim->gpus[g]) * SIM_CHUNK;
+        gpu_retire(sim, g, sim->now);
+        /* Memory a copy still in flight will free counts as free for the decisions (pre-eviction does not
+         * free it twice); an allocation waits for it (make_room). */
+        sim->state[g].free_bytes = (gpu_free(&sim->gpus[g]) + sim->gpus[g].inflight) * SIM_CHUNK;
         sim->state[g].last_evict_ns = sim->gpus[g].last_evict_ns;
         sim->state[g].last_pressure_ns = sim->gpus[g].last_pressure_ns;
         sim->state[g].burst_chunks = sim->gpus[g].burst_chunks;
@@ -116,10 +122,80 @@ static void refresh_state(huvm_sim_t *sim)
 
 /* ---- links ---- */
 
+static inline sim_tok_t *tok_at(sim_res_t *r, uint32_t i)
+{
+    return &r->q[(r->qhead + i) & (r->qcap - 1)];
+}
+
+static void tok_pop(huvm_sim_t *sim, sim_res_t *r)
+{
+    sim_tok_t *k = tok_at(r, 0);
+
+    if (k->release)
+        sim->gpus[k->release - 1].inflight--;
+    r->qhead = (r->qhead + 1) & (r->qcap - 1);
+    r->qlen--;
+}
+
+/* Note a background copy on r ending at fin (chunk ci, freeing GPU release - 1's memory when it ends). If the
+ * note cannot be kept (no memory), the copy is not tracked: its memory counts as free at once. */
+static void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, uint32_t release)
+{
+    sim_tok_t *k;
+
+    if (r->qlen == r->qcap) {
+        uint32_t cap = r->qcap ? r->qcap * 2 : 64, i;
+        sim_tok_t *q = malloc((size_t)cap * sizeof(*q));
+
+        if (!q)
+            return;
+        for (i = 0; i < r->qlen; i++)
+            q[i] = *tok_at(r, i);
+        free(r->q);
+        r->q = q;
+        r->qcap = cap;
+        r->qhead = 0;
+    }
+    k = &r->q[(r->qhead + r->qlen) & (r->qcap - 1)];
+    k->fin = fin;
+    k->chunk = ci;
+    k->xfer = ci != SIM_NIL ? sim->chunks[ci].xfer : 0;
+    k->release = release;
+    r->qlen++;
+    if (release)
+        sim->gpus[release - 1].inflight++;
+}
+
+/* Demand traffic arriving at `start` took `shared` ns of r from the background class: every background copy
+ * still queued ends later, by what it had left at `start` at most (fair share: half rate meanwhile). */
+static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t shared)
+{
+    uint32_t i;
+
+    while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= start + r->latency_ns)
+        tok_pop(sim, r);
+    for (i = 0; i < r->qlen; i++) {
+        sim_tok_t *k = tok_at(r, i);
+        uint64_t end = k->fin - r->latency_ns, d;
+
+        if (end <= start)
+            continue;
+        d = u64_min(shared, end - start);
+        k->fin += d;
+        if (k->chunk != SIM_NIL) {
+            sim_chunk_t *c = &sim->chunks[k->chunk];
+
+            if (c->xfer == k->xfer && c->ready_ns < k->fin)
+                c->ready_ns = k->fin;
+        }
+    }
+}
+
 /* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t. Within a class, FIFO; between the two
  * classes, fair share: while the other class has queued work, this transfer progresses at half the rate, and
- * the other class's queue is pushed back by the work this one did meanwhile. Work conserving; O(1). */
-static uint64_t res_xfer(sim_res_t *r, uint64_t t, uint64_t bytes, int cls)
+ * the other class's queue is pushed back by the work this one did meanwhile (background copies already
+ * issued end later: res_delay). Work conserving. */
+static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, int cls)
 {
     uint64_t dur = (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
     uint64_t start = u64_max(t, r->busy_until[cls]);
@@ -135,42 +211,131 @@ static uint64_t res_xfer(sim_res_t *r, uint64_t t, uint64_t bytes, int cls)
         shared = overlap / 2;
     }
     r->busy_until[cls] = fin;
-    if (overlap)
+    if (overlap) {
         r->busy_until[!cls] = other + shared;
+        if (cls == SIM_FG && r->qlen)
+            res_delay(sim, r, start, shared);
+    }
     r->busy_ns += dur;
     r->bytes += bytes;
     return fin + r->latency_ns;
 }
 
-static uint64_t xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls)
+/* One leg of a copy: over r, noted as in flight when it is a background copy. */
+static uint64_t leg(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, int cls, uint32_t ci,
+                    uint32_t release)
 {
+    uint64_t fin;
+
+    while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= t)
+        tok_pop(sim, r);
+    fin = res_xfer(sim, r, t, bytes, cls);
+    if (cls == SIM_BG)
+        tok_add(sim, r, fin, ci, release);
+    return fin;
+}
+
+static inline void new_xfer(huvm_sim_t *sim, uint32_t ci)
+{
+    if (ci != SIM_NIL)
+        sim->chunks[ci].xfer = ++sim->xfer_seq;
+}
+
+/* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
+static uint64_t xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
+{
+    uint32_t sw = sim->cfg.pcie_switch[g];
+    uint64_t fin;
+
     sim->traffic.host_to_gpu[g] += bytes;
-    return res_xfer(&sim->gpus[g].h2d, t, bytes, cls);
+    new_xfer(sim, ci);
+    fin = leg(sim, &sim->gpus[g].h2d, t, bytes, cls, ci, 0);
+    if (sw)
+        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, cls, ci, 0));
+    return fin;
 }
 
-static uint64_t xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls)
+/* g -> host; a background copy holds g's memory until it ends on g's own link (release). */
+static uint64_t xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
 {
+    uint32_t sw = sim->cfg.pcie_switch[g];
+    uint64_t fin;
+
     sim->traffic.gpu_to_host[g] += bytes;
-    return res_xfer(&sim->gpus[g].d2h, t, bytes, cls);
+    new_xfer(sim, ci);
+    fin = leg(sim, &sim->gpus[g].d2h, t, bytes, cls, ci, g + 1);
+    if (sw)
+        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, cls, ci, 0));
+    return fin;
 }
 
-/* a -> b over the pair's direct path. */
-static uint64_t xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls)
+/* a -> b over the pair's direct path (remote-mapped reads: ci = SIM_NIL, demand class). */
+static uint64_t xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
+                              uint32_t ci)
 {
     if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
-        /* PCIe peer-to-peer: a's upstream and b's downstream direction. */
-        return u64_max(res_xfer(&sim->gpus[a].d2h, t, bytes, cls), res_xfer(&sim->gpus[b].h2d, t, bytes, cls));
+        /* PCIe peer-to-peer: a's upstream and b's downstream direction (not the switches' uplinks). */
+        return u64_max(leg(sim, &sim->gpus[a].d2h, t, bytes, cls, ci, a + 1),
+                       leg(sim, &sim->gpus[b].h2d, t, bytes, cls, ci, 0));
     }
     if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH)
-        return u64_max(res_xfer(&sim->gpus[a].port_out, t, bytes, cls),
-                       res_xfer(&sim->gpus[b].port_in, t, bytes, cls));
-    return res_xfer(&sim->nvl[a][b], t, bytes, cls);
+        return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, cls, ci, a + 1),
+                       leg(sim, &sim->gpus[b].port_in, t, bytes, cls, ci, 0));
+    return leg(sim, &sim->nvl[a][b], t, bytes, cls, ci, a + 1);
 }
 
-static uint64_t xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls)
+static uint64_t xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
+                          uint32_t ci)
 {
     sim->traffic.gpu_to_gpu[a][b] += bytes;
-    return xfer_peer_raw(sim, a, b, t, bytes, cls);
+    new_xfer(sim, ci);
+    return xfer_peer_raw(sim, a, b, t, bytes, cls, ci);
+}
+
+/* Copies out of g still in flight at t that have ended give g its memory back. */
+static void gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t)
+{
+    sim_gpu_t *gg = &sim->gpus[g];
+    uint32_t b;
+
+    if (!gg->inflight)
+        return;
+    while (gg->d2h.qlen && tok_at(&gg->d2h, 0)->fin <= t)
+        tok_pop(sim, &gg->d2h);
+    while (gg->port_out.qlen && tok_at(&gg->port_out, 0)->fin <= t)
+        tok_pop(sim, &gg->port_out);
+    for (b = 0; b < sim->cfg.gpu_count; b++) {
+        sim_res_t *r = &sim->nvl[g][b];
+
+        while (r->qlen && tok_at(r, 0)->fin <= t)
+            tok_pop(sim, r);
+    }
+}
+
+/* When the first copy out of g still in flight ends (UINT64_MAX: none). */
+static uint64_t gpu_inflight_next(const huvm_sim_t *sim, uint32_t g)
+{
+    const sim_gpu_t *gg = &sim->gpus[g];
+    uint64_t m = UINT64_MAX;
+    uint32_t b;
+
+    if (gg->d2h.qlen)
+        m = u64_min(m, gg->d2h.q[gg->d2h.qhead].fin);
+    if (gg->port_out.qlen)
+        m = u64_min(m, gg->port_out.q[gg->port_out.qhead].fin);
+    for (b = 0; b < sim->cfg.gpu_count; b++) {
+        const sim_res_t *r = &sim->nvl[g][b];
+
+        if (r->qlen)
+            m = u64_min(m, r->q[r->qhead].fin);
+    }
+    return m;
+}
+
+/* Guests' data copied into or out of lender h's memory takes HBM time from its running tenants. */
+static inline void lend_charge(huvm_sim_t *sim, uint32_t h, uint64_t chunks)
+{
+    sim->gpus[h].lend_debt_ns += chunks * sim->cfg.lend_chunk_ns;
 }
 
 /* ---- creation ---- */
@@ -259,6 +424,13 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
             }
         }
     }
+    for (a = 0; a < cfg->gpu_count; a++) {
+        uint32_t sw = cfg->pcie_switch[a];
+
+        if (sw) {
+            sim->sw_h2d[sw - 1].mbyte_per_s = sim->sw_d2h[sw - 1].mbyte_per_s = cfg->pcie_switch_mbyte_per_s[sw - 1];
+        }
+    }
     sim->host_limit_chunks = cfg->host_memory_bytes ? cfg->host_memory_bytes / SIM_CHUNK : UINT64_MAX;
     sim->sample_interval = cfg->sample_interval_ns;
     return sim;
@@ -289,6 +461,18 @@ void huvm_sim_destroy(huvm_sim_t *sim)
         return;
     for (i = 0; i < sim->n_tenants; i++)
         tenant_free(&sim->tenants[i]);
+    for (i = 0; i < HUVM_SIM_MAX_GPUS; i++) {
+        uint32_t b;
+
+        free(sim->gpus[i].h2d.q);
+        free(sim->gpus[i].d2h.q);
+        free(sim->gpus[i].port_out.q);
+        free(sim->gpus[i].port_in.q);
+        free(sim->sw_h2d[i].q);
+        free(sim->sw_d2h[i].q);
+        for (b = 0; b < HUVM_SIM_MAX_GPUS; b++)
+            free(sim->nvl[i][b].q);
+    }
     free(sim->chunks);
     free(sim->samples);
     free(sim);
@@ -616,19 +800,20 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
     if (d.dst != HUVM_DEST_HOST) {
         uint32_t p = d.dst;
 
-        fin = xfer_peer(sim, g, p, start, SIM_CHUNK, sync ? SIM_FG : SIM_BG);
+        fin = xfer_peer(sim, g, p, start, SIM_CHUNK, sync ? SIM_FG : SIM_BG, ci);
+        lend_charge(sim, p, 1);
         list_push_tail(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks++;
         gg->peer_chunks++;
         c->holder = (uint8_t)p;
         vacnt_add(sim, ci, 0);
     } else {
-        fin = xfer_d2h(sim, g, start, SIM_CHUNK, sync ? SIM_FG : SIM_BG);
+        fin = xfer_d2h(sim, g, start, SIM_CHUNK, sync ? SIM_FG : SIM_BG, ci);
         c->loc = HUVM_SIM_LOC_HOST;
         gg->host_chunks++;
         vacnt_add(sim, ci, 1);
     }
-    c->ready_ns = fin;
+    c->ready_ns = u64_max(c->ready_ns, fin);
     c->flags &= (uint8_t)~SIM_CF_REMOTE;
     gg->last_evict_ns = t ? t : 1;
     huvm_account_evict(&sim->core, g, d.dst, d.reason, flags & HUVM_EVICT_FLAG_PREEVICT, SIM_CHUNK,
@@ -653,9 +838,10 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
     hg->guest_chunks--;
     sim->gpus[o].peer_chunks--;
     sim->gpus[o].host_chunks++;
-    fin = xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sync ? SIM_FG : SIM_BG);
+    fin = xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sync ? SIM_FG : SIM_BG, ci);
+    lend_charge(sim, h, 1);
     c->loc = HUVM_SIM_LOC_HOST;
-    c->ready_ns = fin;
+    c->ready_ns = u64_max(c->ready_ns, fin);
     c->flags &= (uint8_t)~SIM_CF_REMOTE;
     huvm_account_giveback(&sim->core, h, o, SIM_CHUNK, chunk_va(sim, ci));
     return sync ? fin : t;
@@ -667,19 +853,34 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
 static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, uint32_t flags)
 {
     sim_gpu_t *gg = &sim->gpus[g];
+    uint64_t free_now;
 
-    uint64_t free_now = gpu_free(gg);
-
+    gpu_retire(sim, g, t);
+    free_now = gpu_free(gg);
     /* Real pressure: this allocation has to evict, or would have to without the chunks pre-eviction freed
-     * (those are used first, as the most recently freed). Pre-evicted chunks freed since are forgotten. */
-    if (gg->preevicted > free_now)
-        gg->preevicted = free_now;
+     * (those are used first, as the most recently freed; those still in flight count as theirs). Pre-evicted
+     * chunks freed since are forgotten. */
+    if (gg->preevicted > free_now + gg->inflight)
+        gg->preevicted = free_now + gg->inflight;
     if (free_now < n + gg->preevicted && !(sim->cfg.flags & HUVM_SIM_FLAG_UNLIMITED))
         gg->last_pressure_ns = t ? t : 1;
     gg->preevicted -= u64_min(gg->preevicted, n);
     while (gpu_free(gg) < n && !sim->failed) {
         uint64_t need = n - gpu_free(gg);
 
+        if (gg->inflight) {
+            /* Memory still held by copies in flight: wait for the first of them, unless a synchronous
+             * eviction (demand class, half its link at worst) would free a chunk sooner. */
+            uint64_t next = gpu_inflight_next(sim, g);
+            uint64_t sync = t + 2 * ((SIM_CHUNK * 1000 + gg->d2h.mbyte_per_s - 1) / gg->d2h.mbyte_per_s) +
+                            gg->d2h.latency_ns;
+
+            if (next <= sync) {
+                t = u64_max(t, next);
+                gpu_retire(sim, g, t);
+                continue;
+            }
+        }
         if (gg->guest_chunks) {
             huvm_giveback_plan_t plan;
             uint32_t o, k, done = 0;
@@ -735,7 +936,7 @@ static void preevict(huvm_sim_t *sim, uint32_t g, uint64_t t)
         evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0);
         gg->preevicted++;
     }
-    gg->preevicted = u64_min(gg->preevicted, gpu_free(gg));
+    gg->preevicted = u64_min(gg->preevicted, gpu_free(gg) + gg->inflight);
 }
 
 /* After a fault brought chunk ci of tenant tt from host: ask the core for a prefetch plan and start it. */
@@ -743,20 +944,22 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
 {
     uint32_t g = tt->spec.gpu;
     huvm_prefetch_plan_t plan;
-    uint32_t stride, k, span, local_done = 0, peer_done = 0, local_cnt;
+    uint32_t stride, k, span, local_done = 0, peer_done = 0, local_cnt, back_done = 0;
     uint32_t idx = ci - tt->chunk_base;
 
     refresh_state(sim);
     memset(&plan, 0, sizeof(plan));
     plan.peer = HUVM_DEST_HOST;
     huvm_decide_prefetch(&sim->core, sim->state, g, sim->gpus[g].candidates, t, &plan);
-    if (!plan.local_chunks && !plan.peer_chunks)
+    if (!plan.local_chunks && !plan.peer_chunks && !plan.peer_local_chunks)
         return;
     stride = plan.stride ? plan.stride : 1;
     if (plan.peer >= sim->cfg.gpu_count || plan.peer == g || !(sim->gpus[g].candidates & (1u << plan.peer)))
         plan.peer_chunks = 0;
     local_cnt = plan.local_chunks;
     span = plan.local_chunks + plan.peer_chunks;
+    if (plan.peer_local_chunks > span)
+        span = plan.peer_local_chunks;
     for (k = 1; k <= span; k++) {
         uint64_t pos = (uint64_t)idx + (uint64_t)k * stride;
         uint32_t pci;
@@ -766,6 +969,30 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             break;
         pci = tt->chunk_base + (uint32_t)pos;
         c = &sim->chunks[pci];
+        if (c->loc == HUVM_SIM_LOC_GPU && c->holder != g && !(c->flags & SIM_CF_REMOTE) &&
+            back_done < plan.peer_local_chunks) {
+            /* Two-stage prefetch: a chunk of the window held by a peer comes back ahead of its fault. */
+            uint32_t p = c->holder;
+
+            if (gpu_free(&sim->gpus[g]) == 0) {
+                back_done = plan.peer_local_chunks;     /* no room: the rest of this part is dropped */
+                continue;
+            }
+            list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
+            sim->gpus[p].guest_chunks--;
+            sim->gpus[g].peer_chunks--;
+            c->ready_ns = xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG, pci);
+            lend_charge(sim, p, 1);
+            c->holder = (uint8_t)g;
+            c->fetched_ns = c->ready_ns;
+            c->flags |= SIM_CF_PREFETCHED;
+            list_push_tail(sim->chunks, &sim->gpus[g].own, pci);
+            sim->gpus[g].batch_allocs++;
+            back_done++;
+            vacnt_add(sim, pci, 2);
+            huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, pci));
+            continue;
+        }
         if (c->loc != HUVM_SIM_LOC_HOST || !(c->flags & SIM_CF_LIVE))
             continue;
         if (local_done < local_cnt) {
@@ -777,7 +1004,7 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             }
             sim->host_chunks--;
             gg->host_chunks--;
-            c->ready_ns = xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG);
+            c->ready_ns = xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG, pci);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
             list_push_tail(sim->chunks, &gg->own, pci);
@@ -792,12 +1019,15 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
 
             refresh_state(sim);
             if (gpu_free(pg) == 0 ||
-                huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, t) != HUVM_REASON_PEER)
-                break;
+                huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, t) != HUVM_REASON_PEER) {
+                peer_done = plan.peer_chunks;   /* the peer is full: the rest of the host part is dropped */
+                continue;
+            }
             sim->host_chunks--;
             sim->gpus[g].host_chunks--;
             sim->gpus[g].peer_chunks++;
-            c->ready_ns = xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG);
+            c->ready_ns = xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG, pci);
+            lend_charge(sim, p, 1);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)p;
             list_push_tail(sim->chunks, &pg->guest[g], pci);
@@ -806,7 +1036,7 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             peer_done++;
             vacnt_add(sim, pci, 4);
             huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
-        } else {
+        } else if (back_done >= plan.peer_local_chunks) {
             break;
         }
     }
@@ -821,7 +1051,7 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
     sim_gpu_t *gg = &sim->gpus[g];
 
     *remote = 0;
-    t += sim->cfg.fault_service_ns;
+    t += c->loc == HUVM_SIM_LOC_GPU ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns;
     if (c->flags & SIM_CF_PREFETCHED)
         pf_note(sim, c, 1);             /* prefetched to a peer, and wanted: the prefetch paid */
     if (c->loc == HUVM_SIM_LOC_GPU) {
@@ -838,7 +1068,8 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
         t = make_room(sim, g, 1, t, 0);
         if (sim->failed)
             return t;
-        fin = xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG);
+        fin = xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG, ci);
+        lend_charge(sim, p, 1);
         list_remove(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks--;
         gg->peer_chunks--;
@@ -848,6 +1079,9 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
         c->fetched_ns = fin;
         vacnt_add(sim, ci, 2);
         huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, ci));
+        if (sim->core.policy.prefetch_mode == HUVM_PREFETCH_TWO_STAGE ||
+            sim->core.policy.prefetch_mode == HUVM_PREFETCH_LOCAL)
+            prefetch(sim, tt, ci, t);       /* the prototype prefetches after every fault batch */
         return fin;
     }
     gg->batch_allocs++;
@@ -855,7 +1089,7 @@ static uint64_t service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, ui
     if (sim->failed)
         return t;
     if (c->loc == HUVM_SIM_LOC_HOST) {
-        uint64_t fin = xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG);
+        uint64_t fin = xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG, ci);
 
         sim->host_chunks--;
         gg->host_chunks--;
@@ -990,6 +1224,12 @@ static void run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     for (i = tt->alloc_first[op]; i < tt->alloc_first[op + 1] && !sim->failed; i++)
         make_live(sim, tt, base + tt->alloc_list[i], &t);
     tt->res.alloc_stall_ns += t - tt->clock;
+    if (sim->gpus[g].lend_debt_ns) {
+        /* Guests' copies in this GPU's memory since its last op took HBM time from it. */
+        t += sim->gpus[g].lend_debt_ns;
+        tt->res.lend_stall_ns += sim->gpus[g].lend_debt_ns;
+        sim->gpus[g].lend_debt_ns = 0;
+    }
     fault_start = t;
     for (i = tt->first[op], e = tt->first[op + 1]; i < e; i++) {
         const uint32_t ci = base + touch[i];
@@ -1043,7 +1283,8 @@ static void run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         for (h = 0; h < sim->cfg.gpu_count; h++) {
             if (remote_mask & (1u << h)) {
                 sim->traffic.remote_read[h][g] += remote_bytes[h];
-                end = u64_max(end, xfer_peer_raw(sim, h, g, t, remote_bytes[h], SIM_FG));
+                end = u64_max(end, xfer_peer_raw(sim, h, g, t, remote_bytes[h], SIM_FG, SIM_NIL));
+                lend_charge(sim, h, remote_bytes[h] / SIM_CHUNK);
             }
         }
         tt->res.remote_stall_ns += end - compute_end;
@@ -1360,7 +1601,7 @@ uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err)
             gsum += gg->guest[o].count;
         if (own[g] != gg->own.count || guest[g] != gg->guest_chunks || gsum != gg->guest_chunks ||
             peer[g] != gg->peer_chunks || host[g] != gg->host_chunks || pinned[g] != gg->pinned_chunks ||
-            gpu_used(gg) > gg->capacity_chunks) {
+            gpu_used(gg) + gg->inflight > gg->capacity_chunks) {
             bad++;
             sim_set_error(err, HUVM_NV_ERR_INVALID_STATE, (int32_t)g, "gpus",
                           "GPU %u: chunk counts disagree with the chunk states (own %u)", g,

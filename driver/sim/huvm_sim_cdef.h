@@ -70,6 +70,14 @@ typedef struct {
     uint64_t sample_interval_ns;            /* memory-over-time sampling period; 0 = no samples */
     uint32_t max_samples;                   /* when reached, samples are thinned 2:1 and the period doubles */
     uint32_t pad;
+    /* PCIe switches: GPUs with the same nonzero pcie_switch[g] (1..16) share that switch's uplink to the
+     * host, pcie_switch_mbyte_per_s[id - 1] each direction; 0 = the GPU has its own full link. */
+    uint32_t pcie_switch[16];
+    uint64_t pcie_switch_mbyte_per_s[16];
+    uint64_t peer_fault_service_ns;         /* per faulted 2 MiB block whose data is on a peer (service,
+                                               unmap on the holder, map on the owner) */
+    uint64_t lend_chunk_ns;                 /* what a lender's running tenants lose per guest chunk copied
+                                               into or out of its memory (HBM time of the copy) */
 } huvm_sim_config_t;
 
 /* One workload on one GPU. Arrays are copied by huvm_sim_add_tenant. A tenant with n_ops == 0 is idle:
@@ -118,6 +126,8 @@ typedef struct {
     uint32_t pad;
     uint64_t alloc_stall_ns;                /* time stalled making room for its cudaMalloc allocations
                                                (evictions, give-back), its start-up included */
+    uint64_t lend_stall_ns;                 /* time its ops lost to guests' copies in its GPU's memory
+                                               (lend_chunk_ns per guest chunk moved in or out) */
 } huvm_sim_tenant_result_t;
 
 /* Bytes moved per path, and how long each link direction was busy. */

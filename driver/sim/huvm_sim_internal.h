@@ -28,7 +28,7 @@ typedef struct {
     uint32_t head, tail, count;
 } sim_list_t;
 
-/* One 2 MiB chunk of some tenant's address space (32 bytes; an array, lists are intrusive). */
+/* One 2 MiB chunk of some tenant's address space (40 bytes; an array, lists are intrusive). */
 typedef struct {
     uint32_t prev, next;            /* links in the list of the GPU holding it (SIM_NIL) */
     uint64_t ready_ns;              /* its data is usable where it is from this time (async copy) */
@@ -38,6 +38,7 @@ typedef struct {
     uint8_t  owner;                 /* GPU of its tenant */
     uint8_t  flags;                 /* SIM_CF_* */
     uint32_t tenant;
+    uint32_t xfer;                  /* sequence number of its latest copy (in-flight tokens name it) */
 } sim_chunk_t;
 
 /* Traffic classes sharing a link: demand transfers (faults, synchronous evictions, give-back, remote
@@ -45,13 +46,26 @@ typedef struct {
 #define SIM_FG                  0
 #define SIM_BG                  1
 
-/* One direction of a link (PCIe H2D or D2H of a GPU, an NVLink pair direction, an NVSwitch port). */
+/* A background copy still queued on a link direction: later demand traffic that delays the background class
+ * delays it (its chunk's ready_ns and, for a copy out of a GPU, when that GPU gets the memory back). */
+typedef struct {
+    uint64_t fin;                   /* when it ends on this link, latency included */
+    uint32_t chunk;                 /* the chunk copied (SIM_NIL: none) */
+    uint32_t xfer;                  /* the chunk's xfer at issue (a later copy of it supersedes this one) */
+    uint32_t release;               /* GPU + 1 whose memory the copy frees when it ends; 0: none */
+    uint32_t pad;
+} sim_tok_t;
+
+/* One direction of a link (PCIe H2D or D2H of a GPU, an NVLink pair direction, an NVSwitch port, a PCIe
+ * switch's uplink). */
 typedef struct {
     uint64_t mbyte_per_s;
     uint64_t latency_ns;
     uint64_t busy_until[2];         /* per class: when its queued work ends */
     uint64_t busy_ns;
     uint64_t bytes;
+    sim_tok_t *q;                   /* background copies in flight, in order (ring) */
+    uint32_t qhead, qlen, qcap, pad;
 } sim_res_t;
 
 typedef struct {
@@ -71,6 +85,8 @@ typedef struct {
     uint64_t   batch_allocs;        /* chunks allocated by the fault batch in progress */
     huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
     uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
+    uint64_t   inflight;            /* chunks of memory held by copies out of it still in flight */
+    uint64_t   lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */
     sim_res_t  h2d, d2h;            /* PCIe */
     sim_res_t  port_out, port_in;   /* NVSwitch ports */
 } sim_gpu_t;
@@ -108,6 +124,8 @@ struct huvm_sim {
     huvm_gpu_state_t  state[HUVM_MAX_GPUS];
     sim_gpu_t         gpus[HUVM_SIM_MAX_GPUS];
     sim_res_t         nvl[HUVM_SIM_MAX_GPUS][HUVM_SIM_MAX_GPUS];
+    sim_res_t         sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS];  /* PCIe switch uplinks */
+    uint32_t          xfer_seq;
     sim_tenant_t      tenants[HUVM_SIM_MAX_TENANTS];
     uint32_t          n_tenants;
     sim_chunk_t      *chunks;

@@ -43,6 +43,11 @@ void huvm_sim_config_defaults(huvm_sim_config_t *cfg)
     /* uvm_perf_fault_batch_count default (uvm_gpu_replayable_faults.c). */
     cfg->fault_batch_max = 256;
     cfg->faults_per_chunk = 1;
+    /* A fault on a peer-held block: the block service plus the holder's unmap and TLB invalidate, of the
+     * order of one PCIe transfer setup (assumption: no published measurement): 25 + 5 us. */
+    cfg->peer_fault_service_ns = 30000;
+    /* A guest chunk copied into or out of a lender: 2 MiB of the lender's HBM time, at V100's 900 GB/s. */
+    cfg->lend_chunk_ns = 2330;
     cfg->sample_interval_ns = 10000000;
     cfg->max_samples = 4096;
 }
@@ -143,7 +148,27 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
     SIM_CHECK_COST(populate_ns)
     SIM_CHECK_COST(pcie_latency_ns)
     SIM_CHECK_COST(nvlink_latency_ns)
+    SIM_CHECK_COST(peer_fault_service_ns)
+    SIM_CHECK_COST(lend_chunk_ns)
 #undef SIM_CHECK_COST
+    for (a = 0; a < cfg->gpu_count; a++) {
+        uint32_t sw = cfg->pcie_switch[a];
+
+        if (sw > HUVM_SIM_MAX_GPUS) {
+            snprintf(f, sizeof(f), "gpus[%u].pcie_switch", a);
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
+                          "GPU %u: PCIe switch %u is not in 0..%u", a, sw, HUVM_SIM_MAX_GPUS);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+        if (sw && (cfg->pcie_switch_mbyte_per_s[sw - 1] == 0 ||
+                   cfg->pcie_switch_mbyte_per_s[sw - 1] > SIM_MAX_MBYTE_PER_S)) {
+            snprintf(f, sizeof(f), "pcie_switch_mbyte_per_s[%u]", sw - 1);
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
+                          "PCIe switch %u uplink bandwidth %llu MB/s is not in 1..%llu", sw,
+                          (unsigned long long)cfg->pcie_switch_mbyte_per_s[sw - 1], SIM_MAX_MBYTE_PER_S);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+    }
     if (cfg->fault_batch_max < 1 || cfg->fault_batch_max > HUVM_SIM_MAX_FAULT_BATCH) {
         sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "fault_batch_max",
                       "fault_batch_max %u is not in 1..%u", cfg->fault_batch_max, HUVM_SIM_MAX_FAULT_BATCH);

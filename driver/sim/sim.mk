@@ -7,6 +7,7 @@
 #                    speedup and lender slowdown of huvm and huvm-atc22 against stock, geomean, worst case
 #                    (not part of `make test`; EVAL_HALF=tuning for the half the constants were chosen on)
 #   make eval-doc    the same, written into docs/policy.md ("Evaluation") between its generated-table markers
+#   make replicate-doc  the prototype's Fig 6/8/9 replications (huvm.sim.replicate) into docs/simulator.md
 #
 # The Python tests (tests/python/test_sim*.py) run with the other Python tests.
 
@@ -19,7 +20,7 @@ SIM_CFLAGS   := -std=gnu11 -g -Wall -Wextra -Werror -Wno-unused-function \
                 -I$(ROOT)/driver/include/uapi -I$(ROOT)/driver/core -I$(SIM_DIR)
 SIM_SAN      := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 
-.PHONY: sim-test bench-sim eval eval-doc
+.PHONY: sim-test bench-sim eval eval-doc replicate-doc
 
 $(SIM_BUILD)/sim_test: $(SIM_DIR)/tests/sim_test.c $(SIM_SRCS) $(SIM_HDRS)
 	@mkdir -p $(@D)
@@ -49,3 +50,8 @@ eval-doc: | venv
 
 test: sim-test
 bench: bench-sim
+
+# The prototype's replications (huvm.sim.replicate: the artifact's Fig 6 numbers next to the simulator's, Fig 8
+# on Fig 6 case 1, Fig 9 on GPUs 1-2), written into docs/simulator.md between its generated-table markers.
+replicate-doc: | venv
+	cd $(ROOT) && $(PY) -m huvm.sim.replicate --update-doc $(ROOT)/docs/simulator.md

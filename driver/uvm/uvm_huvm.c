@@ -1099,8 +1099,9 @@ static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *ev
         !UVM_ID_IS_GPU(dst_id) || uvm_va_block_is_hmm(va_block))
         return;
 
-    // huvm's multi-path prefetches run in its worker and are accounted by prefetch_block().
-    if (g_uvm_huvm.prefetch_q_running && current == g_uvm_huvm.prefetch_q.q_kthread)
+    // huvm's prefetches from host run in its worker and are accounted by prefetch_block(); its two-stage
+    // fetch-backs from peers (fetch_back_block()) are fetches like any other.
+    if (UVM_ID_IS_CPU(src_id) && g_uvm_huvm.prefetch_q_running && current == g_uvm_huvm.prefetch_q.q_kthread)
         return;
 
     va_space = uvm_va_block_get_va_space(va_block);
@@ -1335,7 +1336,7 @@ void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 a
                                  &plan);
         }
 
-        if (plan.local_chunks + plan.peer_chunks > 0) {
+        if (plan.local_chunks + plan.peer_chunks + plan.peer_local_chunks > 0) {
             spin_lock(&slot->pf_lock);
             slot->pf_va_space = va_space;
             slot->pf_address = address;
@@ -1417,9 +1418,71 @@ unlock:
     uvm_mutex_unlock(&va_block->lock);
 }
 
-// The multi-path prefetcher: the core's plan splits the blocks after the faulting GPU's last fault
-// between host -> local and host -> peer, so both PCIe links copy at once; the copies are pushed
-// asynchronously, each on its destination's channels.
+// Two-stage prefetch, second stage (HUVM_PREFETCH_LOCAL and _TWO_STAGE: the plan's peer_local_chunks): a block
+// of the window that is gpu's own data, held whole by a peer, comes back to gpu ahead of its fault. Never
+// evicts: gpu's chunk comes from free memory (move_with_chunk()). Returns true when the block came back;
+// *no_room is set when gpu had no free chunk for it (the rest of this part is then dropped, as the
+// simulator does). The peer's chunk is released and the fetch accounted by make_resident's finish
+// (release_peer_chunk()) and the migration events (migration_event()), as for a fault's fetch-back.
+// LOCKING: the VA space lock is held for read (and mmap_lock if the VA space has an mm); takes the block
+// lock, the holder's PMM list lock and gpu's PMM locks.
+static bool fetch_back_block(uvm_va_space_t *va_space,
+                             uvm_va_block_context_t *block_context,
+                             NvU64 address,
+                             uvm_gpu_t *gpu,
+                             NvU32 owner,
+                             bool *no_room)
+{
+    uvm_page_mask_t *pages = &block_context->caller_page_mask;
+    uvm_va_block_gpu_state_t *holder_state;
+    const uvm_va_policy_t *policy;
+    uvm_processor_id_t holder_id = UVM_ID_INVALID;
+    uvm_va_block_t *va_block;
+    uvm_gpu_id_t id;
+    NvU32 chunk_owner = HUVM_SLOT_NONE, reason;
+    bool moved = false;
+
+    *no_room = false;
+    if (uvm_va_block_find(va_space, address, &va_block) != NV_OK || uvm_va_block_is_hmm(va_block))
+        return false;
+    if (!uvm_range_group_all_migratable(va_space, va_block->start, va_block->end))
+        return false;
+
+    uvm_mutex_lock(&va_block->lock);
+
+    policy = uvm_va_range_get_policy(va_block->va_range);
+    if (uvm_processor_mask_get_count(&va_block->resident) != 1 ||
+        policy->read_duplication == UVM_READ_DUPLICATION_ENABLED ||
+        UVM_ID_IS_VALID(policy->preferred_location))
+        goto unlock;
+
+    for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
+        if (uvm_processor_mask_test(&va_block->resident, id))
+            holder_id = id;
+    }
+    if (!UVM_ID_IS_VALID(holder_id) || uvm_id_equal(holder_id, gpu->id))
+        goto unlock;
+    holder_state = uvm_va_block_gpu_state_get(va_block, holder_id);
+    if (!holder_state || !holder_state->chunks || !holder_state->chunks[0] ||
+        !chunk_harvest_info(uvm_va_space_get_gpu(va_space, holder_id), holder_state->chunks[0], &chunk_owner) ||
+        chunk_owner != owner)
+        goto unlock;
+
+    uvm_page_mask_copy(pages, uvm_va_block_resident_mask_get(va_block, holder_id));
+    if (move_with_chunk(va_block, gpu, HUVM_SLOT_NONE, block_context, pages, UVM_MAKE_RESIDENT_CAUSE_PREFETCH,
+                        &reason) == NV_OK)
+        moved = true;
+    else if (reason == HUVM_REASON_ALLOC_FAILED)
+        *no_room = true;
+
+unlock:
+    uvm_mutex_unlock(&va_block->lock);
+    return moved;
+}
+
+// The prefetcher: the core's plan splits the blocks after the faulting GPU's last fault between host -> local
+// and host -> peer, so both PCIe links copy at once (multi-path), and brings blocks of the window held by
+// peers back (two-stage); the copies are pushed asynchronously, each on its destination's channels.
 // LOCKING: runs in the prefetch kthread with no locks held; takes mmap_lock (read), the VA space lock
 // (read) and VA block locks in UVM's order, as fault servicing does, and g_uvm_huvm.lock (read) around
 // the decision. The VA space pointer stays valid: see uvm_huvm_va_space_destroy().
@@ -1434,7 +1497,7 @@ static void prefetch_worker(void *args)
     uvm_gpu_t *gpu, *peer = NULL;
     uvm_gpu_id_t gpu_id, peer_id = UVM_ID_INVALID;
     NvU64 address, base;
-    NvU32 owner, i;
+    NvU32 owner, i, span, back_done = 0;
 
     spin_lock(&slot->pf_lock);
     va_space = slot->pf_va_space;
@@ -1473,6 +1536,9 @@ static void prefetch_worker(void *args)
 
     if (owner == HUVM_SLOT_NONE || plan.stride == 0)
         goto out;
+    span = plan.local_chunks + plan.peer_chunks;
+    if (plan.peer_local_chunks > span)
+        span = plan.peer_local_chunks;
 
     // The peer must still be registered in this VA space (we hold its lock now). It may have gone away
     // since the huvm lock was dropped, so it is only compared, not dereferenced, until then.
@@ -1484,12 +1550,27 @@ static void prefetch_worker(void *args)
     if (!block_context)
         goto out;
 
+    // The window after the faulting block, as the simulator walks it: a block held by a peer comes back
+    // (up to peer_local_chunks of them); a block on the host goes to gpu (the first local_chunks positions)
+    // or to the peer (the next peer_chunks).
     base = address & ~((NvU64)UVM_CHUNK_SIZE_MAX - 1);
-    for (i = 0; i < plan.local_chunks + plan.peer_chunks; i++) {
+    for (i = 0; i < span; i++) {
         NvU64 block_address = base + (NvU64)(i + 1) * plan.stride * UVM_CHUNK_SIZE_MAX;
+        bool no_room;
 
         if (block_address <= base)
             break;
+
+        if (back_done < plan.peer_local_chunks) {
+            if (fetch_back_block(va_space, block_context, block_address, gpu, owner, &no_room)) {
+                back_done++;
+                continue;
+            }
+            if (no_room)
+                back_done = plan.peer_local_chunks;
+        }
+        if (i >= plan.local_chunks + plan.peer_chunks)
+            continue;
 
         if (i < plan.local_chunks)
             prefetch_block(va_space, block_context, block_address, gpu, owner, gpu, owner, state);

@@ -37,18 +37,11 @@ from .attach import Attachment
 from .client import Node
 from .errors import HuvmError
 from .info import NodeInfo
-from .metrics import GPU_METRICS, PAIR_METRICS
+from .metrics import GPU_METRICS, PAIR_METRICS, host_reasons
 from .metrics import Metric as HuvmMetric
 
 GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
 PAIR_LABELS = ["owner", "holder", "owner_UUID", "holder_UUID", "Hostname"]
-
-
-def host_reasons() -> dict[int, str]:
-    """``host_reason[]`` index -> name, for the reasons an eviction to host can have: every HUVM_REASON_*
-    except ``peer`` (the decision to go to a peer is not a reason to go to host; its slot stays 0)."""
-    names = abi.enum_names("HUVM_REASON_")
-    return {i: n for i, n in sorted(names.items()) if i != abi.lib.HUVM_REASON_PEER}
 
 
 @dataclass(frozen=True)

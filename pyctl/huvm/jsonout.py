@@ -10,15 +10,16 @@ with its unit (``evict_to_peer_chunks``, ``from_peer_bytes``; rates end in ``_pe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Self, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import abi
 from .info import NodeInfo
-from .metrics import GPU_METRICS, PAIR_METRICS, REASON_NAMES, Metric
+from .metrics import GPU_METRICS, PAIR_METRICS, Metric, host_reasons
 from .policy import GPU_KEYS, KEYS, NODE_KEYS, Policy
-from .stats import StatsDelta, StatsSnapshot
+from .stats import StatsDelta, StatsSnapshot, TenantFigures, rate_map
 
 SCHEMA_VERSION = 1
 
@@ -101,6 +102,8 @@ class Stats(_Model):
 class GpuRates(_Model):
     gpu: int
     rates: dict[str, float] = Field(description="counter name with _per_s -> per second over the interval")
+    host_reason_chunks_per_s: dict[str, float] = Field(
+        description="chunks evicted to host per second over the interval, by named reason")
     gauges: dict[str, int]
 
 
@@ -130,9 +133,36 @@ class PolicyShowDoc(_Doc):
     policy: PolicyDoc
 
 
+class TenantFigure(_Model):
+    policy: str
+    sweep_value: str | None
+    tenant: str
+    gpu: int
+    role: str = Field(description="harvester, lender or idle")
+    foreground: bool = Field(description="false: runs until the foreground tenants finish")
+    runtime_ns: int
+    ops_per_s: float
+    harvester_speedup: float | None = Field(
+        description="harvesters: their runtime under stock / under this policy (> 1: faster); else null")
+    lender_slowdown: float | None = Field(
+        description="lenders: against running alone, runtime or (background) throughput ratio (1.0: lending cost "
+                    "nothing); else null")
+
+
 class StatsDoc(_Doc):
     kind: Literal["stats"] = Field(json_schema_extra={"const": "stats"})
     stats: Stats
+    tenants: list[TenantFigure] | None = Field(
+        default=None, description="a simulated node from an experiment file: every tenant under every policy of "
+                                  "the experiment, harvester speedup and lender slowdown side by side; else null")
+
+
+class StatsTenantsDoc(_Doc):
+    """``stats --run DIR``: an experiment output folder's tenants, harvester speedup and lender slowdown."""
+
+    kind: Literal["stats-tenants"] = Field(json_schema_extra={"const": "stats-tenants"})
+    run: str = Field(description="the output folder")
+    tenants: list[TenantFigure]
 
 
 class StatsIntervalDoc(_Doc):
@@ -261,6 +291,38 @@ class ExperimentDoc(_Doc):
     tenants: list[dict[str, Any]] = Field(description="one object per tenant of each run")
     notes: list[str]
     files: list[str] = Field(description="files written (none for sim run)")
+    node_record: dict[str, Any] | None = Field(
+        default=None, description="the node of the runs: node_kind (sim, emulated, local), module, node_preset, "
+                                  "scale, node_gpus")
+
+
+class CompareSide(_Model):
+    path: str
+    experiment: str
+    node: str
+    node_kind: str = Field(description="sim, emulated or local")
+    module: str
+    scale: float = Field(description="the run's scale factor on bytes and working sets (1.0: full size)")
+
+
+class CompareRow(_Model):
+    sweep_value: str | None
+    policy: str
+    counter: str = Field(description="counter name, peer_bytes, host_bytes, or 'bytes PATH SRC->DST'")
+    a: float
+    b: float
+    rel_error: float | None = Field(description="(b - a) / a; null when only a is 0")
+
+
+class ExperimentCompareDoc(_Doc):
+    """``experiment compare RUN_A RUN_B``: two runs' counters side by side."""
+
+    kind: Literal["experiment-compare"] = Field(json_schema_extra={"const": "experiment-compare"})
+    a: CompareSide
+    b: CompareSide
+    normalized: bool = Field(description="counts divided by each run's scale factor")
+    rows: list[CompareRow]
+    notes: list[str]
 
 
 class TraceInfoDoc(_Doc):
@@ -295,9 +357,10 @@ class WatchEventDoc(_Doc):
     name: str = Field(description="the module (nvidia_uvm, huvm_ktest) or the device node")
 
 
-DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsIntervalDoc, VaSpacesDoc,
-                                     PolicyChangeDoc, PolicyDiffDoc, PolicyKeysDoc, TopologyDoc, SimPresetsDoc,
-                                     ExperimentDoc, TraceInfoDoc, WatchEventDoc)
+DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsTenantsDoc, StatsIntervalDoc,
+                                     VaSpacesDoc, PolicyChangeDoc, PolicyDiffDoc, PolicyKeysDoc, TopologyDoc,
+                                     SimPresetsDoc,
+                                     ExperimentDoc, ExperimentCompareDoc, TraceInfoDoc, WatchEventDoc)
 #: any document, told apart by ``kind``
 AnyDocument: Any = Annotated[Union[DOCUMENTS], Field(discriminator="kind")]  # noqa: UP007 - a runtime tuple
 
@@ -364,7 +427,7 @@ def stats(s: StatsSnapshot) -> Stats:
         for m in GPU_METRICS:
             v = g.values[m.field]
             if isinstance(v, tuple):
-                reasons = {REASON_NAMES[i] if i < len(REASON_NAMES) else str(i): n for i, n in enumerate(v)}
+                reasons = _host_reasons(v)
             else:
                 counters[_name(m)] = v
         gpus.append(GpuStats(gpu=g.gpu, counters=counters, host_reason_chunks=reasons))
@@ -373,13 +436,30 @@ def stats(s: StatsSnapshot) -> Stats:
     return Stats(timestamp_ns=s.timestamp_ns, policy_generation=s.generation, gpus=gpus, pairs=pairs)
 
 
+def tenant_figures(figs: Sequence[TenantFigures]) -> list[TenantFigure]:
+    return [TenantFigure(**f.to_dict()) for f in figs]
+
+
+def _host_reasons(value: int | tuple[int, ...]) -> dict[str, int]:
+    """host_reason[] by reason name (the reasons an eviction to host can have: not ``peer``)."""
+    values = value if isinstance(value, tuple) else (value,)
+    return {name: values[i] for i, name in host_reasons().items() if i < len(values)}
+
+
 def stats_interval(d: StatsDelta) -> StatsIntervalDoc:
+    """Rates of the scalar counters by name; the per-reason array (host_reason) as its own object, one rate
+    per named reason (by huvm.stats' one rule), never summed into a name that does not say so."""
     by_field = {m.field: m for m in GPU_METRICS}
+    arrays = {m.field for m in GPU_METRICS if m.length}
+    before = {g.gpu: g for g in d.before.gpus}
     gpus = []
     for g, r in zip(d.after.gpus, d.rates(), strict=True):
         gauges = {_name(m): int(g.scalar(m.field)) for m in GPU_METRICS if m.kind == "gauge"}
-        gpus.append(GpuRates(gpu=g.gpu, rates={_name(by_field[f]) + "_per_s": v for f, v in r.items()},
-                             gauges=gauges))
+        new = _host_reasons(g.values["host_reason"])
+        old = _host_reasons(before[g.gpu].values["host_reason"]) if g.gpu in before else None
+        reasons = rate_map(dict.fromkeys(new, "counter"), old, new, d.seconds)
+        rates = {_name(by_field[f]) + "_per_s": v for f, v in r.items() if f not in arrays}
+        gpus.append(GpuRates(gpu=g.gpu, rates=rates, host_reason_chunks_per_s=reasons, gauges=gauges))
     return StatsIntervalDoc.make(timestamp_ns=d.after.timestamp_ns, interval_s=d.seconds, gpus=gpus)
 
 

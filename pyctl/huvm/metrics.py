@@ -96,6 +96,13 @@ VA_SPACE_METRICS: tuple[Metric, ...] = tuple(m for m in METRICS if m.scope == "v
 REASON_NAMES: tuple[str, ...] = _reason_names()
 
 
+def host_reasons() -> dict[int, str]:
+    """``host_reason[]`` index -> name, for the reasons an eviction to host can have: every HUVM_REASON_*
+    except ``peer`` (the decision to go to a peer is not a reason to go to host; its slot stays 0). The
+    exporter's ``reason`` label values and the JSON documents' reason keys."""
+    return {i: n for i, n in enumerate(REASON_NAMES) if i != abi.lib.HUVM_REASON_PEER}
+
+
 def by_field(scope: Scope, field: str) -> Metric:
     for m in METRICS:
         if m.scope == scope and m.field == field:

@@ -78,7 +78,7 @@ def _specs() -> dict[str, KeySpec]:
         KeySpec("peer_select", "enum", "node", "peer_select", _help(node, "peer_select"), "HUVM_PEER_SELECT_"),
         KeySpec("nvlink_only", "bool", "node", "nvlink_only", _help(node, "nvlink_only"), lo=0, hi=1),
         KeySpec("peer_usage_max_pct", "int", "node", "peer_usage_max_pct", _help(node, "peer_usage_max_pct"),
-                lo=1, hi=100),
+                lo=lib.HUVM_PEER_USAGE_PCT_MIN, hi=lib.HUVM_PEER_USAGE_PCT_MAX),
         KeySpec("preevict_chunks", "int", "node", "preevict_chunks", _help(node, "preevict_chunks"),
                 lo=0, hi=lib.HUVM_PREEVICT_MAX_CHUNKS),
         KeySpec("preevict_batch", "int", "node", "preevict_batch", _help(node, "preevict_batch"),

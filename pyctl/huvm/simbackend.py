@@ -72,4 +72,6 @@ class SimBackend(backend.SimBackend):
         sim, _node, _tenants, _settings = runner.prepare(PlannedRun(RunKey(policy.name, None, 0), policy))
         if run:
             sim.run()
-        return cls(sim)
+        backend = cls(sim)
+        backend.experiment = spec
+        return backend

@@ -9,8 +9,10 @@ them it is 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .metrics import GPU_METRICS, PAIR_METRICS, Kind, Metric
@@ -177,3 +179,89 @@ class StatsDelta:
         kinds: dict[str, Kind] = {m.field: "counter" for m in PAIR_METRICS if m.kind == "counter"}
         return {(p.owner, p.holder): rate_map(kinds, self.before.pair(p.owner, p.holder).values, p.values, s)
                 for p in self.after.pairs}
+
+
+# ---- lending figures (issue 14 item 1): per GPU from the counters, per tenant from an experiment ----
+
+@dataclass(frozen=True)
+class GpuLending:
+    """What one GPU lends and borrows, from the core's counters (any backend)."""
+
+    gpu: int
+    lent_bytes: int             # other GPUs' data in its memory now
+    lent_peak_bytes: int        # the most it lent since the last reset
+    borrowed_bytes: int         # its data in peers' memory now (harvested_bytes)
+    lent_chunks: int            # peers' chunks it took in (evicted or prefetched onto it)
+    given_back_chunks: int      # chunks it gave back to host to reclaim its memory
+    borrowed_chunks: int        # its chunks it evicted to peers
+    fetched_back_chunks: int    # its chunks it fetched back from peers
+
+
+def gpu_lending(snap: StatsSnapshot) -> list[GpuLending]:
+    """Per GPU: lent and borrowed now, lent at peak, and the chunk movements behind them."""
+    taken_in = {g.gpu: 0 for g in snap.gpus}
+    for p in snap.pairs:
+        taken_in[p.holder] = taken_in.get(p.holder, 0) + p.values["evict_chunks"] + p.values["prefetch_chunks"]
+    return [GpuLending(g.gpu, g.scalar("lent_bytes"), g.scalar("lent_peak_bytes"), g.scalar("harvested_bytes"),
+                       taken_in.get(g.gpu, 0), g.scalar("giveback"), g.scalar("evict_to_peer"),
+                       g.scalar("fetch_from_peer")) for g in snap.gpus]
+
+
+@dataclass(frozen=True)
+class TenantFigures:
+    """One tenant under one policy: a harvester's speedup over its own runtime under stock, a lender's
+    slowdown against running alone (runtime ratio, or throughput ratio for one that runs until the others
+    finish; 1.0: lending cost it nothing)."""
+
+    policy: str
+    sweep_value: str | None
+    tenant: str
+    gpu: int
+    role: str                   # harvester | lender | idle
+    foreground: bool
+    runtime_ns: int
+    ops_per_s: float
+    harvester_speedup: float | None
+    lender_slowdown: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def tenant_figures(rows: Sequence[Mapping[str, Any]]) -> list[TenantFigures]:
+    """From an experiment's per-tenant rows (``summary.json``'s ``tenants``, written by
+    :func:`huvm.experiment.output.tenant_dicts`): every policy but ``ideal``, in their order."""
+    stock = {(r["tenant"], r.get("sweep_value")): r for r in rows if r["policy"] == "stock"}
+    out: list[TenantFigures] = []
+    for r in rows:
+        if r["policy"] == "ideal":
+            continue
+        role = str(r.get("role", "harvester"))
+        speedup = None
+        base = stock.get((r["tenant"], r.get("sweep_value")))
+        if role == "harvester" and r["foreground"] and base is not None and r["runtime_ns"]:
+            speedup = base["runtime_ns"] / r["runtime_ns"]
+        slow = r.get("slowdown_vs_alone") if role == "lender" else None
+        out.append(TenantFigures(str(r["policy"]), r.get("sweep_value"), str(r["tenant"]), int(r["gpu"]), role,
+                                 bool(r["foreground"]), int(r["runtime_ns"]), float(r.get("ops_per_s", 0.0)),
+                                 speedup, None if slow is None else float(slow)))
+    return out
+
+
+def tenant_figures_from_run(outdir: str | Path) -> list[TenantFigures]:
+    """The tenant figures of an experiment's output folder (its ``summary.json``)."""
+    from .errors import ConfigError
+
+    path = Path(outdir) / "summary.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{outdir}: no summary.json (not an experiment's output folder)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+    rows = doc.get("tenants") if isinstance(doc, dict) else None
+    need = ("policy", "tenant", "gpu", "foreground", "runtime_ns")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(k in r for k in need) for r in rows):
+        raise ConfigError(f"{path}: no per-tenant rows (written by an older huvm?); run the experiment again")
+    return tenant_figures(rows)
+

@@ -125,13 +125,21 @@ TEST(decide_fastest_link)
     CHECK_EQ(d.dst, 1);
     p.peer_select = HUVM_PEER_SELECT_FASTEST_LINK;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
-    st[1].free_bytes = 2 * GIB;             /* equal links: the one with more room */
+    st[1].free_bytes = 2 * GIB;
     d = huvm_decide_evict(&core, st, &r);
     CHECK_EQ(d.dst, 3);
-    st[3].free_bytes = 0;                   /* the fast peer is full: the roomier slow one */
+    st[3].free_bytes = 0;                   /* the fast peer is full: of the equal slow ones, the one */
+    st[2].free_bytes = 8 * GIB;             /* lending least (a tie: the lower index), not the roomiest */
     d = huvm_decide_evict(&core, st, &r);
-    CHECK_EQ(d.dst, 2);
+    CHECK_EQ(d.dst, 1);
     CHECK_EQ(d.reason, HUVM_REASON_PEER);
+    huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, CHUNK, 0);
+    d = huvm_decide_evict(&core, st, &r);   /* GPU 1 now holds a guest chunk: GPU 2 shares the traffic */
+    CHECK_EQ(d.dst, 2);
+    st[3].free_bytes = 3 * GIB;             /* a faster link still wins over a less loaded one */
+    huvm_account_evict(&core, 0, 3, HUVM_REASON_PEER, 0, CHUNK, 0);
+    huvm_account_evict(&core, 0, 3, HUVM_REASON_PEER, 0, CHUNK, 0);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 3);
 }
 
 TEST(decide_round_robin_advances_through_accounting)
@@ -432,6 +440,38 @@ TEST(decide_fetch_route)
     CHECK_EQ(huvm_decide_fetch(&core, 0, 1), HUVM_FETCH_MIGRATE);     /* holder gone */
 }
 
+/* The prototype's two-stage prefetch: host-resident chunks of the window to a peer, peer-resident ones to the
+ * faulting GPU (peer_local_chunks); never host -> local. Without an admitting peer only the second stage. */
+TEST(decide_prefetch_two_stage)
+{
+    huvm_prefetch_plan_t plan;
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.prefetch_mode = HUVM_PREFETCH_TWO_STAGE;
+    p.prefetch_chunks = 16;
+    p.prefetch_stride = 2;
+    p.gpus[0].flags = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.local_chunks, 0);
+    CHECK_EQ(plan.peer_local_chunks, 16);
+    CHECK_EQ(plan.peer_chunks, 16);
+    CHECK(plan.peer != HUVM_DEST_HOST && plan.peer != 0);
+    CHECK_EQ(plan.stride, 2);
+    huvm_decide_prefetch(&core, st, 0, 0, 1, &plan);           /* no candidate peer */
+    CHECK_EQ(plan.peer_chunks, 0);
+    CHECK_EQ(plan.peer, HUVM_DEST_HOST);
+    CHECK_EQ(plan.peer_local_chunks, 16);
+    p.prefetch_mode = HUVM_PREFETCH_MULTIPATH;                  /* MULTIPATH and PEER leave the second stage out */
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 0);
+    CHECK_EQ(plan.local_chunks + plan.peer_chunks, 16);
+}
+
 /* Prefetch feedback (the huvm preset's flag): while more recent prefetches went unused than were used, one
  * chunk (a probe) instead of prefetch_chunks; the counts halve at the window, so they follow the present. */
 TEST(decide_prefetch_feedback)
@@ -495,6 +535,7 @@ TEST(decide_prefetch_modes)
     huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
     CHECK_EQ(plan.local_chunks, 16);
     CHECK_EQ(plan.peer_chunks, 0);
+    CHECK_EQ(plan.peer_local_chunks, 16);      /* peer-resident chunks come local too (prototype's flags 1) */
     CHECK_EQ(plan.stride, 2);
 
     p.prefetch_mode = HUVM_PREFETCH_PEER;

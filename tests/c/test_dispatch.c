@@ -478,7 +478,8 @@ TEST(dispatch_test_events_drive_counters)
     CHECK_EQ(core.counters[0].harvested_bytes, 0);
     CHECK_EQ(core.counters[0].faults, 6);
     CHECK_EQ(core.gpus[1].free_bytes + core.gpus[2].free_bytes, 32 * GIB);
-    /* PREFETCH (huvm preset: multipath 16 chunks, equal PCIe: 8 + 8) */
+    /* PREFETCH (multipath 16 chunks, equal PCIe: 8 + 8; the huvm preset's own mode is two-stage) */
+    core.policy.prefetch_mode = HUVM_PREFETCH_MULTIPATH;
     e = event(HUVM_TEST_EVENT_PREFETCH, 0, 16);
     CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
     CHECK_EQ(e.done, 16);

@@ -62,7 +62,7 @@ TEST(policy_presets_values)
     CHECK_EQ(p.peer_select, HUVM_PEER_SELECT_FEWEST_LENT);
     CHECK_EQ(p.peer_usage_max_pct, 85);
     CHECK_EQ(p.preevict_chunks, 50);
-    CHECK_EQ(p.prefetch_mode, HUVM_PREFETCH_MULTIPATH);
+    CHECK_EQ(p.prefetch_mode, HUVM_PREFETCH_TWO_STAGE);     /* uvm_prefetch_flags 3 */
     CHECK_EQ(p.prefetch_chunks, 16);
     CHECK_EQ(p.prefetch_stride, 2);
     CHECK_EQ(p.hysteresis_ms, 0);
@@ -80,8 +80,10 @@ TEST(policy_presets_values)
         CHECK_EQ(p.gpus[i].flags, HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
                                   HUVM_GPU_POLICY_PREFETCH_FEEDBACK);
     CHECK_EQ(p.peer_select, HUVM_PEER_SELECT_FASTEST_LINK);
-    CHECK_EQ(p.hysteresis_ms, 10);
+    CHECK_EQ(p.hysteresis_ms, 5);
     CHECK_EQ(p.peer_usage_max_pct, 90);
+    CHECK_EQ(p.prefetch_mode, HUVM_PREFETCH_TWO_STAGE);         /* docs/policy.md: measured choice */
+    CHECK_EQ(p.prefetch_stride, 2);
     CHECK_EQ(p.preevict_chunks, 64);                            /* docs/policy.md: measured choice */
     CHECK_EQ(p.preevict_batch, 64);                             /* the reserve refills in one pass */
     CHECK_EQ(p.gpus[0].lend_reserve_bytes, 1 * GIB);            /* max(5% of 16 GiB, min(1 GiB, 1/16)) */

@@ -45,3 +45,23 @@ class CoreNode(corenode.CoreNode):
             return 0
 
         return ioctl
+
+
+def small_experiment(lender_trace: str = "bundled:lender-idle") -> str:
+    """A two-GPU experiment file (stock and huvm, no ideal run, 3 GiB GPUs): a BFS harvester on GPU 0 and a
+    background lender on GPU 1 running lender_trace."""
+    return f"""[experiment]
+policies = ["stock", "huvm"]
+ideal = false
+[node]
+preset = "aws-p3.8xlarge"
+gpu_count = 2
+gpu_memory_bytes = "3GiB"
+[[tenant]]
+gpu = 0
+trace = "bundled:bfs-small"
+[[tenant]]
+gpu = 1
+trace = "{lender_trace}"
+steps = 0
+"""

@@ -3,10 +3,13 @@ flag at fault, and nothing in an existing output folder changes.
 
 The cases are the inputs users found (issue 15: tracebacks, silently accepted or coerced values, oversized
 footprints) plus random bytes, random text and truncated copies of every file the tools read: policy files,
-experiment files, simulated-node files, each Parquet table of a trace, a tenant's trace, the ABI header
-($HUVM_ABI_HEADER), huvm-top's record and node files, and a --device that is not a device. Each runs in a
-folder that already holds outputs (an experiment's, a trace, a saved policy, a huvm-top record) at the
-paths the failing commands would write to.
+experiment files, simulated-node files (huvmctl and huvm-top), each Parquet table of a trace (junk, cut,
+another table's schema, missing), a trace that is a file, a tenant's trace through every command that reads
+an experiment file, a node preset name that is none, the ABI header ($HUVM_ABI_HEADER, both tools: huvm-top
+through its console script), huvm-top's record files, and a --device that is not a device (both tools).
+Each runs in a folder that already holds outputs (an experiment's, a trace, a saved policy, a huvm-top
+record) at the paths the failing commands would write to; sizes, mtimes and SHA-256 of everything there
+must be unchanged afterwards.
 """
 
 from __future__ import annotations
@@ -86,13 +89,26 @@ def _garbage(valid: str, seed: int) -> dict[str, str | bytes]:
 
 
 def _bad_trace(table: str, how: str) -> Callable[[Path], None]:
-    """in/bad.trace: the bundled bfs-small trace with one table replaced by junk or cut in half."""
+    """in/bad.trace: the bundled bfs-small trace with one table replaced by junk, cut in half, swapped with
+    another table (a valid Parquet file of the wrong schema) or missing; "file": in/bad.trace is a file of
+    random bytes, not a directory."""
 
     def setup(work: Path) -> None:
         d = work / "in" / "bad.trace"
+        if how == "file":
+            d.write_bytes(_junk(9, 2000))
+            return
         shutil.copytree(BUNDLED / "bfs-small.trace", d)
         f = d / f"{table}.parquet"
-        f.write_bytes(_junk(len(table)) if how == "junk" else f.read_bytes()[: f.stat().st_size // 2])
+        other = d / f"{TABLES[(TABLES.index(table) + 1) % len(TABLES)]}.parquet"
+        if how == "junk":
+            f.write_bytes(_junk(len(table)))
+        elif how == "cut":
+            f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+        elif how == "swap":
+            f.write_bytes(other.read_bytes())
+        else:
+            f.unlink()
 
     return setup
 
@@ -105,9 +121,9 @@ def add(*cases: Case) -> None:
 
 
 # ---- item 1: inputs that raised tracebacks ----
-for n, (kind, data) in enumerate([("policy", POLICY), ("node", NODE), ("exp", EXPERIMENT)]):
-    latin1 = data.replace("16", "16 # caf\xe9").encode("latin-1") if kind == "policy" else \
-        (data + "# caf\xe9\n").encode("latin-1")
+for kind, valid in (("policy", POLICY), ("node", NODE), ("exp", EXPERIMENT)):
+    latin1 = valid.replace("16", "16 # caf\xe9").encode("latin-1") if kind == "policy" else \
+        (valid + "# caf\xe9\n").encode("latin-1")
     argv = {"policy": ("--sim", "policy", "apply", "in/f.toml"), "node": ("--sim", "--sim-config", "in/f.toml",
             "status"), "exp": ("experiment", "run", "in/f.toml", "--out", "out/demo")}[kind]
     add(Case(f"not-utf8-{kind}", argv, "in/f.toml", {"f.toml": latin1}))
@@ -176,7 +192,7 @@ add(
 )
 
 # ---- random bytes, random text and cut copies of every file the tools read ----
-for seed, (how, data) in enumerate(_garbage(POLICY, 1).items()):
+for how, data in _garbage(POLICY, 1).items():
     add(Case(f"random-policy-apply-{how}", ("--sim", "policy", "apply", "in/r.toml"), "in/r.toml", {"r.toml": data}),
         Case(f"random-policy-diff-{how}", ("--sim", "policy", "diff", "in/r.toml"), "in/r.toml", {"r.toml": data}))
 for how, data in _garbage(EXPERIMENT, 2).items():
@@ -192,21 +208,42 @@ for how, data in _garbage(NODE + "gpu_count = 2\n", 3).items():
         Case(f"random-top-node-{how}", ("--sim", "--sim-config", "in/r.toml", "--record", "out/rec.jsonl"),
              "in/r.toml", {"r.toml": data}, tool="huvm-top"))
 for table in TABLES:
-    for how in ("junk", "cut"):
+    for how in ("junk", "cut", "swap", "missing"):
         add(Case(f"random-trace-{table}-{how}", ("trace", "info", "in/bad.trace"), f"{table}.parquet",
                  setup=_bad_trace(table, how)))
-add(Case("random-tenant-trace", ("experiment", "run", "in/e.toml", "--out", "out/demo"), "tenant[0].trace",
-         {"e.toml": exp('trace = "bundled:bfs-small"', 'trace = "bad.trace"')}, setup=_bad_trace("ops", "junk")))
-for how, data in {"junk": _junk(5, 3000), "text": _text(5),
-                  "markers": "/* HUVM_ABI_BEGIN */\n" + _text(6) + "\n/* HUVM_ABI_END */\n"}.items():
-    add(Case(f"random-abi-header-{how}", ("--sim", "status"), "in/h.h", {"h.h": data}, env={"HUVM_ABI_HEADER": "in/h.h"}),
-        Case(f"random-abi-header-keys-{how}", ("policy", "keys"), "in/h.h", {"h.h": data},
-             env={"HUVM_ABI_HEADER": "in/h.h"}))
-for how, data in {"junk": _junk(7), "text": _text(7), "json": '{"format": "huvm-top-record", "version": 9}\n',
-                  "list": "[1, 2]\n"}.items():
+add(Case("random-trace-file", ("trace", "info", "in/bad.trace"), "in/bad.trace", setup=_bad_trace("ops", "file")))
+# a tenant's trace, through every command that reads an experiment file
+BAD_TRACE_EXP: dict[str, str | bytes] = {"e.toml": exp('trace = "bundled:bfs-small"', 'trace = "bad.trace"')}
+for how in ("junk", "swap", "file"):
+    add(Case(f"random-tenant-trace-{how}", ("experiment", "run", "in/e.toml", "--out", "out/demo"),
+             "in/e.toml:12: tenant[0].trace", BAD_TRACE_EXP, setup=_bad_trace("ops", how)),
+        Case(f"random-tenant-trace-sim-run-{how}", ("sim", "run", "in/e.toml"), "in/e.toml:12: tenant[0].trace",
+             BAD_TRACE_EXP, setup=_bad_trace("ops", how)),
+        Case(f"random-tenant-trace-sim-config-{how}", ("--sim", "--sim-config", "in/e.toml", "status"),
+             "in/e.toml:12: tenant[0].trace", BAD_TRACE_EXP, setup=_bad_trace("ops", how)),
+        Case(f"random-tenant-trace-top-{how}", ("--sim", "--sim-config", "in/e.toml", "--record", "out/rec.jsonl"),
+             "in/e.toml:12: tenant[0].trace", BAD_TRACE_EXP, tool="huvm-top", setup=_bad_trace("ops", how)))
+# a node preset name that is not one (random text where a preset or a file is expected)
+PRESET_COMMANDS: dict[str, tuple[str, ...]] = {"huvmctl": ("status",), "huvm-top": ()}
+for tool, tail in PRESET_COMMANDS.items():
+    add(Case(f"random-preset-name-{tool}", ("--sim", "--sim-config", _text(11, 24).strip() or "x", *tail),
+             "unknown node preset", tool=tool))
+HEADERS: dict[str, str | bytes] = {"junk": _junk(5, 3000), "text": _text(5),
+                                   "markers": "/* HUVM_ABI_BEGIN */\n" + _text(6) + "\n/* HUVM_ABI_END */\n"}
+for how, data in HEADERS.items():
+    header_env = {"HUVM_ABI_HEADER": "in/h.h"}
+    add(Case(f"random-abi-header-{how}", ("--sim", "status"), "in/h.h", {"h.h": data}, env=header_env),
+        Case(f"random-abi-header-keys-{how}", ("policy", "keys"), "in/h.h", {"h.h": data}, env=header_env),
+        Case(f"random-abi-header-top-{how}", ("--sim", "--record", "out/rec.jsonl"), "in/h.h", {"h.h": data},
+             tool="huvm-top", env=header_env))
+RECORDS: dict[str, str | bytes] = {"junk": _junk(7), "text": _text(7), "list": "[1, 2]\n",
+                                   "json": '{"format": "huvm-top-record", "version": 9}\n'}
+for how, data in RECORDS.items():
     add(Case(f"random-record-{how}", ("--replay", "in/r.jsonl"), "in/r.jsonl", {"r.jsonl": data}, tool="huvm-top"))
 add(Case("device-is-a-file", ("--backend", "kernel", "--device", "in/dev", "status"), "in/dev", {"dev": _junk(8)}),
-    Case("device-is-a-folder", ("--backend", "kernel", "--device", "in", "status"), "in: "))
+    Case("device-is-a-folder", ("--backend", "kernel", "--device", "in", "status"), "in: "),
+    Case("top-device-is-a-file", ("--backend", "kernel", "--device", "in/dev", "--no-wait"), "in/dev",
+         {"dev": _junk(8)}, tool="huvm-top"))
 
 
 # ---- the harness ----
@@ -239,7 +276,7 @@ def _run(case: Case, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]
         r = subprocess.run([str(exe), *case.argv], capture_output=True, text=True, env=env, timeout=120, check=False)
         return r.returncode, r.stdout, r.stderr
     if case.tool == "huvm-top":
-        top = pytest.importorskip("huvm_top.app")
+        top = pytest.importorskip("huvm_top.main")  # the console script's entry point
         rc = top.main(list(case.argv))
     else:
         rc = main(list(case.argv))

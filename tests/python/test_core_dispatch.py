@@ -255,10 +255,10 @@ def test_one_bad_entry_rejects_everything(core: Any) -> None:
 
 def test_valid_set_applies_and_bumps_generation(core: Any) -> None:
     gen = core.policy.generation
-    p = set_policy(core, lambda pol: setattr(pol, "hysteresis_ms", 5))
+    p = set_policy(core, lambda pol: setattr(pol, "hysteresis_ms", 7))    # the huvm preset's is 5
     assert dispatch(core, lib.HUVM_IOCTL_SET_POLICY, p) == lib.HUVM_NV_OK
     assert p.policy.generation == gen + 1 == core.policy.generation
-    assert core.policy.hysteresis_ms == 5
+    assert core.policy.hysteresis_ms == 7
     assert core.policy.preset == lib.HUVM_PRESET_CUSTOM
 
 

@@ -14,26 +14,13 @@ import jsonschema
 import pytest
 from huvm import jsonout
 from huvm.cli import main
+from huvm_testing import small_experiment
 from pydantic import ValidationError
 
 SIM = ("--sim",)
 EXAMPLE = str(Path(jsonout.__file__).parent / "examples" / "consolidation.toml")
 CLI = Path(jsonout.__file__).parent / "cli"
-SMALL = """[experiment]
-policies = ["stock", "huvm"]
-ideal = false
-[node]
-preset = "aws-p3.8xlarge"
-gpu_count = 2
-gpu_memory_bytes = "3GiB"
-[[tenant]]
-gpu = 0
-trace = "bundled:bfs-small"
-[[tenant]]
-gpu = 1
-trace = "bundled:lender-idle"
-steps = 0
-"""
+SMALL = small_experiment("bundled:lender-idle")
 
 
 def docs(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
@@ -166,3 +153,55 @@ def test_every_kind_is_tested_and_every_verb_prints_through_the_models() -> None
                 arg = node.args[0]
                 assert isinstance(arg, ast.Call) and ast.unparse(arg.func) == "jsonout.dump", \
                     f"{path.name}:{node.lineno}: {ast.unparse(node)}"
+
+
+def test_experiment_compare_document(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``experiment compare`` of two runs of one file: kind "experiment-compare", every counter equal."""
+    (tmp_path / "e.toml").write_text(SMALL)
+    for name in ("a", "b"):
+        assert main(["experiment", "run", str(tmp_path / "e.toml"), "--out", str(tmp_path / name), "--json"]) == 0
+    capsys.readouterr()
+    (doc,) = docs(capsys, "experiment", "compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert doc["kind"] == "experiment-compare"
+    validate(doc)
+    assert doc["rows"] and all(r["rel_error"] == 0.0 for r in doc["rows"])  # deterministic: the same counts
+
+
+def test_stats_tenants_document(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``stats --run DIR`` of an experiment's output folder: kind "stats-tenants", and the tenants of a
+    simulated node from an experiment file ride in its "stats" document."""
+    (tmp_path / "e.toml").write_text(SMALL)
+    assert main(["experiment", "run", str(tmp_path / "e.toml"), "--out", str(tmp_path / "o")]) == 0
+    capsys.readouterr()
+    (doc,) = docs(capsys, "stats", "--run", str(tmp_path / "o"))
+    assert doc["kind"] == "stats-tenants" and doc["tenants"]
+    validate(doc)
+    (stats,) = docs(capsys, *SIM, "--sim-config", str(tmp_path / "e.toml"), "stats")
+    assert stats["kind"] == "stats" and stats["tenants"]
+    validate(stats)
+
+
+def test_host_reasons_are_named_in_every_document() -> None:
+    """host_reason[] is an object of the reasons an eviction to host can have, in the snapshot (counts)
+    and in an interval (rates, by huvm.stats' rule): never summed under a key that does not say so, and
+    without ``peer``, which is not a reason to go to host (the exporter's label values are the same)."""
+    from huvm.exporter import host_reasons
+    from huvm.metrics import GPU_METRICS, REASON_NAMES
+    from huvm.stats import GpuCounters, StatsSnapshot
+
+    def snap(t_ns: int, no_peer: int) -> StatsSnapshot:
+        values: dict[str, Any] = {m.field: (0,) * m.length if m.length else 0 for m in GPU_METRICS}
+        values["host_reason"] = tuple(no_peer if n == "no_peer" else 0 for n in REASON_NAMES)
+        return StatsSnapshot(t_ns, 1, (GpuCounters(0, values),), ())
+
+    a, b = snap(1_000_000_000, 4), snap(3_000_000_000, 14)
+    names = set(REASON_NAMES) - {"peer"}
+    assert names == set(host_reasons().values()) and "no_peer" in names
+    interval = jsonout.dump(jsonout.stats_interval(b.delta(a)))
+    jsonschema.validate(interval, jsonout.json_schema())
+    g = interval["gpus"][0]
+    assert set(g["host_reason_chunks_per_s"]) == names and g["host_reason_chunks_per_s"]["no_peer"] == 5.0
+    assert sum(g["host_reason_chunks_per_s"].values()) == 5.0
+    assert not [k for k in g["rates"] if "reason" in k]
+    counts = jsonout.dump(jsonout.stats(b))["gpus"][0]["host_reason_chunks"]
+    assert set(counts) == names and counts["no_peer"] == 14

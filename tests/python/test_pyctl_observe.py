@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from huvm import abi, client, topology
 from huvm.stats import GpuCounters, PairCounters, StatsSnapshot
-from huvm_testing import CoreNode
 from huvm.watch import Event, Watcher
+from huvm_testing import CoreNode
 
 
 def snap(t_ns: int, evict: int, lent: int, pair_evict: int = 0) -> StatsSnapshot:
@@ -127,7 +127,7 @@ def test_topology_with_nvml() -> None:
     assert g0.pci_bus_id == "00000000:1B:00.0" and (g0.pcie_gen, g0.pcie_width) == (3, 16)
     assert [lk.link for lk in g0.nvlinks] == [0, 1] and all(lk.active for lk in g0.nvlinks)
     assert any("GPU 2" in n and "not known to NVML" in n for n in topo.notes)
-    assert fake.state["shutdown"] == 1  # type: ignore[attr-defined]
+    assert fake.state["shutdown"] == 1
     assert (0, 1, "NV2", 50000) in topo.links
     assert topo.to_dict()["gpus"][0]["uuid"] == uuids[0]
 

@@ -104,7 +104,8 @@ MAX_STATIC = abi.lib.HUVM_SIM_MAX_OP_NS
 @pytest.mark.parametrize(
     ("old", "new", "line", "key", "message"),
     [
-        ("steps = 1\n", f"steps = {MAX_STEPS + 1}\n", 17, "tenant[0].steps", f"{MAX_STEPS + 1}: must be <= {MAX_STEPS}"),
+        ("steps = 1\n", f"steps = {MAX_STEPS + 1}\n", 17, "tenant[0].steps",
+         f"{MAX_STEPS + 1}: must be <= {MAX_STEPS}"),
         ("steps = 1\n", "steps = 1.5\n", 17, "tenant[0].steps", "expected an integer, got 1.5"),
         ("steps = 0\n", f"steps = 0\nstatic = {MAX_STATIC + 1}\n", 24, "tenant[1].static",
          f"{MAX_STATIC + 1}: must be <= {MAX_STATIC}"),
@@ -246,6 +247,32 @@ def test_policy_key_ranges_are_the_cores(key: str) -> None:
     assert _core_verdict(**{**others, spec.field: spec.lo}) == 0
     if spec.lo > 0:
         assert _core_verdict(**{**others, spec.field: spec.lo - 1}) == field
+
+
+def test_policy_key_bounds_are_not_hand_copies() -> None:
+    """Every upper bound of a policy key in huvm/policy.py is a constant of the compiled ABI header
+    (``lib.HUVM_*``), and so is every lower bound other than 0 or 1: a literal there (``hi=100``) is a
+    copy that drifts when the core changes. 0 and 1 remain as literals only as a type's own range (a count
+    from 0, a boolean, at least one)."""
+    import ast
+
+    import huvm.policy
+
+    tree = ast.parse(Path(huvm.policy.__file__).read_text())
+    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "KeySpec"]
+    assert len(calls) == len(KEYS)
+    for call in calls:
+        key = ast.literal_eval(call.args[0])
+        bounds = {kw.arg: kw.value for kw in call.keywords if kw.arg in ("lo", "hi")}
+        spec = KEYS[key]
+        for which, node in bounds.items():
+            if which == "hi" and spec.kind != "bool":
+                assert not isinstance(node, ast.Constant), \
+                    f"{key}: hi={ast.unparse(node)} is a hand copy (take it from abi.lib)"
+            if which == "lo" and isinstance(node, ast.Constant):
+                assert node.value in (0, 1), f"{key}: lo={node.value!r} is a hand copy (take it from abi.lib)"
+    assert (KEYS["peer_usage_max_pct"].lo, KEYS["peer_usage_max_pct"].hi) == \
+        (abi.lib.HUVM_PEER_USAGE_PCT_MIN, abi.lib.HUVM_PEER_USAGE_PCT_MAX)
 
 
 def test_tenant_limits_are_the_simulators() -> None:

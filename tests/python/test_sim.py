@@ -126,7 +126,7 @@ def test_multipath_prefetch_uses_both_pcie_links() -> None:
     # takes ~20 ms, so the window must be longer than the preset's 10 ms (docs/policy.md).
     res = run_scenario(small_node(), [TenantSpec(0, workloads.streaming(512 * MIB, 3), role="harvester"),
                                       TenantSpec(1, static_bytes=64 * MIB, role="lender")], "huvm",
-                       policy_overrides={"hysteresis_ms": 50})
+                       policy_overrides={"hysteresis_ms": 50, "prefetch_mode": 3, "prefetch_stride": 1})
     g = res.stats["gpus"]
     assert g[0]["prefetch_local"] > 0 and g[0]["prefetch_to_peer"] > 0
     assert res.traffic["host_to_gpu"][1] > 0          # the peer's own PCIe link carried prefetches

@@ -139,7 +139,7 @@ def test_policy_fields_parse_check_and_print() -> None:
     assert parse_value(limit, "unlimited") == abi.unlimited()
     sel = spec("peer_select")
     assert sel.choices[parse_value(sel, "bw-weighted")] == "bw-weighted"
-    assert spec("prefetch_mode").choices == ("off", "local", "peer", "multipath")
+    assert spec("prefetch_mode").choices == ("off", "local", "peer", "multipath", "two-stage")
 
 
 def test_check_policy_names_each_bad_field() -> None:

@@ -181,6 +181,70 @@ def test_sim_source_bad_config_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(exc.value)
 
 
+EXPERIMENT = """[experiment]
+name = "mine"
+policies = ["stock", "huvm"]
+
+[node]
+preset = "aws-p3.8xlarge"
+gpu_count = 2
+
+[[tenant]]
+name = "harvester"
+gpu = 0
+trace = "bundled:bfs-small"
+steps = 1
+
+[[tenant]]
+name = "lender"
+gpu = 1
+trace = "bundled:lender-idle"
+steps = 0
+role = "lender"
+lend_limit = "4GiB"
+
+[policy.huvm]
+prefetch_chunks = 4
+"""
+
+
+def test_sim_source_runs_an_experiment_as_huvmctl_does(tmp_path: Path) -> None:
+    """huvm-top --sim-config EXPERIMENT: the node, tenants and policy of `huvmctl --sim --sim-config` (the
+    tenants' GPU settings and the [policy.huvm] table included)."""
+    from huvm import client
+
+    f = tmp_path / "exp.toml"
+    f.write_text(EXPERIMENT)
+    with client.open("sim", sim_config=str(f), sim_live=True) as node:
+        want = node.get_policy()
+    assert want.prefetch_chunks == 4 and want.gpus[1].lend_limit_bytes == 4 << 30
+    src = SimSource(str(f))
+    info = src.open()
+    try:
+        assert info.description.startswith("sim: mine on aws-p3.8xlarge") and len(info.gpus) == 2
+        got = src.node.get_policy() if src.node else None
+        assert got is not None and got.gpus == want.gpus
+        assert (got.prefetch_chunks, got.prefetch_mode, got.preset) == (4, want.prefetch_mode, want.preset)
+        assert [v.comm for v in src.snapshot().va_spaces] == ["harvester", "lender"]
+    finally:
+        src.close()
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    (EXPERIMENT.replace("steps = 1\n", "steps = = 1\n"), ":13: TOML syntax"),  # through huvm's TOML reader
+    (EXPERIMENT.replace("steps = 1\n", "steps = 1\nstatic = \"100GiB\"\n"), ":14: tenant[0].static"),
+    (EXPERIMENT.replace("prefetch_chunks = 4", "prefetch_chunks = 65"), ":24: policy.huvm.prefetch_chunks"),
+    (EXPERIMENT.encode().replace(b'"mine"', b'"m\xe9"'), ":2: not UTF-8"),
+])
+def test_sim_source_bad_experiment_names_file_line_and_key(tmp_path: Path, text: str | bytes, where: str) -> None:
+    f = tmp_path / "exp.toml"
+    f.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(SourceError) as exc:
+        SimSource(str(f)).open()
+    msg = str(exc.value)
+    assert msg.startswith(f"{f}{where}") and "\n" not in msg, msg
+
+
 def test_synthetic_sim_without_the_simulator() -> None:
     src = SimSource(synthetic=True)
     info = src.open()

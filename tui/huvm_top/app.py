@@ -428,7 +428,7 @@ class HuvmTop(App[int]):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point ``huvm-top``; see :mod:`huvm_top.cli` for the options."""
+    """huvm-top (the console script enters through :mod:`huvm_top.main`); see :mod:`huvm_top.cli` for the options."""
     from huvm_top import cli
 
     try:

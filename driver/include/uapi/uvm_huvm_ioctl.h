@@ -52,6 +52,8 @@
  * huvm_core_set_node); the Python tools read every limit they show or check from here. */
 #define HUVM_PREEVICT_MAX_CHUNKS        65536u          /* 128 GiB reserve */
 #define HUVM_PREEVICT_MAX_BATCH         4096u
+#define HUVM_PEER_USAGE_PCT_MIN         1u              /* peer_usage_max_pct: 1..100 (percent of a */
+#define HUVM_PEER_USAGE_PCT_MAX         100u            /* peer's memory; 100 = any usage) */
 #define HUVM_PREFETCH_MAX_SPAN_CHUNKS   512u            /* prefetch_chunks * prefetch_stride: a 1 GiB window */
 #define HUVM_MAX_MEMORY_BYTES           (1ULL << 50)    /* 1 PiB per GPU: keeps products in 64 bits */
 #define HUVM_MAX_MBYTE_PER_S            (1ULL << 24)    /* 16 TB/s per link or PCIe direction */
@@ -150,7 +152,7 @@
 #define HUVM_PEER_SELECT_FEWEST_LENT    1   /* the published prototype: fewest chunks already harvested */
 #define HUVM_PEER_SELECT_BW_WEIGHTED    2   /* most free memory weighted by link bandwidth */
 #define HUVM_PEER_SELECT_ROUND_ROBIN    3
-#define HUVM_PEER_SELECT_FASTEST_LINK   4   /* the fastest link with room; among equal links, most free memory */
+#define HUVM_PEER_SELECT_FASTEST_LINK   4   /* the fastest link with room; among equal links, fewest lent */
 #define HUVM_PEER_SELECT_COUNT          5
 
 /* Fetch-back of harvested data on a fault. */
@@ -170,10 +172,13 @@
 
 /* Prefetch. */
 #define HUVM_PREFETCH_OFF               0
-#define HUVM_PREFETCH_LOCAL             1   /* host -> faulting GPU */
+#define HUVM_PREFETCH_LOCAL             1   /* host -> faulting GPU, and peer -> faulting GPU for the window's
+                                               chunks held by peers (plan.peer_local_chunks) */
 #define HUVM_PREFETCH_PEER              2   /* host -> peer, fetched back over NVLink on use */
 #define HUVM_PREFETCH_MULTIPATH         3   /* split: host -> local and host -> peer (peer's own PCIe) at once */
-#define HUVM_PREFETCH_COUNT             4
+#define HUVM_PREFETCH_TWO_STAGE         4   /* the prototype's (uvm_prefetch_flags 3): host-resident chunks of the
+                                               window -> a peer, peer-resident ones -> the faulting GPU */
+#define HUVM_PREFETCH_COUNT             5
 
 /* Presets (huvm_policy_t.preset; HUVM_PRESET_CUSTOM once any field differs from the preset). */
 #define HUVM_PRESET_STOCK               0   /* host only: today's UVM */
@@ -274,7 +279,7 @@ typedef struct {
     uint32_t          preset;             /* HUVM_PRESET_*: the preset it came from, or CUSTOM */
     uint32_t          peer_select;        /* HUVM_PEER_SELECT_* */
     uint32_t          nvlink_only;        /* 1: only NVLink/C2C peers; 0 also PCIe peers (direct P2P) */
-    uint32_t          peer_usage_max_pct; /* a peer is eligible while its usage is below this; 100 = any */
+    uint32_t          peer_usage_max_pct; /* a peer is eligible while its usage, with the chunk, is at most this % */
     uint32_t          preevict_chunks;    /* free 2 MiB chunks a harvester keeps in reserve; 0 = off */
     uint32_t          preevict_batch;     /* most chunks one pre-eviction pass evicts; >= 1 */
     uint32_t          fetch_mode;         /* HUVM_FETCH_* */

@@ -237,6 +237,15 @@ static void test_bad_input(void)
     cfg.pcie_mbyte_per_s[0] = 0;
     expect_cfg_error(&cfg, "gpus[0].pcie_mbyte_per_s");
     node2(&cfg, 64 * MIB);
+    cfg.pcie_switch[1] = 17;
+    expect_cfg_error(&cfg, "gpus[1].pcie_switch");
+    node2(&cfg, 64 * MIB);
+    cfg.pcie_switch[0] = 2;                 /* switch 2 without an uplink bandwidth */
+    expect_cfg_error(&cfg, "pcie_switch_mbyte_per_s[1]");
+    node2(&cfg, 64 * MIB);
+    cfg.lend_chunk_ns = 2000000000ull;
+    expect_cfg_error(&cfg, "lend_chunk_ns");
+    node2(&cfg, 64 * MIB);
     cfg.link_mbyte_per_s[1][0] = 0;
     expect_cfg_error(&cfg, "links[1][0].mbyte_per_s");
     node2(&cfg, 64 * MIB);
@@ -502,6 +511,114 @@ static void test_lender_keeps_own(uint32_t preset)
     trace_free(&lt);
 }
 
+/* Run one tenant per trace (tenant i on GPU i, all foreground) on cfg; results in r[]. */
+static void run_cfg(const huvm_sim_config_t *cfg, uint32_t preset, trace_t *const *t, uint32_t n,
+                    huvm_sim_tenant_result_t *r, HUVM_GET_STATS_PARAMS *stats)
+{
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    huvm_sim_t *sim = huvm_sim_create(cfg, preset, &err);
+    uint32_t i;
+
+    CHECK(sim != NULL);
+    if (!sim)
+        return;
+    for (i = 0; i < n; i++) {
+        spec_from(&s, t[i], i, 1);
+        CHECK(huvm_sim_add_tenant(sim, &s, &err) == (int32_t)i);
+    }
+    if (n == 2 && preset != HUVM_PRESET_STOCK)
+        set_roles(sim, HUVM_ROLE_HARVESTER, HUVM_ROLE_LENDER);
+    CHECK(huvm_sim_run(sim, HUVM_UNLIMITED, &err) == HUVM_NV_OK);
+    CHECK(huvm_sim_check(sim, &err) == 0);
+    for (i = 0; i < n; i++)
+        CHECK(huvm_sim_tenant_result(sim, i, &r[i]) == HUVM_NV_OK && r[i].done);
+    if (stats)
+        get_stats(sim, stats);
+    huvm_sim_destroy(sim);
+}
+
+/* In-flight copies hold memory: a job that only populates new chunks on a full GPU (no host -> GPU copy per
+ * fault) cannot outrun the GPU -> host copies that make its room, pre-eviction or not. */
+static void test_inflight_holds_memory(void)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_tenant_result_t r[1];
+    HUVM_GET_STATS_PARAMS st;
+    trace_t t, *tp = &t;
+    uint64_t evicted, copy_ns = (2 * MIB * 1000 + 11999) / 12000;
+
+    node2(&cfg, 64 * MIB);                  /* 32 chunks */
+    cfg.gpu_count = 1;
+    trace_stream(&t, 512, 64, 8, 1000);     /* 512 chunks, each touched once */
+    run_cfg(&cfg, HUVM_PRESET_ATC22, &tp, 1, r, &st);
+    evicted = st.gpus[0].evict_to_host;
+    CHECK(st.gpus[0].preevict_to_host > 0);
+    CHECK(evicted >= 512 - 32);
+    CHECK(r[0].runtime_ns >= (evicted - 32) * copy_ns);
+    trace_free(&t);
+}
+
+/* GPUs behind one PCIe switch share its uplink: two jobs that stream from host run slower than with a link
+ * each; the peer path is not the uplink (not modelled through it). */
+static void test_pcie_switch(void)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_tenant_result_t own[2], shared[2];
+    trace_t a, b, *tp[2] = {&a, &b};
+
+    node2(&cfg, 64 * MIB);
+    trace_stream(&a, 64, 256, 4, 10000);    /* 2x each GPU */
+    trace_stream(&b, 64, 256, 4, 10000);
+    run_cfg(&cfg, HUVM_PRESET_STOCK, tp, 2, own, NULL);
+    cfg.pcie_switch[0] = cfg.pcie_switch[1] = 3;
+    cfg.pcie_switch_mbyte_per_s[2] = 12000;
+    run_cfg(&cfg, HUVM_PRESET_STOCK, tp, 2, shared, NULL);
+    CHECK(shared[0].runtime_ns > own[0].runtime_ns * 3 / 2);
+    CHECK(shared[1].runtime_ns > own[1].runtime_ns * 3 / 2);
+    cfg.pcie_switch[1] = 4;                 /* separate switches, each as fast as a GPU's link: no cost */
+    cfg.pcie_switch_mbyte_per_s[3] = 12000;
+    run_cfg(&cfg, HUVM_PRESET_STOCK, tp, 2, shared, NULL);
+    CHECK(shared[0].runtime_ns == own[0].runtime_ns);
+    trace_free(&a);
+    trace_free(&b);
+}
+
+/* Lending costs the lender: guests' chunks copied into and out of its memory take lend_chunk_ns each from
+ * its running job; a fault on peer-held data costs peer_fault_service_ns. */
+static void test_lend_and_peer_fault_costs(void)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_tenant_result_t r0[2], r1[2];
+    HUVM_GET_STATS_PARAMS st;
+    trace_t h, l, *tp[2] = {&h, &l};
+
+    node2(&cfg, 64 * MIB);
+    trace_stream(&h, 48, 192, 4, 20000);    /* 1.5x GPU 0: the overflow goes to GPU 1 and back */
+    trace_stream(&l, 8, 400, 2, 20000);     /* the lender's own small job runs meanwhile */
+    cfg.lend_chunk_ns = 0;
+    cfg.peer_fault_service_ns = cfg.fault_service_ns;
+    run_cfg(&cfg, HUVM_PRESET_ATC22, tp, 2, r0, &st);
+    CHECK(st.gpus[0].evict_to_peer > 0 && st.gpus[0].fetch_from_peer > 0);
+    CHECK(r0[1].lend_stall_ns == 0);
+    cfg.lend_chunk_ns = 20000;
+    run_cfg(&cfg, HUVM_PRESET_ATC22, tp, 2, r1, NULL);
+    CHECK(r1[1].lend_stall_ns > 0);
+    CHECK(r1[1].runtime_ns == r0[1].runtime_ns + r1[1].lend_stall_ns);
+    CHECK(r1[0].lend_stall_ns == 0);        /* the harvester lends nothing */
+    cfg.lend_chunk_ns = 0;
+    cfg.peer_fault_service_ns = cfg.fault_service_ns + 100000;
+    run_cfg(&cfg, HUVM_PRESET_ATC22, tp, 2, r1, NULL);
+    CHECK(r1[0].runtime_ns > r0[0].runtime_ns + 100000);    /* (fetches prefetched back pay no fault) */
+    run_cfg(&cfg, HUVM_PRESET_STOCK, tp, 2, r1, &st);      /* no peer data under stock: no change */
+    CHECK(st.gpus[0].evict_to_peer == 0);
+    cfg.peer_fault_service_ns = cfg.fault_service_ns;
+    run_cfg(&cfg, HUVM_PRESET_STOCK, tp, 2, r0, NULL);
+    CHECK(r1[0].runtime_ns == r0[0].runtime_ns);
+    trace_free(&h);
+    trace_free(&l);
+}
+
 int main(void)
 {
     test_paths(1, HUVM_FETCH_REMOTE_MAP);
@@ -513,6 +630,9 @@ int main(void)
     test_near_fit();
     test_lender_keeps_own(HUVM_PRESET_HUVM);
     test_lender_keeps_own(HUVM_PRESET_ATC22);
+    test_inflight_holds_memory();
+    test_pcie_switch();
+    test_lend_and_peer_fault_costs();
     if (failures) {
         fprintf(stderr, "sim_test: %d check(s) failed\n", failures);
         return 1;

@@ -1,14 +1,89 @@
-"""huvmctl stats [INTERVAL [COUNT]] [--watch SEC] [--count N] [-T] [--json] [--pairs] [--reset]."""
+"""huvmctl stats [INTERVAL [COUNT]] [--watch SEC] [--count N] [-T] [--json] [--pairs] [--reset] [--run DIR]."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
+
+from rich.table import Table
 
 from .. import argtypes, jsonout, render
 from ..errors import UsageError
+from ..stats import GpuLending, StatsSnapshot, TenantFigures, gpu_lending, tenant_figures, tenant_figures_from_run
+from ..units import human_bytes
 from .common import add_verb, open_node, out, print_json, print_jsonl
+
+
+def lending_table(lend: Sequence[GpuLending]) -> Table:
+    """Per GPU, what it lends and what it borrows, side by side."""
+    t = Table(title="Lending per GPU (lent: others' data in its memory; borrowed: its data on peers)",
+              title_justify="left")
+    for col in ("GPU", "lent now", "lent peak", "chunks taken in", "given back", "borrowed now", "chunks to peers",
+                "fetched back"):
+        t.add_column(col, justify="left" if col == "GPU" else "right")
+    for g in lend:
+        t.add_row(f"GPU{g.gpu}", human_bytes(g.lent_bytes), human_bytes(g.lent_peak_bytes), str(g.lent_chunks),
+                  str(g.given_back_chunks), human_bytes(g.borrowed_bytes), str(g.borrowed_chunks),
+                  str(g.fetched_back_chunks))
+    return t
+
+
+def tenants_table(figs: Sequence[TenantFigures], title: str) -> Table:
+    """One row per tenant (and sweep value), one column per policy: a harvester's runtime and speedup over
+    stock, a lender's runtime or throughput and its slowdown against running alone."""
+    policies = list(dict.fromkeys(f.policy for f in figs))
+    t = Table(title=title, title_justify="left")
+    for col in ("tenant", "role", "GPU", *policies):
+        t.add_column(col, justify="right" if col in policies else "left")
+    rows: dict[tuple[str, str | None], dict[str, TenantFigures]] = {}
+    for f in figs:
+        rows.setdefault((f.tenant, f.sweep_value), {})[f.policy] = f
+    for (tenant, sweep), by_policy in rows.items():
+        first = next(iter(by_policy.values()))
+        cells = []
+        for p in policies:
+            fig = by_policy.get(p)
+            if fig is None or fig.role == "idle":
+                cells.append("-")
+                continue
+            cell = f"{fig.runtime_ns / 1e9:.3f} s" if fig.foreground else f"{fig.ops_per_s:.0f} ops/s"
+            if fig.harvester_speedup is not None:
+                cell += f" ({fig.harvester_speedup:.2f}x)"
+            elif fig.lender_slowdown is not None:
+                cell += f" ({round((fig.lender_slowdown - 1) * 100, 1) + 0.0:+.1f} %)"
+            cells.append(cell)
+        name = tenant + ("" if sweep is None else f" @{sweep}") + ("" if first.foreground else " (bg)")
+        t.add_row(name, first.role, str(first.gpu), *cells)
+    return t
+
+
+TENANTS_TITLE = ("Tenants: harvesters' runtime (speedup over stock), lenders' runtime or throughput (slowdown "
+                 "against running alone)")
+
+
+def tenant_figures_of_experiment(spec: Any) -> list[TenantFigures]:
+    """Run an experiment (every policy, ideal and the alone baselines) and return its tenant figures."""
+    from ..experiment.output import tenant_dicts
+    from ..experiment.runner import run
+
+    return tenant_figures(tenant_dicts(run(spec)))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    """stats --run DIR: an experiment output folder's tenant figures; no node is opened."""
+    for flag, given in (("--watch/INTERVAL", args.watch is not None), ("--reset", args.reset),
+                        ("--pairs", args.pairs), ("--all", args.all)):
+        if given:
+            raise UsageError(f"{flag} needs a node; --run DIR reads an experiment's output folder")
+    figs = tenant_figures_from_run(args.run)
+    if args.json:
+        print_json(jsonout.dump(jsonout.StatsTenantsDoc.make(run=str(args.run), tenants=jsonout.tenant_figures(figs))))
+    else:
+        out.print(tenants_table(figs, TENANTS_TITLE))
+    return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -23,17 +98,23 @@ def cmd_stats(args: argparse.Namespace) -> int:
         raise UsageError("--count goes with --watch SEC (or: huvmctl stats INTERVAL COUNT)")
     if args.timestamp and args.watch is None:
         raise UsageError("-T/--timestamp goes with --watch SEC (or: huvmctl stats INTERVAL)")
+    if args.run is not None:
+        return _cmd_run(args)
     with open_node(args, sim_live=args.watch is not None) as node:
         if args.reset:
             node.reset_stats()
         snap = node.stats()
         if args.watch is None:
+            # a simulated node from an experiment file: its tenants under every policy of the experiment
+            spec = getattr(node.backend, "experiment", None)
+            figs = tenant_figures_of_experiment(spec) if spec is not None else None
             if args.json:
-                print_json(jsonout.dump(jsonout.StatsDoc.make(stats=jsonout.stats(snap))))
+                print_json(jsonout.dump(jsonout.StatsDoc.make(
+                    stats=jsonout.stats(snap), tenants=None if figs is None else jsonout.tenant_figures(figs))))
             else:
-                out.print(render.stats_table(snap, all_fields=args.all))
-                if args.pairs and snap.pairs:
-                    out.print(render.pairs_table(snap))
+                _print_snapshot(snap, args)
+                if figs is not None:
+                    out.print(tenants_table(figs, TENANTS_TITLE))
             return 0
         if not args.json:
             out.print(f"[dim]rates every {args.watch:g} s; Ctrl-C to end[/dim]")
@@ -59,15 +140,27 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
 
 
+def _print_snapshot(snap: StatsSnapshot, args: argparse.Namespace) -> None:
+    out.print(render.stats_table(snap, all_fields=args.all))
+    if args.pairs and snap.pairs:
+        out.print(render.pairs_table(snap))
+    if len(snap.gpus) > 1:
+        out.print(lending_table(gpu_lending(snap)))
+
+
 def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
     p = add_verb(sub, "stats", parents=parents, help="counters per GPU and per pair; rates with an interval",
-                 description="Counters per GPU (and per pair with --pairs). With an INTERVAL (or --watch SEC), "
-                             "rates per second every INTERVAL seconds, COUNT times or until Ctrl-C (JSON lines "
-                             "with --json). On a simulated node from an experiment file the workload runs as "
-                             "the intervals pass.",
+                 description="Counters per GPU (and per pair with --pairs), and per GPU what it lends and "
+                             "borrows. With an INTERVAL (or --watch SEC), rates per second every INTERVAL seconds, "
+                             "COUNT times or until Ctrl-C (JSON lines with --json). On a simulated node from an "
+                             "experiment file the workload runs as the intervals pass; without an interval the "
+                             "experiment's tenants are shown under each of its policies, harvester speedup over "
+                             "stock and lender slowdown against running alone side by side. --run DIR shows "
+                             "the same from an experiment's output folder.",
                  examples=["huvmctl stats", "huvmctl stats --pairs --all", "huvmctl stats 1 10 -T",
                            "huvmctl stats --watch 1 --count 10 --json",
-                           "huvmctl --sim --sim-config pyctl/huvm/examples/consolidation.toml stats 1 5"])
+                           "huvmctl --sim --sim-config pyctl/huvm/examples/consolidation.toml stats 1 5",
+                           "huvmctl stats --run out/consolidation"])
     p.add_argument("interval", nargs="?", type=argtypes.seconds(86400), metavar="INTERVAL",
                    help="print rates every INTERVAL seconds (0 < INTERVAL <= 86400); same as --watch")
     p.add_argument("count_pos", nargs="?", type=argtypes.count(1, 10**9), metavar="COUNT",
@@ -79,4 +172,6 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     p.add_argument("--pairs", action="store_true", help="also per GPU pair")
     p.add_argument("--all", action="store_true", help="every counter, zeros included")
     p.add_argument("--reset", action="store_true", help="reset the counters first (gauges stay)")
+    p.add_argument("--run", metavar="DIR", help="an experiment's output folder: its tenants' harvester speedup and "
+                                                "lender slowdown per policy (no node is opened)")
     p.set_defaults(func=cmd_stats)

@@ -13,27 +13,29 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from .executor import Executor, NodeRecord
 from .output import write
-from .plots import all_plots
 from .report import markdown, rich_tables
 from .results import ExperimentResult, RunKey, RunResult
-from .runner import PlannedRun, plan, run
+from .runner import PlannedRun, executor_for, plan, run
 from .spec import ExperimentSpec, load
 from .summary import PolicyRow, policy_rows
 
-__all__ = ["ExperimentResult", "ExperimentSpec", "PlannedRun", "PolicyRow", "RunKey", "RunResult", "load",
-           "plan", "policy_rows", "rich_tables", "run", "run_to"]
+__all__ = ["Executor", "ExperimentResult", "ExperimentSpec", "NodeRecord", "PlannedRun", "PolicyRow", "RunKey",
+           "RunResult", "executor_for", "load", "plan", "policy_rows", "rich_tables", "run", "run_to"]
 
 
 def run_to(spec: ExperimentSpec, outdir: str | Path,
            progress: Callable[[PlannedRun, int, int], None] | None = None) -> tuple[ExperimentResult, list[Path]]:
     """Run spec and write outdir/: data/*.parquet|csv, plots/*.png, summary.json, report.md, the spec."""
     out = Path(outdir)
-    res = run(spec, progress)
+    res = run(spec, progress, out)
     if out.exists():
         for sub in ("data", "plots"):
             shutil.rmtree(out / sub, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
+    from .plots import all_plots  # matplotlib: imported only where plots are drawn
+
     files = write(res, out)
     files += all_plots(res, out)
     (out / "experiment.toml").write_text(spec.doc.text)

@@ -19,15 +19,24 @@ def _key_cols(k: RunKey) -> dict[str, Any]:
             "sweep_value": None if k.sweep_value is None else str(k.sweep_value), "repetition": k.repetition}
 
 
+def _node_cols(node: dict[str, Any]) -> dict[str, Any]:
+    """A run's node record as columns: node_kind, module, node_preset, scale, node_gpus."""
+    return {"node_kind": node.get("kind", "sim"), "module": node.get("module", ""),
+            "node_preset": node.get("preset", ""), "scale": float(node.get("scale", 1.0)),
+            "node_gpus": int(node.get("gpus", 0))}
+
+
 def tables(res: ExperimentResult) -> dict[str, pa.Table]:
-    """results (one row per policy and sweep value), tenants, counters, traffic, samples."""
-    out: dict[str, list[dict[str, Any]]] = {"results": [], "tenants": [], "counters": [], "traffic": [],
-                                            "samples": []}
+    """results (one row per policy and sweep value), runs (one per run: its node), tenants, counters, traffic,
+    samples."""
+    out: dict[str, list[dict[str, Any]]] = {"results": [], "runs": [], "tenants": [], "counters": [],
+                                            "traffic": [], "samples": []}
     for row in policy_rows(res):
         d = row.to_dict()
         d["sweep_value"] = None if d["sweep_value"] is None else str(d["sweep_value"])
         out["results"].append(d)
     for r in res.runs:
+        out["runs"].append({**_key_cols(r.key), "time_ns": r.sim_time_ns, **_node_cols(r.node)})
         for t in r.tenants:
             out["tenants"].append({**_key_cols(r.key), "tenant": t.tenant, "gpu": t.gpu, "foreground": t.foreground,
                                    "role": t.role, "runtime_ns": t.runtime_ns, **t.values})
@@ -69,7 +78,9 @@ def write(res: ExperimentResult, outdir: Path) -> list[Path]:
 
 
 def summary_dict(res: ExperimentResult) -> dict[str, Any]:
+    first = res.runs[0].node if res.runs else {}
     return {"experiment": res.name, "node": res.node, "sweep_key": res.sweep_key,
+            "node_record": _node_cols(first) if first else None,
             "results": [r.to_dict() for r in policy_rows(res)], "tenants": tenant_dicts(res),
             "notes": list(res.notes)}
 

@@ -96,6 +96,7 @@ class RunResult:
     samples: list[SampleRow] = field(default_factory=list)
     counters: list[CounterRow] = field(default_factory=list)
     policy_settings: dict[str, str] = field(default_factory=dict)
+    node: dict[str, Any] = field(default_factory=dict)  # the node it ran on (huvm.experiment.executor.NodeRecord)
 
     def foreground_runtime_ns(self) -> int:
         """The run's figure of merit: the slowest foreground tenant's runtime (the makespan)."""

@@ -12,6 +12,8 @@ class SimBackend:
 
     def __init__(self, node: Any) -> None:
         self.node = node
+        #: the experiment (an ExperimentSpec) the node was built from, if any (huvmctl stats shows its tenants)
+        self.experiment: Any = None
 
     @property
     def description(self) -> str:

@@ -39,6 +39,8 @@ class Costs:
     nvlink_latency_ns: int = 1_000      # assumption (no stored measurement)
     fault_batch_max: int = 256          # uvm_perf_fault_batch_count
     faults_per_chunk: int = 1           # fault entries per faulted chunk after coalescing
+    peer_fault_service_ns: int = 30_000  # per faulted block held by a peer: + the holder's unmap (assumption)
+    lend_chunk_ns: int = 2_330          # lender's HBM time per guest chunk copied in or out: 2 MiB / 900 GB/s
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class GpuSpec:
     memory_bytes: int
     reserved_bytes: int = 512 * MIB     # CUDA context and driver (docs/simulator.md, "Constants")
     pcie_mbyte_per_s: int = 12_000
+    pcie_switch: int = 0                # 1..16: GPUs with the same id share that PCIe switch's uplink; 0: own link
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class NodeConfig:
     nvswitch: bool = False
     nvswitch_links: int = 0
     host_memory_bytes: int = 0          # 0: unlimited
+    pcie_switch_mbyte_per_s: int = 0    # a shared PCIe switch's uplink per direction; 0: its GPUs' slowest link
     gpu_preset: str = "v100"            # roofline preset of huvm.traces (op times of loaded traces)
     costs: Costs = field(default_factory=Costs)
     source: str = ""
@@ -103,6 +107,12 @@ class NodeConfig:
     def gpu_count(self) -> int:
         return len(self.gpus)
 
+    def switch_mbyte_per_s(self, switch: int) -> int:
+        """Uplink bandwidth of PCIe switch ``switch`` (each direction)."""
+        if self.pcie_switch_mbyte_per_s:
+            return self.pcie_switch_mbyte_per_s
+        return min(g.pcie_mbyte_per_s for g in self.gpus if g.pcie_switch == switch)
+
     def usable_bytes(self, gpu: int) -> int:
         """Memory UVM can use on gpu (whole 2 MiB chunks)."""
         g = self.gpus[gpu]
@@ -142,6 +152,13 @@ class NodeConfig:
             if not isinstance(g.pcie_mbyte_per_s, int) or not 0 < g.pcie_mbyte_per_s <= lim.MAX_MBYTE_PER_S:
                 raise SimConfigError(f"PCIe bandwidth {g.pcie_mbyte_per_s!r} MB/s is not in 1..{lim.MAX_MBYTE_PER_S}",
                                      field=f"gpus[{i}].pcie_mbyte_per_s")
+            if not isinstance(g.pcie_switch, int) or not 0 <= g.pcie_switch <= lim.MAX_GPUS:
+                raise SimConfigError(f"PCIe switch {g.pcie_switch!r} is not in 0..{lim.MAX_GPUS}",
+                                     field=f"gpus[{i}].pcie_switch")
+        if not isinstance(self.pcie_switch_mbyte_per_s, int) or \
+                not 0 <= self.pcie_switch_mbyte_per_s <= lim.MAX_MBYTE_PER_S:
+            raise SimConfigError(f"{self.pcie_switch_mbyte_per_s!r} MB/s is not in 0..{lim.MAX_MBYTE_PER_S}",
+                                 field="pcie_switch_mbyte_per_s")
         if self.nvlink_generation not in NVLINK_GENERATIONS:
             raise SimConfigError(f"NVLink generation {self.nvlink_generation} is not 1..4",
                                  field="nvlink_generation")
@@ -177,7 +194,8 @@ class NodeConfig:
                                  f"0..{format_size(lim.MAX_HOST_MEMORY_BYTES)}",
                                  field="host_memory_bytes")
         c = self.costs
-        for name in ("fault_batch_ns", "fault_service_ns", "populate_ns", "pcie_latency_ns", "nvlink_latency_ns"):
+        for name in ("fault_batch_ns", "fault_service_ns", "populate_ns", "pcie_latency_ns", "nvlink_latency_ns",
+                     "peer_fault_service_ns", "lend_chunk_ns"):
             v = getattr(c, name)
             if not isinstance(v, int) or not 0 <= v <= lim.MAX_COST_NS:
                 raise SimConfigError(f"{v!r} ns is not in 0..{lim.MAX_COST_NS}", field=f"costs.{name}")
@@ -198,6 +216,7 @@ class NodeConfig:
             "nvswitch": self.nvswitch,
             "nvswitch_links": self.nvswitch_links,
             "host_memory_bytes": self.host_memory_bytes,
+            "pcie_switch_mbyte_per_s": self.pcie_switch_mbyte_per_s,
             "gpu_preset": self.gpu_preset,
             "costs": vars(self.costs).copy(),
             "source": self.source,
@@ -301,27 +320,37 @@ GPU6  SYS  SYS  NV1  SYS  NV1  NV2  X    NV2
 GPU7  SYS  SYS  SYS  NV1  NV2  NV1  NV2  X
 """)
 
+def _hbm_ns(gbyte_per_s: int) -> int:
+    """A lender's HBM time for one 2 MiB guest copy (read or written once) at the GPU's memory bandwidth."""
+    return -(-CHUNK_BYTES // gbyte_per_s)
+
+
 PRESETS: dict[str, NodeConfig] = {
     "dgx-1": NodeConfig(
         name="dgx-1",
-        gpus=tuple(GpuSpec(f"Tesla V100-SXM2-16GB #{i}", 16 * GIB, 512 * MIB, 12_000) for i in range(8)),
+        gpus=tuple(GpuSpec(f"Tesla V100-SXM2-16GB #{i}", 16 * GIB, 512 * MIB, 12_000, pcie_switch=i // 2 + 1)
+                   for i in range(8)),
         topology=_DGX1_TOPO, nvlink_generation=2, nvlink_mbyte_per_s_per_link=25_000,
-        host_memory_bytes=512 * GIB, gpu_preset="v100",
+        host_memory_bytes=512 * GIB, gpu_preset="v100", costs=Costs(lend_chunk_ns=_hbm_ns(900)),
         source="DGX-1 V100 hybrid cube-mesh (NVIDIA/nccl#671 topology dump; p3.16xlarge is the same machine): "
                "8x V100 16 GB, NVLink 2 at 25 GB/s per link per direction, PCIe 3 ~12 GB/s effective, "
-               "512 GB host; the pairs without NVLink cross the CPU sockets (no peer path)"),
+               "512 GB host; the pairs without NVLink cross the CPU sockets (no peer path); GPUs 0-1, 2-3, 4-5, "
+               "6-7 share a PCIe switch's x16 uplink (NVIDIA DGX-1 System Architecture white paper)"),
     "aws-p3.8xlarge": NodeConfig(
         name="aws-p3.8xlarge",
-        gpus=tuple(GpuSpec(f"Tesla V100-SXM2-16GB #{i}", 16 * GIB, 512 * MIB, 12_000) for i in range(4)),
+        gpus=tuple(GpuSpec(f"Tesla V100-SXM2-16GB #{i}", 16 * GIB, 512 * MIB, 12_000, pcie_switch=i // 2 + 1)
+                   for i in range(4)),
         topology=_P3_TOPO, nvlink_generation=2, nvlink_mbyte_per_s_per_link=25_000,
-        host_memory_bytes=244 * 10**9, gpu_preset="v100",
+        host_memory_bytes=244 * 10**9, gpu_preset="v100", costs=Costs(lend_chunk_ns=_hbm_ns(900)),
         source="HUVM artifact docs/README.md (4x V100 16 GB, NVLink 2, PCIe 3, 244 GB); NVLink 2 25 GB/s per "
-               "link per direction; PCIe 3 x16 ~12 GB/s effective (15.754 theoretical)"),
+               "link per direction; PCIe 3 x16 ~12 GB/s effective (15.754 theoretical); GPUs 0-1 and 2-3 share a "
+               "PCIe switch (half a DGX-1 / p3.16xlarge)"),
     "dgx-a100-40g": NodeConfig(
         name="dgx-a100-40g",
         gpus=tuple(GpuSpec(f"A100-SXM4-40GB #{i}", 40 * GIB, 512 * MIB, 24_000) for i in range(8)),
         topology=_uniform(8, "NV12"), nvlink_generation=3, nvlink_mbyte_per_s_per_link=25_000,
         nvswitch=True, nvswitch_links=12, host_memory_bytes=1024 * GIB, gpu_preset="a100",
+        costs=Costs(lend_chunk_ns=_hbm_ns(1555)),
         source="DGX A100: NVSwitch, 12 NVLink 3 links x 25 GB/s = 300 GB/s per direction per GPU; PCIe 4 "
                "x16 (31.5 theoretical, 24 effective assumed: PCIe 3's 76 % efficiency); 1 TB host"),
     "dgx-a100-80g": NodeConfig(
@@ -329,18 +358,20 @@ PRESETS: dict[str, NodeConfig] = {
         gpus=tuple(GpuSpec(f"A100-SXM4-80GB #{i}", 80 * GIB, 512 * MIB, 24_000) for i in range(8)),
         topology=_uniform(8, "NV12"), nvlink_generation=3, nvlink_mbyte_per_s_per_link=25_000,
         nvswitch=True, nvswitch_links=12, host_memory_bytes=2048 * GIB, gpu_preset="a100",
+        costs=Costs(lend_chunk_ns=_hbm_ns(2039)),
         source="as dgx-a100-40g with 80 GB GPUs and 2 TB host"),
     "hgx-h100": NodeConfig(
         name="hgx-h100",
         gpus=tuple(GpuSpec(f"H100-SXM5-80GB #{i}", 80 * GIB, 512 * MIB, 48_000) for i in range(8)),
         topology=_uniform(8, "NV18"), nvlink_generation=4, nvlink_mbyte_per_s_per_link=21_111,
         nvswitch=True, nvswitch_links=18, host_memory_bytes=2048 * GIB, gpu_preset="h100",
+        costs=Costs(lend_chunk_ns=_hbm_ns(3350)),
         source="HGX H100: NVSwitch, 18 NVLink 4 links = 450 GB/s per direction line rate, 380 GB/s measured "
                "(NVIDIA/nccl#1264) = 18 x 21.1 GB/s; PCIe 5 x16 (63 theoretical, 48 effective assumed)"),
     "ariadne-a5000": NodeConfig(
         name="ariadne-a5000",
         gpus=(GpuSpec("RTX A5000", 24 * GIB, 512 * MIB, 24_000),),
-        topology=(("X",),), nvlink_generation=3, gpu_preset="a100",
+        topology=(("X",),), nvlink_generation=3, gpu_preset="a100", costs=Costs(lend_chunk_ns=_hbm_ns(768)),
         source="ARIADNE's platform: RTX A5000 24 GB, PCIe 4 (24 GB/s effective assumed), driver 535.86"),
 }
 PRESET_ALIASES: dict[str, str] = {"dgx-a100": "dgx-a100-40g", "p3.8xlarge": "aws-p3.8xlarge",

@@ -185,14 +185,15 @@ _FIG9_HALVES: tuple[tuple[int, str], ...] = ((5, "tuning"), (10, "evaluation"), 
 
 
 def _fig9(spare_pct: int, half: str) -> Scenario:
-    """HUVM ATC'22 Fig 9: two V100 16 GB, a 19 GiB PageRank harvester, the neighbour cudaMallocs the
-    artifact's size for this much spare memory (an idle lender)."""
+    """HUVM ATC'22 Fig 9: GPUs 1-2 of a p3.8xlarge (NV2), a 19 GiB PageRank harvester, the neighbour
+    cudaMallocs the artifact's size (MiB) for this much spare memory (an idle lender)."""
     from . import calibrate
+    from .replicate import fig9_node
 
-    node = NodeConfig.preset("aws-p3.8xlarge").subset(2)
-    alloc_mb = dict(calibrate.FIG9_SPARE)[spare_pct]
-    tenants = (TenantSpec(0, _fig9_trace(), name="pagerank@0", role="harvester"),
-               TenantSpec(1, static_bytes=alloc_mb * 10**6, name="idle@1", role="lender"))
+    node = fig9_node()
+    alloc_mib = dict(calibrate.FIG9_SPARE)[spare_pct]
+    tenants = (TenantSpec(0, _fig9_trace(), name="pagerank@1", role="harvester"),
+               TenantSpec(1, static_bytes=alloc_mib * MIB, name="idle@2", role="lender"))
     tags = (("node", "p3"), ("family", "graph"), ("harvester", "pagerank-fig9"), ("level", f"{spare_pct}%-spare"),
             ("lenders", "idle"), ("lender_memory", "cudaMalloc"), ("harvesters", "1"))
     return Scenario(f"fig9/pagerank/{spare_pct}%-spare", half, node, tenants, (0,), (), tags)
@@ -265,7 +266,8 @@ def parse_variant(text: str) -> Variant:
         try:
             value = int(v, 0)
         except ValueError:
-            names = {n.replace("_", "-"): k for k, n in abi.enum_names(f"HUVM_{f.upper()}_").items()}
+            enum = abi.enum_names(f"HUVM_{f.upper()}_") or abi.enum_names(f"HUVM_{f.upper().removesuffix('_MODE')}_")
+            names = {n.replace("_", "-"): k for k, n in enum.items()}
             if v not in names:
                 raise SimConfigError(f"variant {text!r}: {v!r} is not a value of {f}", field="variant") from None
             value = names[v]
@@ -283,6 +285,7 @@ class TenantOutcome:
     stall_ns: int
     alloc_stall_ns: int
     slowdown_vs_alone: float | None     # lenders: runtime ratio (foreground) or throughput ratio (background)
+    lend_stall_ns: int = 0          # of its stalls: the HBM time guests' copies took from it (lend_chunk_ns)
 
 
 @dataclass(frozen=True)
@@ -401,7 +404,7 @@ def evaluate(scs: Sequence[Scenario], variants: Sequence[Variant] | None = None,
                     slow = _lender_metric(t) / _lender_metric(windows[(i, ms)])
                     worst = slow if worst is None else max(worst, slow)
                 touts.append(TenantOutcome(t.name, role, t.background, t.runtime_ns, t.ops_per_s, t.stall_ns,
-                                           t.alloc_stall_ns, slow))
+                                           t.alloc_stall_ns, slow, t.lend_stall_ns))
             ev.outcomes[(sc.name, v.name)] = Outcome(
                 sc.name, v.name, ms, stock_ms / ms if ms else math.nan, worst,
                 res.counter_total("evict_to_peer"), res.counter_total("evict_to_host"),

@@ -318,6 +318,9 @@ class SimNode:
             c.gpu_memory_bytes[i] = g.memory_bytes
             c.gpu_reserved_bytes[i] = g.reserved_bytes
             c.pcie_mbyte_per_s[i] = g.pcie_mbyte_per_s
+            c.pcie_switch[i] = g.pcie_switch
+            if g.pcie_switch:
+                c.pcie_switch_mbyte_per_s[g.pcie_switch - 1] = cfg.switch_mbyte_per_s(g.pcie_switch)
             c.nvswitch_port_mbyte_per_s[i] = cfg.nvswitch_links * cfg.nvlink_mbyte_per_s_per_link
             for j in range(n):
                 if i != j:
@@ -334,6 +337,8 @@ class SimNode:
         c.nvlink_latency_ns = k.nvlink_latency_ns
         c.fault_batch_max = k.fault_batch_max
         c.faults_per_chunk = k.faults_per_chunk
+        c.peer_fault_service_ns = k.peer_fault_service_ns
+        c.lend_chunk_ns = k.lend_chunk_ns
         c.sample_interval_ns = sample_interval_ns
         c.max_samples = max_samples
         return c

@@ -53,6 +53,7 @@ class TenantResult:
     ops_done: int = 0
     alloc_stall_ns: int = 0         # stalled making room for its cudaMalloc allocations (start-up included)
     background: bool = False
+    lend_stall_ns: int = 0          # time its ops lost to guests' copies in its GPU's memory (lending's cost)
 
     @property
     def ops_per_s(self) -> float:
@@ -67,8 +68,10 @@ class TenantResult:
 
     @property
     def stall_ns(self) -> int:
-        """Every stall: faults (with their evictions), remote accesses, prefetches in flight, allocations."""
-        return self.fault_stall_ns + self.remote_stall_ns + self.inflight_wait_ns + self.alloc_stall_ns
+        """Every stall: faults (with their evictions), remote accesses, prefetches in flight, allocations, and
+        the HBM time guests' copies took from it (lending)."""
+        return (self.fault_stall_ns + self.remote_stall_ns + self.inflight_wait_ns + self.alloc_stall_ns +
+                self.lend_stall_ns)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
@@ -231,7 +234,7 @@ def run_scenario(node: NodeConfig | str, tenants: Sequence[TenantSpec], policy: 
                 first_touches=r["first_touches"], touches=r["touches"], resident_chunks=r["resident_chunks"],
                 peer_chunks=r["peer_chunks"], host_chunks=r["host_chunks"], done=bool(r["done"]),
                 ratio_to_ideal=ratio, ops_done=r["ops_done"], alloc_stall_ns=r["alloc_stall_ns"],
-                background=spec.background))
+                background=spec.background, lend_stall_ns=r["lend_stall_ns"]))
         s = sim.samples()
         return SimResult(policy=policy, node=cfg.name, tenants=tuple(results), stats=sim.stats(),
                          traffic=sim.traffic(), samples=MemorySeries(**s), sim_time_ns=sim.now_ns, wall_s=wall,

@@ -55,6 +55,7 @@ class GpuTable(FileModel):
     memory_bytes: GpuMemory
     reserved_bytes: Reserve | None = None
     pcie_mbyte_per_s: Bandwidth | None = None
+    pcie_switch: Annotated[int, Field(ge=0, le=MAX_GPUS)] | None = None
 
 
 class CostsTable(FileModel):
@@ -67,6 +68,8 @@ class CostsTable(FileModel):
     nvlink_latency_ns: CostNs | None = None
     fault_batch_max: Annotated[int, Field(ge=1, le=MAX_FAULT_BATCH)] | None = None
     faults_per_chunk: Annotated[int, Field(ge=1, le=MAX_FAULTS_PER_CHUNK)] | None = None
+    peer_fault_service_ns: CostNs | None = None
+    lend_chunk_ns: CostNs | None = None
 
 
 class NodeTable(FileModel):
@@ -87,6 +90,7 @@ class NodeTable(FileModel):
     nvlink_mbyte_per_s_per_link: Bandwidth | None = None
     nvswitch: bool | None = None
     nvswitch_links: Annotated[int, Field(ge=0, le=MAX_LINK_COUNT)] | None = None
+    pcie_switch_mbyte_per_s: Annotated[int, Field(ge=0, le=MAX_MBYTE_PER_S)] | None = None
     costs: CostsTable | None = None
 
 

@@ -459,3 +459,10 @@ def resident_pages(s: Session, base: int, size: int) -> dict[str, int]:
         key = "+".join(where) or "nowhere"
         out[key] = out.get(key, 0) + 1
     return out
+
+
+def abi_lib() -> Any:
+    """huvm's ABI constants (cffi lib of the ioctl header)."""
+    from huvm import abi
+
+    return abi.lib

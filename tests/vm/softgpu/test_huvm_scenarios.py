@@ -841,3 +841,114 @@ def test_fetch_back(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: 
 def _evicted_in(events: list[sglib.HuvmEvent], gpu: int, *, into: bool) -> int:
     """Bytes of evictions (and pre-evictions) into GPU gpu (into) as peer."""
     return sum(e.bytes for e in events if e.name in ("evict", "preevict") and into and e.peer == gpu)
+
+
+# ---- preevict: the reserve is kept ahead of demand ------------------------------------------------------------
+
+@_scenario("preevict")
+def test_preevict(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """The ``huvm`` preset with a pre-eviction reserve of 8 chunks on GPU0: the evict-to-peer workload makes
+    GPU0 evict (memory pressure), and the pre-eviction worker then keeps 8 chunks free ahead of demand,
+    moving GPU0's least recently used blocks to the peers in the background. Checked: pre-evictions were
+    counted, every block on a peer was counted once (evictions plus pre-evictions), none went to the host,
+    data intact. GPU0's free memory once things settle is reported (perf preevict_free_mib), not asserted:
+    pre-eviction runs only within the pressure window and is capped per burst, and the last allocations of
+    the workload use the reserve after the window closed (measured: 8 of 16 MiB left)."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    reserve = 8
+    node.apply_preset("huvm")
+    _, policy = node.set([f"preevict_chunks={reserve}"])
+    assert policy.preevict_chunks == reserve
+
+    st0 = _settled_stats(node, owner)
+    seed = 0x9_E7E
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
+    st1 = _settled_stats(node, owner)
+    free = _huvm_free(node, owner)
+    counts, odd = sglib.blocks_by_place(s, r.base, size)
+    d = st1.delta(st0)
+    g = d.gpus[owner]
+    on_peers = sum(counts.get(f"GPU{p.index}", 0) for p in s.gpus[1:])
+    print(f"preevict: {blocks} blocks, residency {counts}; evict_to_peer +{g['evict_to_peer']} (of which "
+          f"pre-evictions +{g['preevict_to_peer']}), to host +{g['evict_to_host']}; free on {g0.name} "
+          f"{free >> 20} MiB (reserve {reserve * CHUNK >> 20} MiB)")
+    sglib.perf("preevict_free_mib", free >> 20, "MiB", reserve_mib=reserve * CHUNK >> 20,
+               preevicted=g["preevict_to_peer"], evicted=g["evict_to_peer"])
+
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert not odd, f"blocks split between processors: {odd[:8]}"
+    assert g["preevict_to_peer"] > 0, f"no pre-eviction under pressure with a reserve of {reserve} chunks"
+    assert g["evict_to_host"] == 0, f"{g['evict_to_host']} evictions to host"
+    assert g["evict_to_peer"] == on_peers, f"evict_to_peer +{g['evict_to_peer']} but {on_peers} blocks on peers"
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ after pre-eviction, first at 0x{first:x}"
+
+
+# ---- two-stage prefetch: a fault brings the window's peer-held blocks back --------------------------------------
+
+@_scenario("two-stage-prefetch")
+def test_two_stage_prefetch(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """The ``huvm`` preset (prefetch two-stage: host-resident blocks of the window go to a peer, peer-held ones
+    come back to the faulting GPU), pre-eviction off. GPU0's data is evicted to the peers, then 16 MiB of GPU0
+    is freed (the region's tail unmapped), then GPU0's SMs read one block held by a peer: the fault fetches it back and the prefetch
+    worker brings blocks of the window after it (every ``prefetch_stride``-th block) back from the peers
+    without any access to them, as far as GPU0's free memory goes and without evicting: each such block is a
+    huvm:huvm_fetch (pages, then released) and ends wholly on GPU0; nothing went to the host; data intact."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0"])
+    assert policy.prefetch_mode == sglib.abi_lib().HUVM_PREFETCH_TWO_STAGE, policy.prefetch_mode
+    stride, window = policy.prefetch_stride, policy.prefetch_chunks
+
+    room = 8
+    seed = 0x2_57A6E
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
+    _settled_stats(node, owner)
+    names = {g.uuid: f"GPU{g.index}" for g in s.gpus}
+
+    def place(off: int) -> str:
+        where = s.uvm.va_residency_info(r.base + off).resident_on
+        return "+".join(names.get(u, "cpu") for u in where) or "nowhere"
+
+    # the first block held by a peer whose window holds peer-held blocks too
+    start = next(off for off in range(0, size - CHUNK * stride * window, CHUNK)
+                 if place(off) not in ("GPU0", "cpu") and place(off + stride * CHUNK) not in ("GPU0", "cpu"))
+    before = {k: place(start + k * stride * CHUNK) for k in range(1, window + 1)}
+    # the region's last 16 MiB (on GPU0: brought last) unmapped: their chunks are free on GPU0 now
+    tail = size - room * CHUNK
+    assert all(place(off) == "GPU0" for off in range(tail, size, CHUNK)), "the region's tail is not on GPU0"
+    assert start + window * stride * CHUNK <= tail
+    _munmap(r.base + tail, room * CHUNK)
+    with sglib.TraceRecorder() as rec:
+        st0 = node.stats()
+        s.sg.sm_access(s.channels[g0.index], [sglib.softgpu.Access.read(r.base + start, 4096, seed=seed)],
+                       check=True, timeout_ms=60_000)
+        st1 = _settled_stats(node, owner)
+        time.sleep(1.0)
+        ev = rec.events()
+    after = {k: place(start + k * stride * CHUNK) for k in before}
+    came_back = [k for k in before if before[k] not in ("GPU0", "cpu") and after[k] == "GPU0"]
+    d = st1.delta(st0)
+    print(f"two-stage-prefetch: fault at +{start >> 20} MiB; window (stride {stride}) before {before}, after "
+          f"{after}; came back without an access: {came_back}; fetch_from_peer +{d.gpus[owner]['fetch_from_peer']}")
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert place(start) == "GPU0", f"the faulted block is on {place(start)}"
+    assert came_back, f"no block of the window came back from a peer: before {before}, after {after}"
+    assert len(came_back) < room, f"{len(came_back)} blocks came back into {room} free chunks"
+    for k in came_back:
+        va = r.base + start + k * stride * CHUNK
+        rel = [e for e in ev
+               if e.name == "fetch" and e.va == va and e.reason == sglib.abi_lib().HUVM_FETCHED_RELEASED]
+        assert len(rel) == 1, f"block +{(va - r.base) >> 20} MiB came back without one release event: {rel}"
+    assert d.gpus[owner]["fetch_from_peer"] >= 1 + len(came_back)
+    assert d.gpus[owner]["evict_to_host"] == 0, "the prefetch evicted to host"
+    n_bad, first = sglib.pattern_mismatches(r, seed, 0, tail)
+    assert n_bad == 0, f"{n_bad} words differ after the two-stage prefetch, first at 0x{first:x}"

@@ -2,13 +2,15 @@
 
 - nothing: huvm's shipped consolidation example (``huvm/examples/consolidation.toml``);
 - an experiment file (``[experiment]``, ``[node]``, ``[[tenant]]``, as ``huvmctl experiment run`` takes):
-  its node and tenants, with the tenants' GPU settings (role, lending limit and reserve) applied;
+  its node and tenants under its policy ``huvm`` (else its first): the tenants' GPU settings (role, lending
+  limit and reserve) and the policy's own table applied, as ``huvmctl --sim --sim-config FILE`` does;
 - a simulated node (a preset name such as ``aws-p3.8xlarge``, or a TOML file with a ``[node]`` table, as
   ``huvmctl --sim-config`` takes): that node with a default load, GPU 0 streaming over 1.5 times its
   memory and the other GPUs lending.
 
-Everything is read through huvm's own loaders (:mod:`huvm.experiment.spec`, :mod:`huvm.simbackend`,
-:mod:`huvm.traces`), so files mean the same here as for huvmctl.
+Everything is read through huvm's own loaders (:class:`huvm.tomlpos.TomlDoc`, :mod:`huvm.experiment.spec`,
+:mod:`huvm.simbackend`), so files mean the same here as for huvmctl, and a wrong one gets the same error:
+``file:line: key: message``.
 """
 
 from __future__ import annotations
@@ -17,21 +19,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from huvm import errors as herr
+from huvm.tomlpos import TomlDoc
 
 DEFAULT_EXAMPLE = "consolidation.toml"
 
 
 @dataclass
 class Scenario:
-    """A node config (huvm.sim.NodeConfig), its tenants (huvm.sim.TenantSpec) and per-GPU settings
-    (``gpu.N.key=value`` words for huvm's policy parser), named for the status line."""
+    """A node config (huvm.sim.NodeConfig), its tenants (huvm.sim.TenantSpec) and its policy: a whole
+    huvm Policy (an experiment's), or per-GPU settings (``gpu.N.key=value`` words for huvm's policy parser)
+    over the preset; named for the status line."""
 
     name: str
     config: Any
     tenants: list[Any]
     settings: list[str] = field(default_factory=list)
     policy_preset: str = "huvm"
+    policy: Any = None
 
 
 def example_path(name: str = DEFAULT_EXAMPLE) -> Path:
@@ -40,43 +44,23 @@ def example_path(name: str = DEFAULT_EXAMPLE) -> Path:
     return Path(huvm.__file__).resolve().parent / "examples" / name
 
 
-def _is_experiment(path: Path) -> bool:
-    import tomllib
-
-    try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except (OSError, ValueError):  # TOMLDecodeError, UnicodeDecodeError
-        return False  # huvm's loaders report the problem with file and line
-    return "experiment" in data or "tenant" in data
-
-
-def from_experiment(path: Path) -> Scenario:
-    from huvm import traces
+def from_experiment(doc: TomlDoc) -> Scenario:
+    """The node and tenants of an experiment file under its policy "huvm" (else its first), set up exactly as
+    ``huvmctl --sim --sim-config FILE`` sets them up (:meth:`huvm.simbackend.SimBackend.from_experiment`:
+    every table checked, traces loaded, footprints and the policy checked against the node), not yet run."""
+    from huvm.client import Node
     from huvm.experiment import spec as es
-    from huvm.sim.config import NodeConfig
-    from huvm.sim.tenants import TenantSpec
+    from huvm.simbackend import SimBackend
 
-    spec = es.load(path)
-    if spec.real_node:
-        raise herr.ConfigError("node.preset = \"real\": huvm-top --sim needs a simulated node", file=str(path))
-    config = NodeConfig.from_dict({"preset": spec.node_preset, **spec.node_options})
-    tenants = []
-    settings: list[str] = []
-    loaded: dict[str, Any] = {}
-    for t in spec.tenants:
-        trace = None
-        if t.trace:
-            if t.trace not in loaded:
-                ref = t.trace
-                src = traces.bundled(ref.split(":", 1)[1]) if ref.startswith("bundled:") else Path(ref)
-                loaded[ref] = traces.load(src).to_sim_events(config.gpu_preset)
-            trace = loaded[t.trace]
-        tenants.append(TenantSpec(gpu=t.gpu, trace=trace, name=t.name, steps=max(t.steps, 1),
-                                  background=t.steps == 0, static_bytes=t.static_bytes, start_ns=t.start_ns,
-                                  managed=t.managed))
-        settings += [f"gpu.{t.gpu}.{k}={v}" for k, v in t.gpu_settings]
-    return Scenario(f"{spec.name} on {config.name}", config, tenants, settings)
+    name = es.parse(doc).name
+    backend = SimBackend.from_experiment(doc, run=False)
+    node = Node(backend)
+    try:
+        sim = backend.node
+        return Scenario(f"{name} on {sim.config.name}", sim.config, list(sim.tenants),
+                        policy_preset=str(sim.preset), policy=node.get_policy())
+    finally:
+        node.close()
 
 
 def default_load(config: Any) -> list[Any]:
@@ -99,11 +83,13 @@ def load(sim_config: str | None) -> Scenario:
     if sim_config is None:
         path = example_path()
         if path.is_file():
-            return from_experiment(path)
+            return from_experiment(TomlDoc(path))
         sim_config = "aws-p3.8xlarge"
     path = Path(sim_config)
-    if path.is_file() and _is_experiment(path):
-        return from_experiment(path)
+    if path.is_file():
+        doc = TomlDoc(path)  # huvm's TOML reading: errors as file:line (syntax, not UTF-8, not readable)
+        if "tenant" in doc.data or "experiment" in doc.data:
+            return from_experiment(doc)
     from huvm.simbackend import SimBackend
 
     backend = SimBackend.from_config(sim_config)  # node presets and [node] files, huvm's way

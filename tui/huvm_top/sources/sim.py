@@ -123,8 +123,8 @@ class SimSource(LiveSource):
         return node
 
     def _fresh_node(self, policy: Any) -> Node:
-        """A new simulated node with the scenario's tenants, and ``policy`` (a huvm Policy) or the
-        scenario's settings."""
+        """A new simulated node with the scenario's tenants, and ``policy`` (a huvm Policy), else the
+        scenario's policy or settings."""
         from huvm import policy as hp
         from huvm.sim.node import SimNode
         from huvm.simbackend import SimBackend
@@ -134,6 +134,7 @@ class SimSource(LiveSource):
         for t in sc.tenants:
             sim.add_tenant(replace(t, role=None))  # roles go through the policy below
         node = Node(SimBackend(sim))
+        policy = policy if policy is not None else sc.policy
         if policy is not None:
             node.set_policy(replace(policy, generation=0))
         elif sc.settings:

@@ -1,0 +1,55 @@
+"""Replications of the HUVM prototype (docs/simulator.md, "Replications"): the artifact's Fig 6 numbers from
+its history next to the simulator's, Fig 8 on Fig 6 case 1, Fig 9 on the artifact's GPU pair in MiB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from huvm.sim import replicate
+from huvm.sim.config import LINK_NVLINK_2, MIB
+from huvm.sim.errors import SimConfigError
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "simulator.md"
+
+
+def test_artifact_fig6_rows() -> None:
+    rows = replicate.artifact_fig6()
+    assert {(r.case, r.workload) for r in rows} == {
+        (1, "pagerank"), (1, "vgg"), (1, "wcc"), (2, "bfs"), (2, "mobilenet"), (2, "resnet"),
+        (3, "bfs"), (3, "pagerank"), (3, "wcc")}
+    assert all(r.base_s > 0 and r.pre_ef_host_s > 0 and r.ours_s > 0 for r in rows)
+    assert all(r.csv_path.startswith("scripts/fig6/") and r.csv_path.endswith(f"{r.workload}.csv") for r in rows)
+    # the harvesters are the ones HUVM sped up in the artifact; every case has one
+    assert {r.case for r in rows if r.role == "harvester"} == {1, 2, 3}
+    assert all(r.ours_s < r.base_s for r in rows if r.role == "harvester")
+
+
+def test_fig6_tenants_stand_for_every_artifact_workload() -> None:
+    for case in (1, 2, 3):
+        node, tenants, which = replicate.fig6_case(case)
+        names = {r.workload for r in replicate.artifact_fig6() if r.case == case}
+        assert set(which) == names
+        assert all(0 <= i < len(tenants) for idx in which.values() for i in idx)
+        assert node.name == "aws-p3.8xlarge"
+    with pytest.raises(SimConfigError):
+        replicate.fig6_case(4)
+
+
+def test_fig9_uses_the_artifacts_pair_and_mib() -> None:
+    node = replicate.fig9_node()
+    assert node.gpu_count == 2 and node.link(0, 1)[:2] == (LINK_NVLINK_2, 2)       # GPUs 1-2: NV2
+    assert node.gpus[0].pcie_switch != node.gpus[1].pcie_switch
+    assert dict(replicate.FIG9_SPARE_MIB)[60] * MIB == 6164 * 2**20
+
+
+def test_doc_holds_the_generated_tables(tmp_path: Path) -> None:
+    """docs/simulator.md carries exactly what the module generates now (make replicate-doc)."""
+    text = DOC.read_text(encoding="utf-8")
+    assert replicate.DOC_BEGIN in text and replicate.DOC_END in text
+    block = text.split(replicate.DOC_BEGIN, 1)[1].split(replicate.DOC_END, 1)[0]
+    assert block == "\n" + replicate.doc_block()
+    bad = tmp_path / "x.md"
+    bad.write_text("no markers\n", encoding="utf-8")
+    with pytest.raises(SimConfigError):
+        replicate.update_doc(str(bad))
