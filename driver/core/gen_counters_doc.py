@@ -78,7 +78,7 @@ def tables() -> str:
             if m is None:
                 continue
             field = m.group("field") + (m.group("array") or "")
-            writer = WRITERS.get(m.group("field"), "kernel glue (uvm_huvm.c), not the core")
+            writer = WRITERS.get(m.group("field"), "kernel glue (uvm_huvm*.c), not the core")
             help_text = m.group("help").replace("|", "\\|")
             rows.append(f"| `{field}` | {m.group('kind')} | {m.group('unit')} | {help_text} | {writer} |")
         out.append(f"### {title}\n\n`{name}`\n\n| Field | Kind | Unit | Meaning | Updated by |\n"

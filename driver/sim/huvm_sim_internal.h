@@ -143,6 +143,120 @@ struct huvm_sim {
     huvm_sim_error_t  err;          /* first run-time error */
 };
 
+/* ---- small helpers shared by the sources (inline: the hot paths stay as fast as in one file) ---- */
+
+static inline uint64_t u64_max(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+static inline uint64_t u64_min(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+static inline void list_push_tail(sim_chunk_t *ch, sim_list_t *l, uint32_t i)
+{
+    ch[i].next = SIM_NIL;
+    ch[i].prev = l->tail;
+    if (l->tail != SIM_NIL)
+        ch[l->tail].next = i;
+    else
+        l->head = i;
+    l->tail = i;
+    l->count++;
+}
+
+static inline void list_remove(sim_chunk_t *ch, sim_list_t *l, uint32_t i)
+{
+    uint32_t p = ch[i].prev, n = ch[i].next;
+
+    if (p != SIM_NIL)
+        ch[p].next = n;
+    else
+        l->head = n;
+    if (n != SIM_NIL)
+        ch[n].prev = p;
+    else
+        l->tail = p;
+    ch[i].prev = ch[i].next = SIM_NIL;
+    l->count--;
+}
+
+static inline void list_init(sim_list_t *l)
+{
+    l->head = l->tail = SIM_NIL;
+    l->count = 0;
+}
+
+static inline uint64_t gpu_used(const sim_gpu_t *g)
+{
+    return g->pinned_chunks + g->own.count + g->guest_chunks;
+}
+
+/* Free memory: not used, and not held by a copy out of the GPU that is still in flight. */
+static inline uint64_t gpu_free(const sim_gpu_t *g)
+{
+    uint64_t used = gpu_used(g) + g->inflight;
+
+    return used < g->capacity_chunks ? g->capacity_chunks - used : 0;
+}
+
+static inline uint64_t chunk_va(const huvm_sim_t *sim, uint32_t ci)
+{
+    const sim_tenant_t *t = &sim->tenants[sim->chunks[ci].tenant];
+
+    return t->spec.va_base + (uint64_t)(ci - t->chunk_base) * SIM_CHUNK;
+}
+
+/* A prefetched chunk was touched (used) or leaves unused: its owner's prefetch feedback. */
+static inline void pf_note(huvm_sim_t *sim, sim_chunk_t *c, uint32_t used)
+{
+    sim_gpu_t *o = &sim->gpus[c->owner];
+
+    c->flags &= (uint8_t)~SIM_CF_PREFETCHED;
+    huvm_prefetch_feedback(&o->pf_used, &o->pf_unused, used);
+}
+
+/* GPU g's own use (its tenants' resident and cudaMalloc'd chunks) grew, or may have: note the peak. */
+static inline void note_own(huvm_sim_t *sim, uint32_t g, uint64_t t)
+{
+    const sim_gpu_t *gg = &sim->gpus[g];
+
+    huvm_peak_update(&sim->gpus[g].own_peak, (gg->own.count + gg->pinned_chunks) * SIM_CHUNK, t);
+}
+
+/* Guests' data copied into or out of lender h's memory takes HBM time from its running tenants. */
+static inline void lend_charge(huvm_sim_t *sim, uint32_t h, uint64_t chunks)
+{
+    sim->gpus[h].lend_debt_ns += chunks * sim->cfg.lend_chunk_ns;
+}
+
+/* huvm_sim.c: the paging model (faults, eviction, give-back, prefetch, pre-eviction through the core) */
+uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t, int *remote);
+uint64_t sim_pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t);
+void sim_release_chunk(huvm_sim_t *sim, uint32_t ci);
+void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t);
+
+/* huvm_sim_xfer.c: links, transfers, PCIe switches, copies in flight */
+uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci);
+uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci);
+uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
+                           uint32_t ci);
+uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
+                       uint32_t ci);
+void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t);
+uint64_t sim_gpu_inflight_next(const huvm_sim_t *sim, uint32_t g);
+void sim_links_free(huvm_sim_t *sim);
+
+/* huvm_sim_tenant.c: tenants (trace copies, validation) and running their ops */
+void sim_tenant_free(sim_tenant_t *t);
+void sim_tenant_start(huvm_sim_t *sim, sim_tenant_t *tt);
+void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt);
+
+/* huvm_sim_sample.c: samples and results */
+void sim_sample_until(huvm_sim_t *sim, uint64_t t);
+
 /* huvm_sim_node.c */
 uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err);
 void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const char *field,

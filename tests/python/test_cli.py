@@ -329,6 +329,21 @@ def test_stats_interval_count_moves_on_the_simulated_node(capsys: pytest.Capture
     assert rc == 2 and "-T" in err
 
 
+def test_stats_interval_on_a_node_without_workload_says_so(capsys: pytest.CaptureFixture[str],
+                                                           tmp_path: Path) -> None:
+    """A bare preset has no tenants: its counters never move, and `stats INTERVAL` says so once on stderr (the
+    JSON lines on stdout stay clean); an experiment file's node has a workload and gets no such note."""
+    rc, out, err = run(capsys, *SIM, "stats", "0.01", "2", "--json")
+    assert rc == 0
+    assert [json.loads(line)["kind"] for line in out.strip().splitlines()] == ["stats-interval"] * 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "no workload" in lines[0] and "--sim-config" in lines[0], err
+    f = tmp_path / "small.toml"
+    f.write_text(SMALL)
+    rc, out, err = run(capsys, *SIM, "--sim-config", str(f), "stats", "0.01", "1", "--json")
+    assert rc == 0 and len(out.strip().splitlines()) == 1 and "no workload" not in err, err
+
+
 def test_watch(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from dataclasses import dataclass
 

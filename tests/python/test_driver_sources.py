@@ -130,7 +130,7 @@ def test_tracepoints_created_once_in_the_glue() -> None:
     assert creators == ["uvm_huvm.c"]
     text = _read(UVM / "uvm_huvm.c")
     assert text.index("#define CREATE_TRACE_POINTS") < text.index('#include "uvm_huvm_trace.h"')
-    assert text.index('#include "uvm_huvm_trace.h"') < text.index('#include "huvm_core.h"')
+    assert text.index('#include "uvm_huvm_trace.h"') < text.index('#include "uvm_huvm_internal.h"')
 
 
 # ---- no policy in the glue -----------------------------------------------------------------------
@@ -140,6 +140,11 @@ POLICY_FIELDS = [
     "prefetch_mode", "prefetch_chunks", "prefetch_stride", "hysteresis_ms", "lend_limit_bytes",
     "lend_reserve_bytes", "role", "rr_next", "policy_slot",
 ]
+
+
+def _glue_sources() -> str:
+    """The kernel glue's .c files (driver/uvm/uvm_huvm*.c), one after the other."""
+    return "\n".join(_read(p) for p in sorted(UVM.glob("uvm_huvm*.c")))
 
 
 def _glue_texts() -> dict[str, str]:
@@ -163,7 +168,7 @@ def test_glue_has_no_thresholds_or_peer_choice() -> None:
         assert not re.search(r"\b\d+\s*/\s*100\b|\*\s*100\s*/|\bpct\b|_MS\b", text), f"{name}: threshold"
         # Choosing among peers (most free, fewest lent, round robin) is the core's job.
         assert not re.search(r"\b(best|most_free|fewest|least)\w*\s*=", text), f"{name}: peer selection"
-    glue = _read(UVM / "uvm_huvm.c")
+    glue = _glue_sources()
     for decision in ["huvm_decide_evict(", "huvm_decide_preevict_plan(", "huvm_decide_giveback(",
                      "huvm_giveback_need(", "huvm_lend_reserve(", "huvm_decide_fetch("]:
         assert decision in glue, f"the glue must ask the core: {decision}"
@@ -186,11 +191,11 @@ def _c_function_body(text: str, name: str) -> str:
 
 
 def test_peer_allocation_never_evicts() -> None:
-    glue = _strip_c_comments(_read(UVM / "uvm_huvm.c"))
+    glue = _strip_c_comments(_glue_sources())
     assert "UVM_PMM_ALLOC_FLAGS_EVICT" not in glue, "huvm never allocates with eviction"
     assert "UVM_VA_BLOCK_LOCK_RETRY" not in glue and "UVM_VA_BLOCK_RETRY_LOCKED" not in glue
     # The eviction path (and the helper it shares with prefetch) never drops or takes a block lock.
-    for fn in ["uvm_huvm_evict_make_resident", "move_with_chunk", "release_peer_chunk"]:
+    for fn in ["uvm_huvm_evict_make_resident", "uvm_huvm_move_with_chunk", "release_peer_chunk"]:
         body = _c_function_body(glue, fn)
         assert "uvm_mutex_unlock(" not in body and "uvm_mutex_lock(" not in body, fn
         assert "uvm_assert_mutex_locked(&va_block->lock)" in body or fn == "release_peer_chunk", fn

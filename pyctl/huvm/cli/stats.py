@@ -14,7 +14,9 @@ from .. import argtypes, jsonout, render
 from ..errors import UsageError
 from ..stats import GpuLending, StatsSnapshot, TenantFigures, gpu_lending, tenant_figures, tenant_figures_from_run
 from ..units import human_bytes
-from .common import add_verb, open_node, out, print_json, print_jsonl
+from .common import add_verb, note, open_node, out, print_json, print_jsonl
+
+NO_WORKLOAD_NOTE = "the simulated node has no workload: nothing will move; give --sim-config FILE (an experiment file)"
 
 
 def lending_table(lend: Sequence[GpuLending]) -> Table:
@@ -116,6 +118,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 if figs is not None:
                     out.print(tenants_table(figs, TENANTS_TITLE))
             return 0
+        if getattr(node.backend, "has_workload", True) is False:
+            note(NO_WORKLOAD_NOTE)  # stderr: --json output stays clean
         if not args.json:
             out.print(f"[dim]rates every {args.watch:g} s; Ctrl-C to end[/dim]")
         n = 0

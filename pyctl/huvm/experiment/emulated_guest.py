@@ -312,17 +312,6 @@ class SmIssuer:
         self.totals.fault_entries += int(f.sum())
 
 
-def sm_access_pages(sg: Any, channel: int, base: int, pages: I64, write: BoolArray, totals: AccessTotals,
-                    *, seed: int = 0, timeout_ms: int = 0) -> None:
-    """SM accesses of pages (:func:`access_array`) on channel, accounted into totals."""
-    arr = access_array(base, pages, write, seed)
-    issuer = SmIssuer(sg, channel, timeout_ms)
-    issuer.issue(arr, 0, arr.shape[0])
-    issuer.collect(arr, 0, arr.shape[0])
-    for k in ("accesses", "faulted", "fault_entries", "ioctls", "stall_ns"):
-        setattr(totals, k, getattr(totals, k) + getattr(issuer.totals, k))
-
-
 def cpu_touch_pages(view: memoryview, pages: I64, write: BoolArray) -> None:
     """Touch pages from the CPU through the managed mapping (CPU faults into UVM): a byte of every page."""
     mem = np.frombuffer(view, dtype=np.uint8)
@@ -892,12 +881,10 @@ class GuestNode:
                                         "peer_bytes": harvested, "host_bytes": host}))
 
     # -- one run
-    def run(self, jobs: Sequence[TenantJob], *, sample_ms: int = 500, timeout_s: float = 900.0,
-            horizon_ns: int = 0) -> RunOutcome:
+    def run(self, jobs: Sequence[TenantJob], *, sample_ms: int = 500, timeout_s: float = 900.0) -> RunOutcome:
         """Run the tenants together (one process each) from a common start; foreground ones to the end of
-        their steps, background ones until the foreground is done (or, with no foreground tenant, for
-        horizon_ns). Then the counters (once settled), each tenant's residency census, and the counters
-        again."""
+        their steps, background ones until the foreground is done. Then the counters (once settled), each
+        tenant's residency census, and the counters again."""
         import multiprocessing
 
         mp = multiprocessing.get_context("fork")
@@ -969,8 +956,7 @@ class GuestNode:
                     if msg[0] != "done":
                         fail(f"tenant {name}: {msg[0]!r} instead of 'done'")
                     results[name] = (int(msg[2]), dict(msg[1]))
-                over = not fg and time.perf_counter_ns() - t0 >= horizon_ns
-                if fg <= set(results) and (fg or over) and not stop.is_set():
+                if fg <= set(results) and not stop.is_set():
                     stop.set()
                 time.sleep(0.05)
             wall = time.perf_counter_ns() - t0

@@ -25,6 +25,11 @@ class SimBackend:
     def close(self) -> None:
         self.node.close()
 
+    @property
+    def has_workload(self) -> bool:
+        """Whether the node has tenants to run: a preset or a node file has none, and its counters never move."""
+        return bool(getattr(self.node, "tenants", None))
+
     def advance(self, seconds: float) -> None:
         """Run the node's workload for seconds of simulated time (no-op once it is done, or without one)."""
         if hasattr(self.node, "run") and not self.node.finished:

@@ -1,0 +1,428 @@
+/*
+ * huvm: simulated node, tenants: their traces (copied, validated, indexed by op) and running one op of a
+ * tenant: its allocations, its chunk touches (faults in batches of fault_batch_max, serviced by the paging
+ * model), its compute and remote-mapped reads, its frees, its step ends. SPDX-License-Identifier: MIT
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "huvm_sim_internal.h"
+
+void sim_tenant_free(sim_tenant_t *t)
+{
+    free(t->op_time);
+    free(t->first);
+    free(t->touch);
+    free(t->mode);
+    free(t->aop);
+    free(t->fop);
+    free(t->alloc_first);
+    free(t->alloc_list);
+    free(t->free_first);
+    free(t->free_list);
+    free(t->static_list);
+    free(t->step_end);
+    memset(t, 0, sizeof(*t));
+}
+
+static void *dup_array(const void *src, size_t n, size_t size)
+{
+    void *p = malloc(n ? n * size : 1);
+
+    if (p && n)
+        memcpy(p, src, n * size);
+    return p;
+}
+
+/* Build a CSR list of chunks keyed by op (alloc or free op) for ops 0..n_ops-1. */
+static int build_csr(const int32_t *key, uint32_t n_chunks, uint32_t n_ops, uint32_t **first_out,
+                     uint32_t **list_out)
+{
+    uint32_t *first = calloc((size_t)n_ops + 1, sizeof(uint32_t));
+    uint32_t *list, *pos, c, n = 0;
+
+    if (!first)
+        return -1;
+    for (c = 0; c < n_chunks; c++) {
+        if (key[c] >= 0) {
+            first[key[c] + 1]++;
+            n++;
+        }
+    }
+    for (c = 0; c < n_ops; c++)
+        first[c + 1] += first[c];
+    list = malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+    pos = malloc(((size_t)n_ops + 1) * sizeof(uint32_t));
+    if (!list || !pos) {
+        free(first);
+        free(list);
+        free(pos);
+        return -1;
+    }
+    memcpy(pos, first, ((size_t)n_ops + 1) * sizeof(uint32_t));
+    for (c = 0; c < n_chunks; c++) {
+        if (key[c] >= 0)
+            list[pos[key[c]]++] = c;
+    }
+    free(pos);
+    *first_out = first;
+    *list_out = list;
+    return 0;
+}
+
+static uint32_t tenant_validate(const huvm_sim_t *sim, uint32_t idx, const huvm_sim_tenant_spec_t *s,
+                                huvm_sim_error_t *err)
+{
+    char f[64];
+    uint32_t k, i, c;
+
+#define TFIELD(name) (snprintf(f, sizeof(f), "tenants[%u].%s", idx, name), f)
+    if (s->gpu >= sim->cfg.gpu_count) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("gpu"), "tenant %u: GPU %u is not in 0..%u",
+                      idx, s->gpu, sim->cfg.gpu_count - 1);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (s->managed > 1) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("managed"), "tenant %u: managed must be 0 or 1",
+                      idx);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (s->steps > SIM_MAX_STEPS) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("steps"), "tenant %u: %u steps is over %u",
+                      idx, s->steps, SIM_MAX_STEPS);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (s->static_bytes > SIM_MAX_OP_NS || s->start_ns > SIM_MAX_OP_NS) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1,
+                      TFIELD(s->start_ns > SIM_MAX_OP_NS ? "start_ns" : "static_bytes"),
+                      "tenant %u: value out of range", idx);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (s->n_chunks > (1u << 28) || (uint64_t)sim->n_chunks + s->n_chunks > (1u << 30)) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("n_chunks"),
+                      "tenant %u: %u chunks is too many (at most 2^30 on the node)", idx, s->n_chunks);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (s->n_ops == 0)
+        return HUVM_NV_OK;
+    if (!s->op_time_ns || !s->op_first_touch || (s->n_touches && (!s->touch_chunk || !s->touch_mode)) ||
+        (s->n_chunks && (!s->chunk_alloc_op || !s->chunk_free_op))) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("arrays"), "tenant %u: a trace array is missing",
+                      idx);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (s->op_first_touch[0] != 0 || s->op_first_touch[s->n_ops] != s->n_touches) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("op_first_touch"),
+                      "tenant %u: op_first_touch must run from 0 to n_touches (%u)", idx, s->n_touches);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    for (k = 0; k < s->n_ops; k++) {
+        if (s->op_first_touch[k + 1] < s->op_first_touch[k]) {
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)k, TFIELD("op_first_touch"),
+                          "tenant %u: op %u: touch offsets decrease", idx, k);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+        if (s->op_time_ns[k] > SIM_MAX_OP_NS) {
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)k, TFIELD("op_time_ns"),
+                          "tenant %u: op %u: time %llu ns is out of range", idx, k,
+                          (unsigned long long)s->op_time_ns[k]);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+    }
+    for (c = 0; c < s->n_chunks; c++) {
+        int32_t a = s->chunk_alloc_op[c], fr = s->chunk_free_op[c];
+
+        if (a < -1 || a >= (int32_t)s->n_ops || fr < -1 || fr >= (int32_t)s->n_ops) {
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)c,
+                          TFIELD(a < -1 || a >= (int32_t)s->n_ops ? "chunk_alloc_op" : "chunk_free_op"),
+                          "tenant %u: chunk %u: alloc op %d / free op %d not in -1..%u", idx, c, a, fr,
+                          s->n_ops - 1);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+        if (a >= 0 && fr >= 0 && fr < a) {
+            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)c, TFIELD("chunk_free_op"),
+                          "tenant %u: chunk %u is freed at op %d before its allocation at op %d", idx, c, fr, a);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+    }
+    for (k = 0; k < s->n_ops; k++) {
+        for (i = s->op_first_touch[k]; i < s->op_first_touch[k + 1]; i++) {
+            uint32_t ch = s->touch_chunk[i];
+
+            if (ch >= s->n_chunks) {
+                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)i, TFIELD("touch_chunk"),
+                              "tenant %u: op %u touch %u references chunk %u, but the trace has %u chunks",
+                              idx, k, i, ch, s->n_chunks);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
+            if ((s->chunk_alloc_op[ch] >= 0 && (uint32_t)s->chunk_alloc_op[ch] > k) ||
+                (s->chunk_free_op[ch] >= 0 && (uint32_t)s->chunk_free_op[ch] < k)) {
+                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)i, TFIELD("touch_chunk"),
+                              "tenant %u: op %u touch %u references chunk %u outside its life (ops %d..%d)",
+                              idx, k, i, ch, s->chunk_alloc_op[ch], s->chunk_free_op[ch]);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
+            if (s->touch_mode[i] > 2) {
+                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)i, TFIELD("touch_mode"),
+                              "tenant %u: op %u touch %u has mode %u (0 read, 1 write-new, 2 rmw)", idx, k, i,
+                              s->touch_mode[i]);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
+        }
+    }
+#undef TFIELD
+    return HUVM_NV_OK;
+}
+
+int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec, huvm_sim_error_t *err)
+{
+    sim_tenant_t *t;
+    sim_chunk_t *chunks;
+    uint32_t idx, c, st, n;
+
+    if (err)
+        memset(err, 0, sizeof(*err));
+    if (!sim || !spec) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "tenant", "no simulator or tenant given");
+        return -1;
+    }
+    if (sim->started) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_STATE, -1, "tenant", "tenants must be added before the run starts");
+        return -1;
+    }
+    if (sim->n_tenants >= HUVM_SIM_MAX_TENANTS) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "tenants", "at most %u tenants", HUVM_SIM_MAX_TENANTS);
+        return -1;
+    }
+    idx = sim->n_tenants;
+    st = tenant_validate(sim, idx, spec, err);
+    if (st != HUVM_NV_OK)
+        return -1;
+    t = &sim->tenants[idx];
+    memset(t, 0, sizeof(*t));
+    t->spec = *spec;
+    t->spec.name[sizeof(t->spec.name) - 1] = 0;
+    if (!t->spec.va_base)
+        t->spec.va_base = (uint64_t)(idx + 1) << 40;
+    if (spec->n_ops) {
+        t->op_time = dup_array(spec->op_time_ns, spec->n_ops, sizeof(uint64_t));
+        t->first = dup_array(spec->op_first_touch, (size_t)spec->n_ops + 1, sizeof(uint32_t));
+        t->touch = dup_array(spec->touch_chunk, spec->n_touches, sizeof(uint32_t));
+        t->mode = dup_array(spec->touch_mode, spec->n_touches, sizeof(uint8_t));
+        t->aop = dup_array(spec->chunk_alloc_op, spec->n_chunks, sizeof(int32_t));
+        t->fop = dup_array(spec->chunk_free_op, spec->n_chunks, sizeof(int32_t));
+        if (!t->op_time || !t->first || !t->touch || !t->mode || !t->aop || !t->fop ||
+            build_csr(t->aop, spec->n_chunks, spec->n_ops, &t->alloc_first, &t->alloc_list) ||
+            build_csr(t->fop, spec->n_chunks, spec->n_ops, &t->free_first, &t->free_list))
+            goto nomem;
+        for (c = 0, n = 0; c < spec->n_chunks; c++)
+            n += t->aop[c] < 0;
+        t->static_list = malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+        if (!t->static_list)
+            goto nomem;
+        for (c = 0; c < spec->n_chunks; c++) {
+            if (t->aop[c] < 0)
+                t->static_list[t->n_static++] = c;
+        }
+    } else {
+        t->spec.n_chunks = 0;
+        t->spec.n_touches = 0;
+    }
+    t->spec.op_time_ns = t->op_time;
+    t->spec.op_first_touch = t->first;
+    t->spec.touch_chunk = t->touch;
+    t->spec.touch_mode = t->mode;
+    t->spec.chunk_alloc_op = t->aop;
+    t->spec.chunk_free_op = t->fop;
+    t->foreground = t->spec.n_ops > 0 && t->spec.steps > 0;
+    t->static_chunks = (spec->static_bytes + SIM_CHUNK - 1) / SIM_CHUNK;
+    t->chunk_base = sim->n_chunks;
+    if (t->spec.n_chunks) {
+        chunks = realloc(sim->chunks, ((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(sim_chunk_t));
+        if (!chunks)
+            goto nomem;
+        sim->chunks = chunks;
+        for (c = 0; c < t->spec.n_chunks; c++) {
+            sim_chunk_t *ch = &chunks[sim->n_chunks + c];
+
+            memset(ch, 0, sizeof(*ch));
+            ch->prev = ch->next = SIM_NIL;
+            ch->owner = (uint8_t)spec->gpu;
+            ch->tenant = idx;
+        }
+        sim->n_chunks += t->spec.n_chunks;
+    }
+    sim->n_tenants++;
+    return (int32_t)idx;
+
+nomem:
+    sim_tenant_free(t);
+    sim_set_error(err, HUVM_NV_ERR_NO_MEMORY, -1, "tenant", "out of memory copying tenant %u", idx);
+    return -1;
+}
+
+/* ---- running an op ---- */
+
+static void make_live(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t *t)
+{
+    sim_chunk_t *c = &sim->chunks[ci];
+
+    if (c->flags & SIM_CF_LIVE)
+        return;
+    c->flags |= SIM_CF_LIVE;
+    if (!tt->spec.managed)
+        *t = sim_pin_chunk(sim, tt->spec.gpu, ci, *t);
+}
+
+static void end_batch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t nb, uint64_t t)
+{
+    sim_gpu_t *gg = &sim->gpus[tt->spec.gpu];
+
+    gg->burst_chunks = gg->batch_allocs;
+    gg->batch_allocs = 0;
+    note_own(sim, tt->spec.gpu, t);
+    huvm_account_faults(&sim->core, tt->spec.gpu, nb * sim->cfg.faults_per_chunk);
+    tt->res.fault_batches++;
+    sim_preevict(sim, tt->spec.gpu, t);
+}
+
+void sim_tenant_start(huvm_sim_t *sim, sim_tenant_t *tt)
+{
+    uint64_t t = tt->clock, k;
+    uint32_t i;
+
+    tt->res.start_ns = tt->clock;
+    for (k = 0; k < tt->static_chunks && !sim->failed; k++)
+        t = sim_pin_chunk(sim, tt->spec.gpu, SIM_NIL, t);
+    for (i = 0; i < tt->n_static && !sim->failed; i++)
+        make_live(sim, tt, tt->chunk_base + tt->static_list[i], &t);
+    tt->res.alloc_stall_ns += t - tt->clock;
+    tt->clock = t;
+    tt->step_start = t;
+    if (tt->spec.n_ops == 0) {
+        tt->state = SIM_T_DONE;
+        tt->res.done = 1;
+        tt->res.end_ns = t;
+    } else {
+        tt->state = SIM_T_RUNNING;
+    }
+}
+
+void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
+{
+    const uint32_t g = tt->spec.gpu, base = tt->chunk_base, op = tt->op;
+    sim_chunk_t *const ch = sim->chunks;
+    const uint32_t *touch = tt->touch;
+    uint64_t t = tt->clock, fault_start, compute_end, end;
+    uint64_t remote_bytes[HUVM_SIM_MAX_GPUS];
+    uint32_t remote_mask = 0, nb = 0, i, e;
+
+    /* Step start: chunks live before the window are live again (a freed static buffer comes back). */
+    if (op == 0 && tt->res.steps_done > 0) {
+        for (i = 0; i < tt->n_static && !sim->failed; i++)
+            make_live(sim, tt, base + tt->static_list[i], &t);
+    }
+    for (i = tt->alloc_first[op]; i < tt->alloc_first[op + 1] && !sim->failed; i++)
+        make_live(sim, tt, base + tt->alloc_list[i], &t);
+    tt->res.alloc_stall_ns += t - tt->clock;
+    if (sim->gpus[g].lend_debt_ns) {
+        /* Guests' copies in this GPU's memory since its last op took HBM time from it. */
+        t += sim->gpus[g].lend_debt_ns;
+        tt->res.lend_stall_ns += sim->gpus[g].lend_debt_ns;
+        sim->gpus[g].lend_debt_ns = 0;
+    }
+    fault_start = t;
+    for (i = tt->first[op], e = tt->first[op + 1]; i < e; i++) {
+        const uint32_t ci = base + touch[i];
+        sim_chunk_t *c = &ch[ci];
+        int remote;
+
+        if (c->loc == HUVM_SIM_LOC_GPU) {
+            if (c->holder == g) {
+                if (c->flags & SIM_CF_PREFETCHED)
+                    pf_note(sim, c, 1);
+                if (c->ready_ns > t) {
+                    tt->res.inflight_wait_ns += c->ready_ns - t;
+                    t = c->ready_ns;
+                }
+                continue;
+            }
+            if (c->flags & SIM_CF_REMOTE) {
+                remote_bytes[c->holder] = (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK :
+                                          SIM_CHUNK;
+                remote_mask |= 1u << c->holder;
+                tt->res.remote_touches++;
+                continue;
+            }
+        }
+        if (sim->failed)
+            break;
+        if (nb == 0)
+            t += sim->cfg.fault_batch_ns;
+        t = sim_service_fault(sim, tt, ci, t, &remote);
+        tt->res.faults++;
+        if (remote) {
+            remote_bytes[c->holder] = (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK :
+                                      SIM_CHUNK;
+            remote_mask |= 1u << c->holder;
+            tt->res.remote_touches++;
+        }
+        if (++nb == sim->cfg.fault_batch_max) {
+            end_batch(sim, tt, nb, t);
+            nb = 0;
+        }
+    }
+    if (nb)
+        end_batch(sim, tt, nb, t);
+    tt->res.touches += tt->first[op + 1] - tt->first[op];
+    tt->res.fault_stall_ns += t - fault_start;
+    compute_end = t + tt->op_time[op];
+    end = compute_end;
+    if (remote_mask) {
+        uint32_t h;
+
+        for (h = 0; h < sim->cfg.gpu_count; h++) {
+            if (remote_mask & (1u << h)) {
+                sim->traffic.remote_read[h][g] += remote_bytes[h];
+                end = u64_max(end, sim_xfer_peer_raw(sim, h, g, t, remote_bytes[h], SIM_FG, SIM_NIL));
+                lend_charge(sim, h, remote_bytes[h] / SIM_CHUNK);
+            }
+        }
+        tt->res.remote_stall_ns += end - compute_end;
+    }
+    tt->res.compute_ns += tt->op_time[op];
+    for (i = tt->free_first[op]; i < tt->free_first[op + 1]; i++)
+        sim_release_chunk(sim, base + tt->free_list[i]);
+    tt->clock = end;
+    tt->res.ops_done++;
+    if (!sim->failed && tt->res.fault_batches)
+        sim_preevict(sim, g, end);
+    if (++tt->op == tt->spec.n_ops) {
+        tt->op = 0;
+        tt->res.steps_done++;
+        if (tt->step_end_n == tt->step_end_cap) {
+            uint32_t cap = tt->step_end_cap ? tt->step_end_cap * 2 : 16;
+            uint64_t *p = realloc(tt->step_end, (size_t)cap * sizeof(uint64_t));
+
+            if (p) {
+                tt->step_end = p;
+                tt->step_end_cap = cap;
+            }
+        }
+        if (tt->step_end_n < tt->step_end_cap)
+            tt->step_end[tt->step_end_n++] = end;
+        if (tt->foreground && tt->res.steps_done == tt->spec.steps) {
+            tt->state = SIM_T_DONE;
+            tt->res.done = 1;
+            tt->res.end_ns = end;
+            sim->fg_remaining--;
+        } else if (!tt->foreground && end == tt->step_start) {
+            /* A background trace whose step takes no time would loop forever at one instant: it is done. */
+            tt->state = SIM_T_DONE;
+            tt->res.done = 1;
+            tt->res.end_ns = end;
+        }
+        tt->step_start = end;
+    }
+}

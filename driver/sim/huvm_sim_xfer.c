@@ -1,0 +1,239 @@
+/*
+ * huvm: simulated node, the transfer model: links (PCIe per GPU, NVLink pairs, NVSwitch ports, PCIe switch
+ * uplinks), transfers over them, and the background copies still in flight. SPDX-License-Identifier: MIT
+ *
+ * Link sharing (res_xfer): FIFO within a traffic class, fair share between demand and background classes;
+ * work conserving, O(1) per transfer, deterministic. See docs/simulator.md.
+ */
+#include <stdlib.h>
+
+#include "huvm_sim_internal.h"
+
+static inline sim_tok_t *tok_at(sim_res_t *r, uint32_t i)
+{
+    return &r->q[(r->qhead + i) & (r->qcap - 1)];
+}
+
+static void tok_pop(huvm_sim_t *sim, sim_res_t *r)
+{
+    sim_tok_t *k = tok_at(r, 0);
+
+    if (k->release)
+        sim->gpus[k->release - 1].inflight--;
+    r->qhead = (r->qhead + 1) & (r->qcap - 1);
+    r->qlen--;
+}
+
+/* Note a background copy on r ending at fin (chunk ci, freeing GPU release - 1's memory when it ends). If the
+ * note cannot be kept (no memory), the copy is not tracked: its memory counts as free at once. */
+static void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, uint32_t release)
+{
+    sim_tok_t *k;
+
+    if (r->qlen == r->qcap) {
+        uint32_t cap = r->qcap ? r->qcap * 2 : 64, i;
+        sim_tok_t *q = malloc((size_t)cap * sizeof(*q));
+
+        if (!q)
+            return;
+        for (i = 0; i < r->qlen; i++)
+            q[i] = *tok_at(r, i);
+        free(r->q);
+        r->q = q;
+        r->qcap = cap;
+        r->qhead = 0;
+    }
+    k = &r->q[(r->qhead + r->qlen) & (r->qcap - 1)];
+    k->fin = fin;
+    k->chunk = ci;
+    k->xfer = ci != SIM_NIL ? sim->chunks[ci].xfer : 0;
+    k->release = release;
+    r->qlen++;
+    if (release)
+        sim->gpus[release - 1].inflight++;
+}
+
+/* Demand traffic arriving at `start` took `shared` ns of r from the background class: every background copy
+ * still queued ends later, by what it had left at `start` at most (fair share: half rate meanwhile). */
+static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t shared)
+{
+    uint32_t i;
+
+    while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= start + r->latency_ns)
+        tok_pop(sim, r);
+    for (i = 0; i < r->qlen; i++) {
+        sim_tok_t *k = tok_at(r, i);
+        uint64_t end = k->fin - r->latency_ns, d;
+
+        if (end <= start)
+            continue;
+        d = u64_min(shared, end - start);
+        k->fin += d;
+        if (k->chunk != SIM_NIL) {
+            sim_chunk_t *c = &sim->chunks[k->chunk];
+
+            if (c->xfer == k->xfer && c->ready_ns < k->fin)
+                c->ready_ns = k->fin;
+        }
+    }
+}
+
+/* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t. Within a class, FIFO; between the two
+ * classes, fair share: while the other class has queued work, this transfer progresses at half the rate, and
+ * the other class's queue is pushed back by the work this one did meanwhile (background copies already
+ * issued end later: res_delay). Work conserving. */
+static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, int cls)
+{
+    uint64_t dur = (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
+    uint64_t start = u64_max(t, r->busy_until[cls]);
+    uint64_t other = r->busy_until[!cls];
+    uint64_t overlap = other > start ? other - start : 0;
+    uint64_t fin, shared;
+
+    if (2 * dur <= overlap) {
+        fin = start + 2 * dur;
+        shared = dur;
+    } else {
+        fin = start + dur + overlap / 2;
+        shared = overlap / 2;
+    }
+    r->busy_until[cls] = fin;
+    if (overlap) {
+        r->busy_until[!cls] = other + shared;
+        if (cls == SIM_FG && r->qlen)
+            res_delay(sim, r, start, shared);
+    }
+    r->busy_ns += dur;
+    r->bytes += bytes;
+    return fin + r->latency_ns;
+}
+
+/* One leg of a copy: over r, noted as in flight when it is a background copy. */
+static uint64_t leg(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, int cls, uint32_t ci,
+                    uint32_t release)
+{
+    uint64_t fin;
+
+    while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= t)
+        tok_pop(sim, r);
+    fin = res_xfer(sim, r, t, bytes, cls);
+    if (cls == SIM_BG)
+        tok_add(sim, r, fin, ci, release);
+    return fin;
+}
+
+static inline void new_xfer(huvm_sim_t *sim, uint32_t ci)
+{
+    if (ci != SIM_NIL)
+        sim->chunks[ci].xfer = ++sim->xfer_seq;
+}
+
+/* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
+uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
+{
+    uint32_t sw = sim->cfg.pcie_switch[g];
+    uint64_t fin;
+
+    sim->traffic.host_to_gpu[g] += bytes;
+    new_xfer(sim, ci);
+    fin = leg(sim, &sim->gpus[g].h2d, t, bytes, cls, ci, 0);
+    if (sw)
+        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, cls, ci, 0));
+    return fin;
+}
+
+/* g -> host; a background copy holds g's memory until it ends on g's own link (release). */
+uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
+{
+    uint32_t sw = sim->cfg.pcie_switch[g];
+    uint64_t fin;
+
+    sim->traffic.gpu_to_host[g] += bytes;
+    new_xfer(sim, ci);
+    fin = leg(sim, &sim->gpus[g].d2h, t, bytes, cls, ci, g + 1);
+    if (sw)
+        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, cls, ci, 0));
+    return fin;
+}
+
+/* a -> b over the pair's direct path (remote-mapped reads: ci = SIM_NIL, demand class). */
+uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
+                              uint32_t ci)
+{
+    if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
+        /* PCIe peer-to-peer: a's upstream and b's downstream direction (not the switches' uplinks). */
+        return u64_max(leg(sim, &sim->gpus[a].d2h, t, bytes, cls, ci, a + 1),
+                       leg(sim, &sim->gpus[b].h2d, t, bytes, cls, ci, 0));
+    }
+    if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH)
+        return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, cls, ci, a + 1),
+                       leg(sim, &sim->gpus[b].port_in, t, bytes, cls, ci, 0));
+    return leg(sim, &sim->nvl[a][b], t, bytes, cls, ci, a + 1);
+}
+
+uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
+                          uint32_t ci)
+{
+    sim->traffic.gpu_to_gpu[a][b] += bytes;
+    new_xfer(sim, ci);
+    return sim_xfer_peer_raw(sim, a, b, t, bytes, cls, ci);
+}
+
+/* Copies out of g still in flight at t that have ended give g its memory back. */
+void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t)
+{
+    sim_gpu_t *gg = &sim->gpus[g];
+    uint32_t b;
+
+    if (!gg->inflight)
+        return;
+    while (gg->d2h.qlen && tok_at(&gg->d2h, 0)->fin <= t)
+        tok_pop(sim, &gg->d2h);
+    while (gg->port_out.qlen && tok_at(&gg->port_out, 0)->fin <= t)
+        tok_pop(sim, &gg->port_out);
+    for (b = 0; b < sim->cfg.gpu_count; b++) {
+        sim_res_t *r = &sim->nvl[g][b];
+
+        while (r->qlen && tok_at(r, 0)->fin <= t)
+            tok_pop(sim, r);
+    }
+}
+
+/* When the first copy out of g still in flight ends (UINT64_MAX: none). */
+uint64_t sim_gpu_inflight_next(const huvm_sim_t *sim, uint32_t g)
+{
+    const sim_gpu_t *gg = &sim->gpus[g];
+    uint64_t m = UINT64_MAX;
+    uint32_t b;
+
+    if (gg->d2h.qlen)
+        m = u64_min(m, gg->d2h.q[gg->d2h.qhead].fin);
+    if (gg->port_out.qlen)
+        m = u64_min(m, gg->port_out.q[gg->port_out.qhead].fin);
+    for (b = 0; b < sim->cfg.gpu_count; b++) {
+        const sim_res_t *r = &sim->nvl[g][b];
+
+        if (r->qlen)
+            m = u64_min(m, r->q[r->qhead].fin);
+    }
+    return m;
+}
+
+/* Free the queues of background copies of every link. */
+void sim_links_free(huvm_sim_t *sim)
+{
+    uint32_t i;
+
+    for (i = 0; i < HUVM_SIM_MAX_GPUS; i++) {
+        uint32_t b;
+
+        free(sim->gpus[i].h2d.q);
+        free(sim->gpus[i].d2h.q);
+        free(sim->gpus[i].port_out.q);
+        free(sim->gpus[i].port_in.q);
+        free(sim->sw_h2d[i].q);
+        free(sim->sw_d2h[i].q);
+        for (b = 0; b < HUVM_SIM_MAX_GPUS; b++)
+            free(sim->nvl[i][b].q);
+    }
+}
