@@ -384,6 +384,13 @@ def test_guest_script_recreates_a_hidden_file_and_runs_the_guest(tmp_path: Path)
     assert "<<" not in visible and f"guest {EXAMPLE}" in visible
 
 
+def test_guest_script_trusts_a_checkout_under_tmp(tmp_path: Path) -> None:
+    """A checkout in /tmp is bound back over the guest's tmpfs (tests/vm/init.sh): its files are not recreated."""
+    spec = example_spec(tmp_path)
+    script = guest_script(spec, tmp_path, "py", "r", "e")
+    assert "<<" not in script and f"guest {tmp_path / 'emu.toml'}" in script
+
+
 def test_guest_script_terminator_never_in_the_text(tmp_path: Path) -> None:
     p = tmp_path / "e.toml"
     p.write_text(EXAMPLE.read_text() + "# HUVM_EXPERIMENT_EOF\n")

@@ -264,7 +264,7 @@ class EmulatedExecutor(Executor):
             raise DeviceUnavailable("the UVM binding is not built (build/pyuvm)", reason="modules",
                                     hint="make uvm-binding")
         for t in self.spec.tenants:
-            if t.trace and not t.trace.startswith("bundled:") and t.trace.startswith(GUEST_HIDDEN):
+            if t.trace and not t.trace.startswith("bundled:") and guest_hidden(t.trace, root):
                 raise ConfigError(f"trace {t.trace} is under {t.trace.split('/')[1]}/, which the test bed's guest "
                                   "does not see: move it elsewhere", file=self.spec.path,
                                   line=t.key_line(self.spec.doc, "trace"), key=f"tenant[{t.index}].trace")
@@ -437,12 +437,20 @@ def _summary(vm_out: Path) -> str:
     return p.read_text().strip() if p.is_file() else ""
 
 
+def guest_hidden(path: str, root: Path) -> bool:
+    """Whether the guest cannot see the host's path: under /tmp, /run or /var/tmp (tmpfs in the guest), unless
+    it is in the checkout, which the guest's init binds back on top of them (tests/vm/init.sh)."""
+    if not path.startswith(GUEST_HIDDEN):
+        return False
+    return not Path(path).resolve().is_relative_to(root.resolve())
+
+
 def guest_script(spec: ExperimentSpec, root: Path, python: str, result: str, error: str) -> str:
     """The shell script the test bed runs in the guest (run-vm.sh --softgpu-cmd): the experiment file
     recreated where the guest cannot see the host's copy (under /tmp, /run, /var/tmp), then the guest run."""
     path = str(Path(spec.path).resolve())
     lines = ["set -u"]
-    if path.startswith(GUEST_HIDDEN):
+    if guest_hidden(path, root):
         text = spec.doc.text
         end = "HUVM_EXPERIMENT_EOF"
         while end in text:
