@@ -280,6 +280,19 @@ class SimPresetsDoc(_Doc):
     presets: list[SimPreset]
 
 
+class TraceRecordDoc(_Doc):
+    """``trace record``: the Parquet file written and what went into it."""
+
+    kind: Literal["trace-record"] = Field(json_schema_extra={"const": "trace-record"})
+    path: str
+    rows: int = Field(description="events written")
+    lost: int = Field(description="records the perf buffer dropped")
+    counts: dict[str, int] = Field(description="per event, counted in the kernel (exact even when records are lost)")
+    per_event: dict[str, int] = Field(description="per event, rows written")
+    source: str
+    seconds: float
+
+
 class ExperimentDoc(_Doc):
     """``experiment run`` and ``sim run``: the summary (the rows are those of summary.json)."""
 
@@ -360,7 +373,8 @@ class WatchEventDoc(_Doc):
 DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsTenantsDoc, StatsIntervalDoc,
                                      VaSpacesDoc, PolicyChangeDoc, PolicyDiffDoc, PolicyKeysDoc, TopologyDoc,
                                      SimPresetsDoc,
-                                     ExperimentDoc, ExperimentCompareDoc, TraceInfoDoc, WatchEventDoc)
+                                     ExperimentDoc, ExperimentCompareDoc, TraceInfoDoc, TraceRecordDoc,
+                                     WatchEventDoc)
 #: any document, told apart by ``kind``
 AnyDocument: Any = Annotated[Union[DOCUMENTS], Field(discriminator="kind")]  # noqa: UP007 - a runtime tuple
 

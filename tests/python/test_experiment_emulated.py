@@ -438,6 +438,8 @@ def fake_testbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "tests" / "vm" / "run-vm.sh").write_text(FAKE_RUN_VM)
     monkeypatch.setattr(emulated, "repo_root", lambda: root)
     monkeypatch.delenv("HUVM_UVM_VARIANT", raising=False)
+    monkeypatch.delenv("BUILD", raising=False)         # make exports it: the fake checkout has its own build/
+    monkeypatch.delenv("HUVM_VM_WORK", raising=False)
     monkeypatch.setenv("FAKE_ARGS", str(tmp_path / "args"))
     return tmp_path
 

@@ -57,6 +57,7 @@ def validate(doc: dict[str, Any]) -> None:
         (("sim", "run", "{experiment}"), "experiment"),
         (("experiment", "run", "{experiment}", "--out", "{out}"), "experiment"),
         (("trace", "info", "bundled:bfs-small"), "trace-info"),
+        (("--sim-config", "{experiment}", "trace", "record", "--out", "{out}.parquet"), "trace-record"),
     ],
 )
 def test_documents_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: tuple[str, ...],

@@ -41,7 +41,9 @@ def test_bcc_refuses_without_root(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bcc_tracepoint_mode_without_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
     require_or_skip(importlib.util.find_spec("bcc") is not None, "bcc (python3-bpfcc) not installed")
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(bccmod, "tracepoints_present", lambda: False)
+    from huvm import bpf
+
+    monkeypatch.setattr(bpf, "tracepoints_present", lambda: False)  # the tracer of huvm.bpf checks
     with pytest.raises(SourceError, match="no huvm tracepoints"):
         bccmod.BccSource("tracepoint").start()
 

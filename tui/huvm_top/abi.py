@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 
 from huvm import abi as habi
-from huvm import header
+from huvm import bpf
 
 
 def define(name: str) -> int:
@@ -60,43 +60,19 @@ def unlimited() -> int:
     return define("HUVM_UNLIMITED")
 
 
-@cache
-def _events_header() -> str | None:
-    here = header.header_path().parent
-    # next to the ABI header in huvm/data/ (a wheel install), else in the source tree's driver/core/
-    for path in (here / "huvm_events.h", here.parent.parent / "core" / "huvm_events.h"):
-        try:
-            return path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-    return None
-
-
-@cache
 def event_names() -> tuple[str, ...]:
-    """The events of ``driver/core/huvm_events.h`` (tracepoints and USDT probes), in order."""
-    import re
-
-    text = _events_header()
-    if text is None:
-        return ("evict", "preevict", "fetch", "giveback", "prefetch", "policy")
-    block = text.split("#define HUVM_EVENTS(X)", 1)[-1].split("#define HUVM_EVENT_PREFIX", 1)[0]
-    return tuple(re.findall(r"X\((\w+)\)", block))
+    """The events of ``driver/core/huvm_events.h`` (tracepoints and USDT probes), in order (:mod:`huvm.bpf`)."""
+    return bpf.event_names()
 
 
-@cache
 def event_prefix() -> str:
-    """HUVM_EVENT_PREFIX of huvm_events.h: the tracepoint and USDT probe of event ``evict`` are
-    ``huvm:huvm_evict``."""
-    import re
-
-    found = re.search(r'#define HUVM_EVENT_PREFIX "(\w*)"', _events_header() or "")
-    return found.group(1) if found else "huvm_"
+    """HUVM_EVENT_PREFIX of huvm_events.h: the tracepoint and USDT probe of ``evict`` are ``huvm:huvm_evict``."""
+    return bpf.event_prefix()
 
 
 def probe_name(event: str) -> str:
     """The kernel tracepoint's and the USDT probe's name of ``event`` (provider/subsystem ``huvm``)."""
-    return event_prefix() + event
+    return bpf.probe_name(event)
 
 
 def fetch_names() -> tuple[str, ...]:
