@@ -65,3 +65,19 @@ gpu = 1
 trace = "{lender_trace}"
 steps = 0
 """
+
+
+def usdt_scenario() -> tuple[Any, list[Any]]:
+    """A small simulated node where every kind of movement happens (evictions to peers and host, pre-eviction,
+    fetch-back, give-back, prefetch): 3 GPUs of 256 MiB, a streaming harvester, a lender with a static
+    footprint and a rising background lender. Returns (node config, tenants) for huvm.sim.run_scenario."""
+    from huvm.sim import MIB, NodeConfig, TenantSpec, workloads
+
+    node = NodeConfig.preset("aws-p3.8xlarge").subset(3).with_gpu_memory(256 * MIB, 0)
+    tenants = [
+        TenantSpec(0, workloads.streaming(512 * MIB, 3), role="harvester"),
+        TenantSpec(1, static_bytes=64 * MIB, role="lender"),
+        TenantSpec(2, workloads.rising(16 * MIB, 200 * MIB, 400, 20, op_time_ns=1_000_000), managed=False,
+                   background=True, role="lender"),
+    ]
+    return node, tenants

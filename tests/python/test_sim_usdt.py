@@ -17,20 +17,16 @@ from conftest import require_or_skip
 PROBES = ("evict", "preevict", "fetch", "giveback", "prefetch", "policy")
 HOST = 16
 
-CHILD = textwrap.dedent("""
+CHILD = textwrap.dedent(f"""
     import json, sys
-    from huvm.sim import MIB, NodeConfig, TenantSpec, run_scenario, workloads
-    node = NodeConfig.preset("aws-p3.8xlarge").subset(3).with_gpu_memory(256 * MIB, 0)
-    tenants = [
-        TenantSpec(0, workloads.streaming(512 * MIB, 3), role="harvester"),
-        TenantSpec(1, static_bytes=64 * MIB, role="lender"),
-        TenantSpec(2, workloads.rising(16 * MIB, 200 * MIB, 400, 20, op_time_ns=1_000_000), managed=False,
-                   background=True, role="lender"),
-    ]
+    sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+    from huvm.sim import run_scenario
+    from huvm_testing import usdt_scenario
+    node, tenants = usdt_scenario()
     print("ready", flush=True)
     sys.stdin.readline()
     res = run_scenario(node, tenants, "huvm")
-    print(json.dumps({k: res.stats[k] for k in ("gpus", "pairs", "generation")}), flush=True)
+    print(json.dumps({{k: res.stats[k] for k in ("gpus", "pairs", "generation")}}), flush=True)
     sys.stdin.readline()
 """)
 

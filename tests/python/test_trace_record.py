@@ -27,15 +27,10 @@ def _require_bpf() -> None:
 
 def _scenario() -> dict[str, Any]:
     """The scenario of test_sim_usdt.py (every kind of movement), run in this process."""
-    from huvm.sim import MIB, NodeConfig, TenantSpec, run_scenario, workloads
+    from huvm.sim import run_scenario
+    from huvm_testing import usdt_scenario
 
-    node = NodeConfig.preset("aws-p3.8xlarge").subset(3).with_gpu_memory(256 * MIB, 0)
-    tenants = [
-        TenantSpec(0, workloads.streaming(512 * MIB, 3), role="harvester"),
-        TenantSpec(1, static_bytes=64 * MIB, role="lender"),
-        TenantSpec(2, workloads.rising(16 * MIB, 200 * MIB, 400, 20, op_time_ns=1_000_000), managed=False,
-                   background=True, role="lender"),
-    ]
+    node, tenants = usdt_scenario()
     stats: dict[str, Any] = run_scenario(node, tenants, "huvm").stats
     return stats
 

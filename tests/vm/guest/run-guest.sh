@@ -45,6 +45,12 @@ ktest_phase() {
         env HOME=/tmp "$py" -m pytest "${common[@]}" tests/vm/guest/unprivileged \
         --junitxml=/tmp/junit-user.xml $extra || rc=1
     cp /tmp/junit-user.xml "$out/junit-user.xml" 2>/dev/null
+    # Unloaded before the softgpu phase: its tracepoints have the names of nvidia-uvm's (huvm:huvm_evict, ...);
+    # while it is loaded, tracefs (and so bcc) would name its events, not the patched nvidia-uvm's.
+    if ! rmmod huvm_ktest; then
+        echo "== rmmod huvm_ktest failed"
+        rc=1
+    fi
 }
 
 # ---- softgpu phase ------------------------------------------------------------------------------------
