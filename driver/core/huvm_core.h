@@ -166,7 +166,10 @@ uint64_t huvm_giveback_need(const huvm_core_t *core, const huvm_gpu_state_t *sta
 void huvm_prefetch_feedback(uint64_t *used, uint64_t *unused, uint32_t was_used);
 /* On a fault of owner's data held by holder: HUVM_FETCH_MIGRATE or HUVM_FETCH_REMOTE_MAP. */
 uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder);
-/* Prefetch plan for a fault of gpu; candidates as in huvm_evict_request_t. */
+/* Prefetch plan for a fault of gpu; candidates as in huvm_evict_request_t. The host -> peer part (PEER,
+ * TWO_STAGE's first stage, MULTIPATH's peer share) only while gpu is under pressure (last_pressure_ns within
+ * HUVM_PREEVICT_PRESSURE_MS); otherwise MULTIPATH prefetches all of it locally, TWO_STAGE only brings
+ * peer-held chunks back (peer_local_chunks), PEER prefetches nothing. */
 void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
                           uint32_t candidates, uint64_t now_ns, huvm_prefetch_plan_t *plan);
 /* Lender needs need_bytes: harvested chunks go first (to host), then its own data. */

@@ -264,6 +264,9 @@ static uint32_t preevict_count(const huvm_core_t *core, const huvm_gpu_state_t *
 
     if (!core || !state || gpu >= core->gpu_count || !huvm_gpu_present(core, gpu))
         return 0;
+    /* Pre-eviction is a harvester's: a GPU with role none (or a lender only) keeps UVM's own eviction. */
+    if (!huvm_role_harvests(huvm_gpu_role(core, gpu)))
+        return 0;
     target = core->policy.preevict_chunks;
     if (target > cap)
         target = cap;
@@ -354,10 +357,15 @@ void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state
         plan->local_chunks = n;
         return;
     }
-    /* PEER, TWO_STAGE and MULTIPATH put data on a peer: the GPU must be a harvester, the peer must admit it. */
+    /* PEER, TWO_STAGE and MULTIPATH put data on a peer: the GPU must be a harvester under real memory pressure
+     * (an allocation on it had to evict, or would have without the chunks pre-eviction freed, within
+     * HUVM_PREEVICT_PRESSURE_MS: its free memory fell short of what its work needs), and the peer must admit
+     * it. A GPU with room keeps its prefetch local (MULTIPATH) or brings only peer-held chunks back
+     * (TWO_STAGE); its data has no reason to take a lender's memory. */
     pick.peer = HUVM_DEST_HOST;
     pick.chunks = 0;
-    if (huvm_role_harvests(huvm_gpu_role(core, gpu))) {
+    if (huvm_role_harvests(huvm_gpu_role(core, gpu)) &&
+        within_ms(now_ns, state[gpu].last_pressure_ns, HUVM_PREEVICT_PRESSURE_MS)) {
         pick = pick_peer(core, state, gpu, candidate_mask(core, gpu, candidates), now_ns, 0,
                          mode == HUVM_PREFETCH_MULTIPATH ? 0 : n, n);
     }

@@ -435,7 +435,8 @@ static huvm_status_t cmd_test_event(huvm_core_t *core, const huvm_caller_t *call
         core->test_now_ns = caller->now_ns;
     core->test_now_ns += HUVM_TEST_NS_PER_EVENT;
     t.now_ns = core->test_now_ns;
-    /* The synthetic node models neither hysteresis timing, pressure nor its GPUs' own use: only free bytes. */
+    /* The synthetic node models neither hysteresis timing, pressure nor its GPUs' own use: only free bytes
+     * (a prefetch event is taken as under pressure, below). */
     huvm_memset(t.state, 0, sizeof(t.state));
     for (i = 0; i < HUVM_MAX_GPUS; i++)
         t.state[i].free_bytes = i < core->gpu_count ? core->gpus[i].free_bytes : 0;
@@ -461,6 +462,9 @@ static huvm_status_t cmd_test_event(huvm_core_t *core, const huvm_caller_t *call
         break;
     case HUVM_TEST_EVENT_PREFETCH:
     default:
+        /* a prefetch event stands for one after a fault batch that had to evict: the GPU is under pressure */
+        if (p->gpu < HUVM_MAX_GPUS)
+            t.state[p->gpu].last_pressure_ns = t.now_ns;
         test_prefetch(&t, p->gpu, p->count, p->va);
         break;
     }

@@ -15,7 +15,8 @@
 #define HUVM_NS_PER_MS                  1000000ULL
 /* HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE (docs/policy.md, "Pre-eviction"; both chosen on the tuning half of the
  * scenario matrix, `make eval`): a GPU is under pressure for this long after an allocation on it had to evict,
- * and its pre-eviction reserve is at most this many times the chunks its last fault batch allocated. */
+ * and its pre-eviction reserve is at most this many times the chunks its last fault batch allocated. The same
+ * window gates every prefetch to a peer (huvm_decide_prefetch). */
 #define HUVM_PREEVICT_PRESSURE_MS       200u
 #define HUVM_PREEVICT_BURST_MULT        4u
 /* HUVM_GPU_POLICY_LEND_ABOVE_PEAK: how long a lender's own peak is remembered (huvm_peak_update). */

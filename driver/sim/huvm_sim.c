@@ -346,16 +346,28 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
     return t;
 }
 
-void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t)
+void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
 {
     sim_gpu_t *gg = &sim->gpus[g];
-    huvm_giveback_plan_t plan;
+    huvm_giveback_plan_t plan, back;
+    uint64_t need;
     uint32_t n, o, k;
 
     if (sim->cfg.flags & HUVM_SIM_FLAG_UNLIMITED)
         return;
     refresh_state(sim);
-    huvm_decide_preevict_plan(&sim->core, sim->state, g, t, &plan);
+    memset(&plan, 0, sizeof(plan));
+    memset(&back, 0, sizeof(back));
+    /* The kernel's worker (uvm_huvm_preevict.c): a lender below its lend reserve gives its guests' chunks
+     * back in the background (huvm_giveback_need's plan), whatever pre-eviction decides. */
+    need = huvm_giveback_need(&sim->core, sim->state, g);
+    if (need)
+        huvm_decide_giveback(&sim->core, sim->state, g, need, &back);
+    if (!giveback_only)
+        huvm_decide_preevict_plan(&sim->core, sim->state, g, t, &plan);
+    for (o = 0; o < sim->cfg.gpu_count; o++)
+        plan.guest_chunks[o] = plan.guest_chunks[o] > back.guest_chunks[o] ? plan.guest_chunks[o] :
+                               back.guest_chunks[o];
     /* Guests' chunks first (a lender's own data never leaves ahead of a guest's), then its own. */
     for (o = 0; o < sim->cfg.gpu_count && !sim->failed; o++) {
         for (k = 0; k < plan.guest_chunks[o] && gg->guest[o].count && !sim->failed; k++) {

@@ -236,7 +236,9 @@ static inline void lend_charge(huvm_sim_t *sim, uint32_t h, uint64_t chunks)
 uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t, int *remote);
 uint64_t sim_pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t);
 void sim_release_chunk(huvm_sim_t *sim, uint32_t ci);
-void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t);
+/* The GPU's worker at t: give-back down to its lend reserve (huvm_giveback_need) and, unless giveback_only,
+ * pre-eviction (huvm_decide_preevict_plan); guests' chunks first, in the background. */
+void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only);
 
 /* huvm_sim_xfer.c: links, transfers, PCIe switches, copies in flight */
 uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci);

@@ -284,7 +284,7 @@ static void end_batch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t nb, uint64_t t
     note_own(sim, tt->spec.gpu, t);
     huvm_account_faults(&sim->core, tt->spec.gpu, nb * sim->cfg.faults_per_chunk);
     tt->res.fault_batches++;
-    sim_preevict(sim, tt->spec.gpu, t);
+    sim_preevict(sim, tt->spec.gpu, t, 0);
 }
 
 void sim_tenant_start(huvm_sim_t *sim, sim_tenant_t *tt)
@@ -397,7 +397,9 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     tt->clock = end;
     tt->res.ops_done++;
     if (!sim->failed && tt->res.fault_batches)
-        sim_preevict(sim, g, end);
+        sim_preevict(sim, g, end, 0);
+    else if (!sim->failed && sim->gpus[g].guest_chunks)
+        sim_preevict(sim, g, end, 1);   /* a cudaMalloc lender: its allocations kick the give-back worker */
     if (++tt->op == tt->spec.n_ops) {
         tt->op = 0;
         tt->res.steps_done++;

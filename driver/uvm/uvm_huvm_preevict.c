@@ -31,12 +31,16 @@ void uvm_huvm_kick_preevict(uvm_gpu_t *gpu)
     read_unlock(&g_uvm_huvm.lock);
 }
 
+// An allocation succeeded on gpu without evicting: a lender that fell below its lend reserve, or a GPU that
+// fell below its pre-eviction reserve, has its worker woken (give-back, pre-eviction; the worker's plans
+// decide how much, and whether there is pressure, under the per-GPU flags). Not memory pressure itself.
 // LOCKING: the block lock may be held; takes g_uvm_huvm.lock for read (and, under it, the PMM list lock).
 void uvm_huvm_note_alloc(uvm_gpu_t *gpu, NvU64 size)
 {
     huvm_gpu_state_t state[HUVM_MAX_GPUS];
     uvm_huvm_slot_t *slot;
     NvU32 index;
+    bool lends, reserve;
 
     if (!huvm_enabled())
         return;
@@ -46,10 +50,13 @@ void uvm_huvm_note_alloc(uvm_gpu_t *gpu, NvU64 size)
     if (index != HUVM_SLOT_NONE) {
         slot = &g_uvm_huvm.slots[index];
         atomic64_add(size, &slot->batch_alloc_bytes);
-        if (huvm_atomic64_read(&g_uvm_huvm.core.counters[index].lent_bytes) != 0) {
+        lends = huvm_atomic64_read(&g_uvm_huvm.core.counters[index].lent_bytes) != 0;
+        reserve = g_uvm_huvm.core.policy.preevict_chunks != 0;
+        if (lends || reserve) {
             memset(state, 0, sizeof(state));
             state[index].free_bytes = uvm_huvm_gpu_free_bytes(gpu);
-            if (huvm_giveback_need(&g_uvm_huvm.core, state, index) > 0)
+            if ((lends && huvm_giveback_need(&g_uvm_huvm.core, state, index) > 0) ||
+                (reserve && huvm_decide_preevict(&g_uvm_huvm.core, state, index) > 0))
                 uvm_huvm_preevict_kick_slot_locked(slot);
         }
     }

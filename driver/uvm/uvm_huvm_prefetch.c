@@ -84,6 +84,32 @@ void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 a
     read_unlock(&g_uvm_huvm.lock);
 }
 
+// The window's block at address, locked, when the prefetcher may move it: a managed (not HMM) block whose
+// migration no range group prevents, resident on exactly one processor, with no placement of its own
+// (preferred location, read duplication). Returns NULL (nothing locked) otherwise.
+// LOCKING: the VA space lock is held for read; takes the block lock (the caller unlocks it).
+static uvm_va_block_t *lock_movable_block(uvm_va_space_t *va_space, NvU64 address)
+{
+    const uvm_va_policy_t *policy;
+    uvm_va_block_t *va_block;
+
+    uvm_assert_rwsem_locked_read(&va_space->lock);
+
+    if (uvm_va_block_find(va_space, address, &va_block) != NV_OK || uvm_va_block_is_hmm(va_block))
+        return NULL;
+    if (!uvm_range_group_all_migratable(va_space, va_block->start, va_block->end))
+        return NULL;
+
+    uvm_mutex_lock(&va_block->lock);
+    policy = uvm_va_range_get_policy(va_block->va_range);
+    if (uvm_processor_mask_get_count(&va_block->resident) == 1 &&
+        policy->read_duplication != UVM_READ_DUPLICATION_ENABLED &&
+        !UVM_ID_IS_VALID(policy->preferred_location))
+        return va_block;
+    uvm_mutex_unlock(&va_block->lock);
+    return NULL;
+}
+
 // Prefetch one whole block that is entirely on the host to dst: the faulting GPU itself (host -> local,
 // over its own PCIe link) or a peer (host -> peer over the peer's PCIe link, fetched back over NVLink on
 // use). Never evicts: the chunk comes from free memory or the block is skipped. Blocks with a placement
@@ -101,23 +127,14 @@ static void prefetch_block(uvm_va_space_t *va_space,
                            const huvm_gpu_state_t *state)
 {
     uvm_page_mask_t *pages = &block_context->caller_page_mask;
-    const uvm_va_policy_t *policy;
     uvm_va_block_t *va_block;
     NvU32 reason;
     NV_STATUS status;
 
-    if (uvm_va_block_find(va_space, address, &va_block) != NV_OK || uvm_va_block_is_hmm(va_block))
+    va_block = lock_movable_block(va_space, address);
+    if (!va_block)
         return;
-    if (!uvm_range_group_all_migratable(va_space, va_block->start, va_block->end))
-        return;
-
-    uvm_mutex_lock(&va_block->lock);
-
-    policy = uvm_va_range_get_policy(va_block->va_range);
-    if (uvm_processor_mask_get_count(&va_block->resident) != 1 ||
-        !uvm_processor_mask_test(&va_block->resident, UVM_ID_CPU) ||
-        policy->read_duplication == UVM_READ_DUPLICATION_ENABLED ||
-        UVM_ID_IS_VALID(policy->preferred_location))
+    if (!uvm_processor_mask_test(&va_block->resident, UVM_ID_CPU))
         goto unlock;
 
     // A peer's chunk is reserved against its lend limit first, as for eviction (huvm_lend_reserve()).
@@ -171,7 +188,6 @@ static bool fetch_back_block(uvm_va_space_t *va_space,
 {
     uvm_page_mask_t *pages = &block_context->caller_page_mask;
     uvm_va_block_gpu_state_t *holder_state;
-    const uvm_va_policy_t *policy;
     uvm_processor_id_t holder_id = UVM_ID_INVALID;
     uvm_va_block_t *va_block;
     uvm_gpu_id_t id;
@@ -179,18 +195,9 @@ static bool fetch_back_block(uvm_va_space_t *va_space,
     bool moved = false;
 
     *no_room = false;
-    if (uvm_va_block_find(va_space, address, &va_block) != NV_OK || uvm_va_block_is_hmm(va_block))
+    va_block = lock_movable_block(va_space, address);
+    if (!va_block)
         return false;
-    if (!uvm_range_group_all_migratable(va_space, va_block->start, va_block->end))
-        return false;
-
-    uvm_mutex_lock(&va_block->lock);
-
-    policy = uvm_va_range_get_policy(va_block->va_range);
-    if (uvm_processor_mask_get_count(&va_block->resident) != 1 ||
-        policy->read_duplication == UVM_READ_DUPLICATION_ENABLED ||
-        UVM_ID_IS_VALID(policy->preferred_location))
-        goto unlock;
 
     for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
         if (uvm_processor_mask_test(&va_block->resident, id))

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import abi
 from .info import NodeInfo
 from .metrics import GPU_METRICS, PAIR_METRICS, Metric, host_reasons
-from .policy import GPU_KEYS, KEYS, NODE_KEYS, Policy
+from .policy import GPU_KEYS, KEYS, NODE_KEYS, Policy, flag_names
 from .stats import StatsDelta, StatsSnapshot, TenantFigures, rate_map
 
 SCHEMA_VERSION = 1
@@ -62,6 +62,8 @@ class GpuPolicy(_Model):
     role: str
     lend_limit_bytes: int | None = Field(description="null: unlimited")
     lend_reserve_bytes: int
+    flags: list[str] = Field(default_factory=list,
+                             description="per-GPU policy flags set (preevict-on-pressure, lend-above-peak, ...)")
 
 
 class PolicyDoc(_Model):
@@ -186,7 +188,7 @@ class VaSpacesDoc(_Doc):
     va_spaces: list[VaSpace]
 
 
-PolicyValue = int | bool | str | None
+PolicyValue = int | bool | str | None | list[str]
 
 
 class PolicyChange(_Model):
@@ -217,10 +219,10 @@ class PolicyDiffDoc(_Doc):
 class PolicyKey(_Model):
     key: str = Field(description="as huvmctl policy set takes it (gpu.N.KEY for per-GPU keys)")
     scope: Literal["node", "gpu"]
-    type: Literal["enum", "bool", "int", "size"]
+    type: Literal["enum", "bool", "int", "size", "flags"]
     min: int | None = Field(description="int: the smallest value; size: in bytes")
     max: int | None = Field(description="int: the largest value; size: in bytes, null when unlimited is the top")
-    choices: list[str] | None = Field(description="enum: the names it takes")
+    choices: list[str] | None = Field(description="enum: the names it takes; flags: the flag names (a set of them)")
     unlimited_allowed: bool
     help: str
 
@@ -422,10 +424,11 @@ def policy(p: Policy, info: NodeInfo | None = None) -> PolicyDoc:
         values[k] = bool(v) if spec.kind == "bool" else (
             abi.enum_names(spec.enum_prefix).get(v, str(v)).replace("_", "-") if spec.kind == "enum" else v)
     index = {g.uuid.lower(): g.index for g in info.gpus} if info else {}
-    assert set(GPU_KEYS) == {"role", "lend_limit", "lend_reserve"}
+    assert set(GPU_KEYS) == {"role", "lend_limit", "lend_reserve", "flags"}
     gpus = [GpuPolicy(index=index.get(g.uuid.lower()), uuid=g.uuid, role=g.role_name,
                       lend_limit_bytes=None if g.lend_limit_bytes == abi.UNLIMITED else g.lend_limit_bytes,
-                      lend_reserve_bytes=g.lend_reserve_bytes) for g in p.gpus]
+                      lend_reserve_bytes=g.lend_reserve_bytes, flags=flag_names(KEYS["flags"], g.flags))
+            for g in p.gpus]
     return PolicyDoc(generation=p.generation, preset=p.preset_name, gpus=gpus, **values)
 
 

@@ -22,7 +22,7 @@ from .errors import PolicyError, PolicyFileError
 from .info import NodeInfo
 from .units import format_size, parse_count, parse_size
 
-Kind = Literal["enum", "bool", "int", "bytes"]
+Kind = Literal["enum", "bool", "int", "bytes", "flags"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,11 @@ class KeySpec:
     unlimited: bool = False  # bytes: "unlimited" allowed (HUVM_UNLIMITED)
 
     def choices(self) -> dict[str, int]:
-        """Display name -> value for enums."""
+        """Display name -> value for enums; name -> bit for flags."""
+        if self.kind == "flags":
+            bits = {k[len(self.enum_prefix):].lower(): v for k, v in abi.constants(self.enum_prefix).items()
+                    if not k.endswith("_KNOWN")}
+            return {_display(n): v for n, v in sorted(bits.items(), key=lambda kv: kv[1])}
         names = abi.enum_names(self.enum_prefix)
         return {_display(n): v for v, n in sorted(names.items())}
 
@@ -97,11 +101,14 @@ def _specs() -> dict[str, KeySpec]:
         # at most the GPU's memory (the core checks against the node); HUVM_MAX_MEMORY_BYTES bounds any GPU
         KeySpec("lend_reserve", "bytes", "gpu", "lend_reserve_bytes", _help(gpu, "lend_reserve_bytes"),
                 hi=lib.HUVM_MAX_MEMORY_BYTES),
+        KeySpec("flags", "flags", "gpu", "flags", "", "HUVM_GPU_POLICY_", hi=lib.HUVM_GPU_POLICY_FLAGS_KNOWN),
     ]
     out = {}
     for s in specs:
         if s.kind == "enum" and (not s.help or s.help.startswith("HUVM_")):
             s = replace(s, help="one of " + ", ".join(s.choices()))
+        if s.kind == "flags":
+            s = replace(s, help="comma-separated, any of " + ", ".join(s.choices()) + "; or none")
         out[s.name] = s
     return out
 
@@ -244,7 +251,36 @@ class Policy:
         return [(k, a.get(k, "-"), b.get(k, "-")) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
 
 
+def flag_names(spec: KeySpec, value: int) -> list[str]:
+    """The names of the bits set in a flags value (unknown bits as hex)."""
+    names = [n for n, bit in spec.choices().items() if value & bit]
+    rest = value & ~sum(spec.choices().values())
+    return names + ([hex(rest)] if rest else [])
+
+
+def parse_flags(spec: KeySpec, raw: object) -> int:
+    """Flag names, comma-separated in a string or as a list (a file); ``none`` or empty for no flag.
+    Raises ValueError naming the unknown flag."""
+    if isinstance(raw, str):
+        words = [w.strip().lower().replace("_", "-") for w in raw.split(",")]
+    elif isinstance(raw, (list, tuple)) and all(isinstance(w, str) for w in raw):
+        words = [str(w).strip().lower().replace("_", "-") for w in raw]
+    else:
+        raise ValueError(f"expected flag names (comma-separated, or a list), got {raw!r}")
+    choices = spec.choices()
+    value = 0
+    for w in words:
+        if w in ("", "none"):
+            continue
+        if w not in choices:
+            raise ValueError(f"unknown flag {w!r}; known: {', '.join(choices)}, none")
+        value |= choices[w]
+    return value
+
+
 def format_value(spec: KeySpec, value: int) -> str:
+    if spec.kind == "flags":
+        return ",".join(flag_names(spec, value)) or "none"
     if spec.kind == "enum":
         return _display(abi.enum_names(spec.enum_prefix).get(value, str(value)))
     if spec.kind == "bool":
@@ -255,6 +291,8 @@ def format_value(spec: KeySpec, value: int) -> str:
 
 
 def file_value(spec: KeySpec, value: int) -> Any:
+    if spec.kind == "flags":
+        return flag_names(spec, value)
     if spec.kind == "bool":
         return bool(value)
     if spec.kind == "int":
@@ -299,6 +337,11 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
     keeps its TOML type, which must be the key's: an integer for int keys (``"16"`` is refused), a boolean
     for bool keys, a string for enums, an integer or a size string for sizes."""
     typed = origin is not None and origin.file is not None
+    if spec.kind == "flags":
+        try:
+            return parse_flags(spec, raw)
+        except ValueError as exc:
+            raise _error(str(exc), key, origin) from None
     if spec.kind == "enum":
         choices = spec.choices()
         text = raw.strip().lower().replace("_", "-") if isinstance(raw, str) else None
@@ -344,6 +387,11 @@ def value_type(spec: KeySpec) -> Any:
     its choices for enums, true/false for booleans, an integer in its range, a size (or "unlimited")."""
     from pydantic import AfterValidator, BeforeValidator, Field
 
+    if spec.kind == "flags":
+        def flags(raw: Any) -> int:
+            return parse_flags(spec, raw)
+
+        return Annotated[Any, AfterValidator(flags)]
     if spec.kind == "enum":
         def choice(raw: Any) -> int:
             choices = spec.choices()
@@ -464,7 +512,7 @@ def describe_keys() -> list[dict[str, Any]]:
             "type": {"bytes": "size"}.get(spec.kind, spec.kind),
             "min": spec.lo if ranged else None,
             "max": spec.hi if ranged else None,
-            "choices": list(spec.choices()) if spec.kind == "enum" else None,
+            "choices": list(spec.choices()) if spec.kind in ("enum", "flags") else None,
             "unlimited_allowed": spec.unlimited,
             "help": spec.help,
         })

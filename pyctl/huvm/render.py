@@ -19,7 +19,7 @@ def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapsho
     for col in ("gpu", "uuid", "name", "memory", "free"):
         t.add_column(col, justify="right" if col in ("gpu", "memory", "free") else "left")
     if policy:
-        for col in ("role", "lend limit", "lend reserve"):
+        for col in ("role", "lend limit", "lend reserve", "flags"):
             t.add_column(col)
     if stats:
         t.add_column("lent", justify="right")
@@ -29,7 +29,8 @@ def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapsho
         if policy:
             e = policy.gpu_by_uuid(g.uuid)
             row += ([e.role_name, format_value(KEYS["lend_limit"], e.lend_limit_bytes),
-                     format_value(KEYS["lend_reserve"], e.lend_reserve_bytes)] if e else ["-", "-", "-"])
+                     format_value(KEYS["lend_reserve"], e.lend_reserve_bytes),
+                     format_value(KEYS["flags"], e.flags)] if e else ["-", "-", "-", "-"])
         if stats:
             c = next((x for x in stats.gpus if x.gpu == g.index), None)
             row += ([human_bytes(c.scalar("lent_bytes")), human_bytes(c.scalar("harvested_bytes"))]

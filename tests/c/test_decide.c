@@ -340,6 +340,15 @@ TEST(decide_preevict)
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 5);            /* 50 - 45 */
     st[0].free_bytes = 0;
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 8);            /* capped by the batch */
+    /* a harvester's behaviour: role none (opted out) and a lender only never pre-evict */
+    fx_role(&core, 0, HUVM_ROLE_NONE, HUVM_UNLIMITED, 0);
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);
+    fx_role(&core, 0, HUVM_ROLE_LENDER, HUVM_UNLIMITED, 0);
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);
+    fx_role(&core, 0, HUVM_ROLE_HARVESTER, HUVM_UNLIMITED, 0);
+    CHECK_EQ(huvm_decide_preevict(&core, st, 0), 8);
+    p = core.policy;
+    p.generation = 0;
     p.preevict_chunks = 0;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);            /* off */
@@ -455,6 +464,7 @@ TEST(decide_prefetch_two_stage)
     p.prefetch_stride = 2;
     p.gpus[0].flags = 0;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    st[0].last_pressure_ns = 1;                                 /* under pressure (decide_prefetch_pressure_gate) */
     huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
     CHECK_EQ(plan.local_chunks, 0);
     CHECK_EQ(plan.peer_local_chunks, 16);
@@ -488,6 +498,7 @@ TEST(decide_prefetch_feedback)
     p.prefetch_chunks = 16;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
     CHECK(core.policy.gpus[0].flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK);
+    st[0].last_pressure_ns = 1;
     huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
     CHECK_EQ(plan.local_chunks + plan.peer_chunks, 16);         /* no history: the full window */
     st[0].prefetch_unused = 5;
@@ -523,6 +534,7 @@ TEST(decide_prefetch_modes)
     p.generation = 0;
     p.prefetch_chunks = 16;
     p.prefetch_stride = 2;
+    st[0].last_pressure_ns = 1;                                 /* under pressure: peers may take a share */
 
     p.prefetch_mode = HUVM_PREFETCH_OFF;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
@@ -572,6 +584,71 @@ TEST(decide_prefetch_modes)
     CHECK_EQ(plan.peer_chunks, 0);
     huvm_decide_prefetch(&core, st, 12, ALL, 1, &plan);         /* bad GPU */
     CHECK_EQ(plan.local_chunks + plan.peer_chunks, 0);
+}
+
+/* Issue 12 defect 3: data goes to a peer by prefetch only under real memory pressure on the faulting GPU (an
+ * allocation on it had to evict within HUVM_PREEVICT_PRESSURE_MS). A GPU with room prefetches locally
+ * (MULTIPATH), brings only peer-held chunks back (TWO_STAGE) or prefetches nothing (PEER). */
+TEST(decide_prefetch_pressure_gate)
+{
+    const uint64_t now = 10ULL * 1000 * HUVM_NS_PER_MS;        /* 10 s */
+    const uint64_t window = (uint64_t)HUVM_PREEVICT_PRESSURE_MS * HUVM_NS_PER_MS;
+    huvm_prefetch_plan_t plan;
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.prefetch_chunks = 16;
+    p.prefetch_stride = 1;
+    p.gpus[0].flags = 0;
+
+    p.prefetch_mode = HUVM_PREFETCH_MULTIPATH;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    st[0].last_pressure_ns = 0;                                 /* never evicted: all local */
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);
+    CHECK_EQ(plan.local_chunks, 16);
+    CHECK_EQ(plan.peer_chunks, 0);
+    CHECK_EQ(plan.peer, HUVM_DEST_HOST);
+    st[0].last_pressure_ns = now - window;                      /* the window just ended: no pressure */
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);
+    CHECK_EQ(plan.local_chunks, 16);
+    CHECK_EQ(plan.peer_chunks, 0);
+    st[0].last_pressure_ns = now - window + 1;                  /* still within it: a peer takes its share */
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);
+    CHECK_EQ(plan.local_chunks, 8);
+    CHECK_EQ(plan.peer_chunks, 8);
+    CHECK(plan.peer != HUVM_DEST_HOST && plan.peer != 0);
+    st[1].last_pressure_ns = now;                               /* another GPU's pressure does not count */
+    st[0].last_pressure_ns = 0;
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);
+    CHECK_EQ(plan.peer_chunks, 0);
+    st[1].last_pressure_ns = 0;
+
+    p.prefetch_mode = HUVM_PREFETCH_TWO_STAGE;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);        /* room: only peer -> local */
+    CHECK_EQ(plan.peer_chunks, 0);
+    CHECK_EQ(plan.peer, HUVM_DEST_HOST);
+    CHECK_EQ(plan.local_chunks, 0);
+    CHECK_EQ(plan.peer_local_chunks, 16);
+    st[0].last_pressure_ns = now;
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);        /* pressure: both stages */
+    CHECK_EQ(plan.peer_chunks, 16);
+    CHECK_EQ(plan.peer_local_chunks, 16);
+
+    p.prefetch_mode = HUVM_PREFETCH_PEER;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);
+    CHECK_EQ(plan.peer_chunks, 16);
+    st[0].last_pressure_ns = 0;
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);        /* room: nothing to a peer */
+    CHECK_EQ(plan.peer_chunks + plan.local_chunks + plan.peer_local_chunks, 0);
+
+    p.prefetch_mode = HUVM_PREFETCH_LOCAL;                      /* LOCAL never needed pressure */
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, now, &plan);
+    CHECK_EQ(plan.local_chunks, 16);
 }
 
 TEST(decide_giveback_order)

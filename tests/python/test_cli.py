@@ -295,7 +295,7 @@ def test_console_script_and_help() -> None:
                        timeout=60)
     assert r.returncode == 2 and r.stderr == "huvmctl: error: nope: unknown key (known: peer_select, nvlink_only, " \
         "peer_usage_max_pct, preevict_chunks, preevict_batch, fetch_mode, prefetch_mode, prefetch_chunks, " \
-        "prefetch_stride, hysteresis_ms, gpu.N.role, gpu.N.lend_limit, gpu.N.lend_reserve)\n"
+        "prefetch_stride, hysteresis_ms, gpu.N.role, gpu.N.lend_limit, gpu.N.lend_reserve, gpu.N.flags)\n"
 
 
 def test_sim_config_experiment_file_runs_its_tenants(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

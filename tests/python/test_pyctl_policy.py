@@ -43,6 +43,24 @@ def test_set_typed_values(node: Node) -> None:
     assert node.get_policy() == after
 
 
+def test_gpu_flags_by_name(node: Node) -> None:
+    """Per-GPU policy flags are set by name (the huvm preset's behaviours one by one), shown by name, and
+    reach the module as the ABI's bits."""
+    lib = abi.lib
+    node.apply_preset("huvm")
+    huvm = node.get_policy()
+    assert huvm.gpus and all(g.flags == lib.HUVM_GPU_POLICY_FLAGS_KNOWN for g in huvm.gpus)
+    _, after = node.set(["gpu.0.flags=lend-above-peak,prefetch_feedback", "gpu.1.flags=none"])
+    info = node.info()
+    assert after.gpus[0].flags == lib.HUVM_GPU_POLICY_LEND_ABOVE_PEAK | lib.HUVM_GPU_POLICY_PREFETCH_FEEDBACK
+    assert after.gpus[1].flags == 0 and after.gpus[2].flags == lib.HUVM_GPU_POLICY_FLAGS_KNOWN
+    s = after.settings(info)
+    assert s["gpu.0.flags"] == "lend-above-peak,prefetch-feedback" and s["gpu.1.flags"] == "none"
+    assert s["gpu.2.flags"] == "preevict-on-pressure,lend-above-peak,prefetch-feedback"
+    assert node.get_policy() == after
+    assert ("gpu.1.flags", "none", "preevict-on-pressure,lend-above-peak,prefetch-feedback") in after.diff(huvm, info)
+
+
 def test_gpu_by_uuid_prefix(node: Node) -> None:
     uuid = node.info().gpus[2].uuid
     _, after = node.set([f"gpu[{uuid[:12]}].role=harvester"])
@@ -73,6 +91,9 @@ def test_gpu_by_uuid_prefix(node: Node) -> None:
         ("gpu.9.role=lender", "unknown GPU"),                   # unknown GPU
         ("gpu.0.lend_reserve=17GiB", "gpu.0.lend_reserve=17GiB: must be <= 16GiB"),  # the core: capacity
         ("prefetch_chunks", "KEY=VALUE"),
+        ("gpu.0.flags=turbo", "unknown flag 'turbo'"),          # flags: names only
+        ("gpu.0.flags=1", "unknown flag '1'"),
+        ("flags=none", "per-GPU key"),
     ],
 )
 def test_bad_input_refused_before_sending(node: Node, fake: CoreNode, item: str, match: str) -> None:
@@ -186,12 +207,14 @@ role = "harvester"
 
 [gpu.all]
 lend_reserve = "1GiB"
+flags = ["lend-above-peak"]
 ''')
     pf = policyfile.load(f, info)
     assert pf.preset == "huvm-atc22"
     before, after = node.apply(pf.settings, preset=pf.preset)
     assert after.prefetch_chunks == 8 and after.prefetch_stride == 2  # from the preset
     assert after.gpus[0].role_name == "harvester"
+    assert all(g.flags == abi.lib.HUVM_GPU_POLICY_LEND_ABOVE_PEAK for g in after.gpus)
     saved = tmp_path / "saved.toml"
     policyfile.save(saved, after, info)
     pf2 = policyfile.load(saved, info)
@@ -214,6 +237,8 @@ lend_reserve = "1GiB"
         ("preset = \"warp\"\n", 1, "preset", "unknown preset"),
         ("prefetch_chunks = 64\nprefetch_stride = 16\n", 2, "prefetch_stride", "16: must be <= 8"),
         ("[tuning]\nx = 1\n", 1, "tuning", "unknown table"),
+        ("[gpu.0]\nflags = [\"lend-above-peak\", \"warp\"]\n", 2, "gpu.0.flags", "unknown flag 'warp'"),
+        ("[gpu.0]\nflags = 3\n", 2, "gpu.0.flags", "expected flag names"),
     ],
 )
 def test_policy_file_errors_name_file_line_key(node: Node, fake: CoreNode, tmp_path: Path, text: str,

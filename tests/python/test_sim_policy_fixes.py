@@ -3,7 +3,8 @@
 * a lender's own data never leaves it while it holds guests' chunks, in pre-eviction as in eviction;
 * pre-eviction only under real pressure: a job that nearly fits is never slower than under stock;
 * the fastest link with room, not the emptiest peer weighted by bandwidth;
-* a lender whose footprint spikes keeps the memory it used lately (lending costs it nothing after that).
+* a lender whose footprint spikes keeps the memory it used lately (lending costs it nothing after that);
+* prefetch puts data on a peer only under memory pressure on the faulting GPU (issue 12, defect 3).
 
 Each scenario below lost under the previous core (numbers in docs/policy.md, "Evaluation").
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from huvm import traces
-from huvm.sim import MIB, NodeConfig, TenantSpec, run_scenario, workloads
+from huvm.sim import MIB, NodeConfig, SimNode, TenantSpec, run_scenario, workloads
 from huvm.sim.matrix import NOISE
 
 GIB = 1 << 30
@@ -161,3 +163,50 @@ def test_fastest_link_shares_equal_links_by_fewest_lent() -> None:
     ms = {p: max(run_scenario(sc.node, sc.tenants, p, sample_interval_ns=0).tenants[i].runtime_ns
                  for i in sc.harvesters) for p in ("huvm", "huvm-atc22")}
     assert ms["huvm"] <= ms["huvm-atc22"] * (1 + matrix.NOISE), ms
+
+
+def test_prefetch_to_a_peer_only_under_pressure() -> None:
+    """Issue 12, defect 3: a harvester overflows its GPU (evictions to the peer and host), frees all but 48 of
+    its host-resident chunks, computes for a while, then reads those 48 back. Its GPU has room then: after
+    a pause longer than the pressure window (HUVM_PREEVICT_PRESSURE_MS, 200 ms) multi-path prefetch keeps the
+    whole window local; right after the evictions (1 ms pause) the peer still takes its share."""
+    n, usable = 384, 256 * MIB
+    node = _node(2, usable)
+    mp = {"prefetch_mode": 3, "prefetch_stride": 1}
+    passes = [np.arange(i, i + 8, dtype=np.int64) for _ in range(2) for i in range(0, n, 8)]
+
+    def trace(pause_ns: int, back: list[int] | None, read_back: bool) -> Any:
+        per_op = [*passes, np.array([n - 1], dtype=np.int64)]
+        times = [20_000] * len(passes) + [pause_ns]
+        if read_back and back is not None:
+            per_op += [np.array([c], dtype=np.int64) for c in back]
+            times += [20_000] * len(back)
+        free_op = np.full(n, -1, dtype=np.int32)
+        if back is not None:
+            keep = {*back, n - 1}
+            free_op[[c for c in range(n) if c not in keep]] = len(passes) - 1
+        return workloads.make_trace("pressure-gate", per_op, np.array(times), n, free_op=free_op)
+
+    lender = TenantSpec(1, static_bytes=32 * MIB, role="lender")
+    with SimNode(node, "huvm") as sim:
+        sim.set_policy(overrides=mp)
+        sim.add_tenant(TenantSpec(0, trace(1_000_000, None, False), role="harvester"))
+        sim.add_tenant(lender)
+        sim.set_roles({0: "harvester", 1: "lender"})
+        assert sim.run()
+        on_host = [c for c in range(n) if sim.chunk_where(0, c)[0] == "host"]
+    assert len(on_host) > 48
+    back = on_host[:48]
+
+    def read_back_prefetch(pause_ns: int) -> tuple[int, int]:
+        """(to the peer, local) prefetches of the read-back phase alone."""
+        runs = [run_scenario(node, [TenantSpec(0, trace(pause_ns, back, rb), role="harvester"), lender], "huvm",
+                             policy_overrides=mp, sample_interval_ns=0) for rb in (False, True)]
+        to_peer, local = (runs[1].counter_total(k) - runs[0].counter_total(k)
+                          for k in ("prefetch_to_peer", "prefetch_local"))
+        return to_peer, local
+
+    to_peer, local = read_back_prefetch(300_000_000)
+    assert to_peer == 0 and local > 0, (to_peer, local)
+    to_peer, local = read_back_prefetch(1_000_000)
+    assert to_peer > 0 and local > 0, (to_peer, local)
