@@ -14,9 +14,15 @@ void uvm_huvm_preevict_kick_slot_locked(uvm_huvm_slot_t *slot)
         nv_kthread_q_schedule_q_item(&slot->preevict_q, &slot->preevict_q_item);
 }
 
+// Memory pressure on gpu: an allocation had to evict (or RM's PMA took memory from UVM). The burst the
+// pre-eviction reserve is sized on (huvm_gpu_state_t.burst_chunks) is the last fault batch's allocations, or,
+// when more was allocated since the last batch ended (migrations: UVM_MIGRATE, cudaMemPrefetchAsync, which
+// have no fault batch), those allocations.
 // LOCKING: any (no VA block lock is needed); takes g_uvm_huvm.lock for read and schedules work.
 void uvm_huvm_kick_preevict(uvm_gpu_t *gpu)
 {
+    uvm_huvm_slot_t *slot;
+    NvU64 pending;
     NvU32 index;
 
     if (!huvm_enabled())
@@ -25,8 +31,12 @@ void uvm_huvm_kick_preevict(uvm_gpu_t *gpu)
     read_lock(&g_uvm_huvm.lock);
     index = uvm_huvm_slot_of_gpu_locked(gpu);
     if (index != HUVM_SLOT_NONE) {
-        atomic64_set(&g_uvm_huvm.slots[index].last_pressure_ns, NV_GETTIME());
-        uvm_huvm_preevict_kick_slot_locked(&g_uvm_huvm.slots[index]);
+        slot = &g_uvm_huvm.slots[index];
+        pending = DIV_ROUND_UP((NvU64)atomic64_read(&slot->batch_alloc_bytes), UVM_CHUNK_SIZE_MAX);
+        if (pending > (NvU64)atomic64_read(&slot->burst_chunks))
+            atomic64_set(&slot->burst_chunks, pending);
+        atomic64_set(&slot->last_pressure_ns, NV_GETTIME());
+        uvm_huvm_preevict_kick_slot_locked(slot);
     }
     read_unlock(&g_uvm_huvm.lock);
 }

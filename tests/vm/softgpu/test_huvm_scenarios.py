@@ -966,3 +966,99 @@ def test_two_stage_prefetch(session: sglib.Session, managed: Any, huvm_node: Any
     assert d.gpus[owner]["evict_to_host"] == 0, "the prefetch evicted to host"
     n_bad, first = sglib.pattern_mismatches(r, seed, 0, tail)
     assert n_bad == 0, f"{n_bad} words differ after the two-stage prefetch, first at 0x{first:x}"
+
+
+# ---- prefetch-pressure: the prefetcher puts data on a peer only under memory pressure ----------------------------
+
+def _settled_prefetch(node: Any, owner: int, seconds: float = 30.0) -> Any:
+    """GET_STATS once owner's prefetch counters have stopped moving for a second (the prefetcher is a worker)."""
+    def key(st: Any) -> tuple[int, ...]:
+        g = st.gpus[owner]
+        return (g.scalar("prefetch_local"), g.scalar("prefetch_to_peer"), g.scalar("fetch_from_peer"))
+
+    last = node.stats()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        cur = node.stats()
+        if key(cur) == key(last):
+            return cur
+        last = cur
+    return last
+
+
+@_scenario("prefetch-pressure")
+def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """The ``huvm`` preset with ``MULTIPATH`` prefetch (a window of 4 blocks after each fault, split between
+    host -> GPU0 and host -> a peer), pre-eviction off, GPU0's flags none (no feedback probe).
+
+    1. No pressure: GPU0 has room; its SMs read the first block of a host-resident region. The window's blocks
+       are prefetched to GPU0 only: ``prefetch_to_peer`` does not move and no block of the region is on a peer
+       (issue 12 defect 3: before the core's gate, half of every prefetch went to a peer).
+    2. Pressure: GPU0 is filled past its memory (the evict-to-peer workload, its last allocations evict), then
+       its SMs read a block of a second host-resident region: that fault has to evict, so the GPU is under
+       pressure, and the window's host blocks go to a peer (``prefetch_to_peer`` moves, the blocks are on
+       peers); nothing to host, data intact in both regions."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    node.apply_preset("huvm")
+    window = 4
+    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=multipath", f"prefetch_chunks={window}",
+                          "prefetch_stride=1", f"gpu.{owner}.flags=none"])
+    assert policy.prefetch_mode == sglib.abi_lib().HUVM_PREFETCH_MULTIPATH and policy.gpus[owner].flags == 0
+    names = {g.uuid: f"GPU{g.index}" for g in s.gpus}
+
+    def places(r: Any, first: int, n: int) -> list[str]:
+        return ["+".join(names.get(u, "cpu") for u in s.uvm.va_residency_info(r.base + k * CHUNK).resident_on)
+                or "nowhere" for k in range(first, first + n)]
+
+    # 1. no pressure: room on GPU0
+    time.sleep(0.5)     # well past the pressure window of any earlier scenario (200 ms)
+    seed_a = 0x9F_A
+    a = managed((window + 4) * CHUNK)
+    sglib.fill_pattern(a, seed_a)
+    free_a = _huvm_free(node, owner)
+    assert free_a >= (window + 2) * CHUNK, f"GPU0 has only {free_a >> 20} MiB free: not a run without pressure"
+    st0 = node.stats()
+    s.sg.sm_access(s.channels[g0.index], [sglib.softgpu.Access.read(a.base, 4096, seed=seed_a)],
+                   check=True, timeout_ms=60_000)
+    st1 = _settled_prefetch(node, owner)
+    d1 = st1.delta(st0).gpus[owner]
+    where_a = places(a, 0, window + 1)
+    print(f"prefetch-pressure[room]: {free_a >> 20} MiB free; window {where_a}; prefetch_local "
+          f"+{d1['prefetch_local']}, prefetch_to_peer +{d1['prefetch_to_peer']}")
+    assert where_a[0] == "GPU0", f"the faulted block is on {where_a[0]}"
+    assert d1["prefetch_to_peer"] == 0, f"{d1['prefetch_to_peer']} chunks prefetched to a peer with room on GPU0"
+    assert not any(p.startswith("GPU") and p != "GPU0" for p in where_a), f"blocks on a peer: {where_a}"
+    assert d1["prefetch_local"] >= 1, f"nothing prefetched to GPU0 with {free_a >> 20} MiB free: {where_a}"
+
+    # 2. pressure: GPU0 full, the fault must evict
+    seed_f = 0x9F_F
+    full, _, _ = _oversubscribe(s, managed, g0, seed_f)
+    _settled_stats(node, owner)
+    seed_b = 0x9F_B
+    b = managed((window + 4) * CHUNK)
+    sglib.fill_pattern(b, seed_b)
+    free_b = _huvm_free(node, owner)
+    st2 = node.stats()
+    s.sg.sm_access(s.channels[g0.index], [sglib.softgpu.Access.read(b.base, 4096, seed=seed_b)],
+                   check=True, timeout_ms=60_000)
+    st3 = _settled_prefetch(node, owner)
+    d3 = st3.delta(st2).gpus[owner]
+    where_b = places(b, 0, window + 1)
+    print(f"prefetch-pressure[full]: {free_b >> 20} MiB free before the fault; window {where_b}; evict_to_peer "
+          f"+{d3['evict_to_peer']}, prefetch_local +{d3['prefetch_local']}, prefetch_to_peer "
+          f"+{d3['prefetch_to_peer']}")
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert where_b[0] == "GPU0", f"the faulted block is on {where_b[0]}"
+    assert d3["evict_to_peer"] >= 1, "the fault on a full GPU0 did not evict: no pressure"
+    assert d3["prefetch_to_peer"] >= 1, f"no prefetch to a peer under pressure: window {where_b}"
+    on_peer = [p for p in where_b[1:] if p.startswith("GPU") and p != "GPU0"]
+    assert len(on_peer) >= d3["prefetch_to_peer"], f"prefetch_to_peer +{d3['prefetch_to_peer']}, window {where_b}"
+    assert d3["evict_to_host"] == 0, f"{d3['evict_to_host']} evictions to host"
+    for r, seed in ((a, seed_a), (b, seed_b), (full, seed_f)):
+        n_bad, first = sglib.pattern_mismatches(r, seed)
+        assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
