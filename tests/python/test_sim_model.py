@@ -90,3 +90,34 @@ def test_lending_costs_the_lender_and_peer_faults_cost_more() -> None:
                         sample_interval_ns=0)
     assert cheap.counter_total("fetch_from_peer") > 0
     assert dear.tenant(0).runtime_ns > cheap.tenant(0).runtime_ns
+
+
+def test_lender_below_its_reserve_gives_back_in_the_background() -> None:
+    """The kernel's worker (issue 12 item 9, uvm_huvm_preevict.c): a lender whose own allocation takes its
+    free memory below its lend reserve gives guests' chunks back at once, in the background, until the
+    reserve is free again (huvm_giveback_need), not only when a later allocation finds no free memory."""
+    from huvm.sim import SimNode
+
+    usable = 512 * MIB
+    node = _pair(usable)
+    n = 2 * usable // (2 * MIB)
+    # the harvester overflows onto the lender once, then loops over chunks that stay on its own GPU
+    per_op = [np.arange(i, i + 8, dtype=np.int64) for i in range(0, n, 8)]
+    per_op += [np.arange(n - 32, n, dtype=np.int64)] * 2000
+    harvester = workloads.make_trace("fill-then-hot", per_op, 20_000, n)
+    base, rise, ops = 64 * MIB, 40 * MIB, 400
+    lender = workloads.rising(base, base + rise, ops, ops // 2, op_time_ns=200_000)    # +40 MiB at 40 ms
+    with SimNode(node, "huvm") as sim:
+        sim.add_tenant(TenantSpec(0, harvester, role="harvester"))
+        sim.add_tenant(TenantSpec(1, lender, role="lender", background=True, managed=False))
+        sim.set_roles({0: "harvester", 1: "lender"})
+        reserve = int(sim.get_policy().gpus[1].lend_reserve_bytes)
+        sim.run(39_000_000)
+        lent = sim.stats()["gpus"][1]["lent_bytes"]
+        free_after_rise = usable - base - lent - rise
+        assert 0 <= free_after_rise < reserve          # the rise needs no eviction, but eats into the reserve
+        sim.run(60_000_000)
+        g = sim.stats()["gpus"][1]
+        assert sim.tenant_result(1)["alloc_stall_ns"] == 0
+    assert g["giveback"] == -(-(reserve - free_after_rise) // (2 * MIB))
+    assert g["lent_bytes"] == lent - g["giveback"] * 2 * MIB
