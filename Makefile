@@ -44,7 +44,6 @@ $(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_bu
 include $(ROOT)/driver/build.mk
 include $(ROOT)/driver/core/core.mk
 include $(ROOT)/driver/sim/sim.mk
-include $(ROOT)/driver/ktest/ktest.mk
 include $(ROOT)/driver/softgpu/softgpu.mk
 include $(ROOT)/pyctl/pyctl.mk
 include $(ROOT)/pyctl/traces.mk

@@ -15,11 +15,11 @@ SOFTGPU_DEPS  := $(wildcard $(SOFTGPU_SRC)/*.c $(SOFTGPU_SRC)/*.h) $(SOFTGPU_SRC
 softgpu-module: $(SOFTGPU_KO)
 
 $(SOFTGPU_KO): $(SOFTGPU_DEPS) $(HUVM_ORIG_STAMP)
-	@[ -n "$(KTEST_KVER)" ] || { echo "softgpu: linux-headers-amd64 is not installed (make deps)" >&2; exit 1; }
+	@[ -n "$(VM_KVER)" ] || { echo "softgpu: linux-headers-amd64 is not installed (make deps)" >&2; exit 1; }
 	@rm -rf $(SOFTGPU_BUILD) && mkdir -p $(SOFTGPU_BUILD)
 	@for f in $(SOFTGPU_SRC)/Kbuild $(SOFTGPU_SRC)/*.c $(SOFTGPU_SRC)/*.h; do ln -s $$f $(SOFTGPU_BUILD)/; done
-	@echo "softgpu: building huvm-softgpu.ko for $(KTEST_KVER)"
-	@$(MAKE) --no-print-directory -C $(KTEST_KDIR) M=$(SOFTGPU_BUILD) HUVM_ROOT=$(ROOT) \
+	@echo "softgpu: building huvm-softgpu.ko for $(VM_KVER)"
+	@$(MAKE) --no-print-directory -C $(VM_KDIR) M=$(SOFTGPU_BUILD) HUVM_ROOT=$(ROOT) \
 	    SOFTGPU_UPSTREAM=$(HUVM_ORIG) modules 2>&1 | grep -v 'Skipping BTF generation' || true
 	@[ -f $@ ] || { echo "softgpu: build failed" >&2; exit 1; }
 
@@ -30,7 +30,7 @@ softgpu-clean:
 softgpu-obj:
 	@mkdir -p $(SOFTGPU_BUILD)-$(basename $(OBJ)) && rm -f $(SOFTGPU_BUILD)-$(basename $(OBJ))/* 2>/dev/null; \
 	 for f in $(SOFTGPU_SRC)/Kbuild $(SOFTGPU_SRC)/*.c $(SOFTGPU_SRC)/*.h; do ln -sf $$f $(SOFTGPU_BUILD)-$(basename $(OBJ))/; done
-	@$(MAKE) --no-print-directory -C $(KTEST_KDIR) M=$(SOFTGPU_BUILD)-$(basename $(OBJ)) HUVM_ROOT=$(ROOT) \
+	@$(MAKE) --no-print-directory -C $(VM_KDIR) M=$(SOFTGPU_BUILD)-$(basename $(OBJ)) HUVM_ROOT=$(ROOT) \
 	    SOFTGPU_UPSTREAM=$(HUVM_ORIG) $(OBJ)
 
 # ---- nvidia-uvm.ko for the test bed, linked against the software GPU ----------------------------------

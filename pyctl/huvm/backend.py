@@ -17,8 +17,6 @@ from typing import Any, Protocol, runtime_checkable
 from . import abi, errors
 
 DEFAULT_DEVICE = "/dev/nvidia-uvm"
-#: the qemu test bed's test module speaks the same ABI on this device
-KTEST_DEVICE = "/dev/huvm_ktest"
 
 
 @runtime_checkable
@@ -109,7 +107,7 @@ class KernelBackend:
             if os.path.exists(self.path) and not stat.S_ISCHR(os.stat(self.path).st_mode):
                 raise errors.DeviceUnavailable(
                     f"{self.path} is not a device node (ioctl: {os.strerror(exc.errno or 0)})", reason="open-failed",
-                    hint="--device takes /dev/nvidia-uvm or /dev/huvm_ktest") from None
+                    hint="--device takes the patched nvidia-uvm's device node, /dev/nvidia-uvm") from None
             raise errors.DeviceUnavailable(
                 f"{self.path}: the loaded nvidia-uvm is the stock module (GET_INFO is unknown to it: "
                 f"{exc})", reason="stock-module",

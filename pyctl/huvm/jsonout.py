@@ -369,7 +369,7 @@ class WatchEventDoc(_Doc):
     unix_time_s: float
     source: Literal["module", "device"]
     action: Literal["add", "remove"]
-    name: str = Field(description="the module (nvidia_uvm, huvm_ktest) or the device node")
+    name: str = Field(description="the module (nvidia_uvm) or the device node")
 
 
 DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsTenantsDoc, StatsIntervalDoc,

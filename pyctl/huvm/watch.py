@@ -1,10 +1,10 @@
 """Notice the huvm module and its device node appearing and disappearing: udev (pyudev) plus inotify.
 
-Module loads and unloads are udev events of subsystem ``module`` (sys_name ``nvidia_uvm``, or
-``huvm_ktest`` for the qemu test bed). nvidia-uvm's device node is made by nvidia-modprobe, not udev, so
-the node itself is watched with inotify (``inotify_simple``) on its directory: its creation, removal or
-renaming wakes the watcher at once. Each wake-up reports the module events it read and whether the device
-path now exists (a ``device`` event when that changed).
+Module loads and unloads are udev events of subsystem ``module`` (sys_name ``nvidia_uvm``). nvidia-uvm's
+device node is made by nvidia-modprobe, not udev, so the node itself is watched with inotify
+(``inotify_simple``) on its directory: its creation, removal or renaming wakes the watcher at once. Each
+wake-up reports the module events it read and whether the device path now exists (a ``device`` event when
+that changed).
 
 Either source may be missing (no netlink socket in a container, a directory that cannot be watched): the
 watcher then works with the other, and with neither it only compares the path's existence each ``poll``.
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-MODULES: tuple[str, ...] = ("nvidia_uvm", "huvm_ktest")
+MODULES: tuple[str, ...] = ("nvidia_uvm",)
 
 
 @dataclass(frozen=True)

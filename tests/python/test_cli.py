@@ -354,8 +354,8 @@ def test_watch(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
         action: str
         sys_name: str
 
-    dev = tmp_path / "huvm_ktest"
-    script = [Dev("add", "huvm_ktest"), Dev("remove", "huvm_ktest")]
+    dev = tmp_path / "nvidia-uvm"
+    script = [Dev("add", "nvidia_uvm"), Dev("remove", "nvidia_uvm")]
 
     class Mon:
         def poll(self, timeout: float | None = None) -> Dev | None:

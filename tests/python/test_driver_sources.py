@@ -123,8 +123,7 @@ def test_simulator_probes_come_only_from_the_core() -> None:
 
 
 def test_tracepoints_created_once_in_the_glue() -> None:
-    # In nvidia-uvm.ko (driver/core + driver/uvm) exactly one file creates them; the qemu test module
-    # (driver/ktest) is a module of its own and creates its own.
+    # In nvidia-uvm.ko (driver/core + driver/uvm) exactly one file creates them.
     files = sorted(CORE.glob("*.c")) + sorted(UVM.glob("*.c"))
     creators = [p.name for p in files if "CREATE_TRACE_POINTS" in _read(p)]
     assert creators == ["uvm_huvm.c"]

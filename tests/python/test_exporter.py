@@ -164,7 +164,7 @@ def test_exporter_starts_before_the_module_and_follows_it(tmp_path: Path) -> Non
 
     core = busy_node().backend
     assert isinstance(core, CoreNode)
-    dev = tmp_path / "huvm_ktest"
+    dev = tmp_path / "nvidia-uvm"
     lines: list[str] = []
     att = attach("kernel", str(dev), on_change=lines.append,
                  backend_factory=functools.partial(KernelBackend, ioctl_fn=core.fake_ioctl()))

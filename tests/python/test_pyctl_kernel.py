@@ -28,7 +28,7 @@ def opener(fd: int = 7, exc: OSError | None = None) -> Any:
 
 def kernel(fake: CoreNode, **kw: Any) -> KernelBackend:
     closed: list[int] = []
-    kb = KernelBackend("/dev/huvm_ktest", open_fn=opener(), ioctl_fn=fake.fake_ioctl(**kw), close_fn=closed.append)
+    kb = KernelBackend("/dev/nvidia-uvm", open_fn=opener(), ioctl_fn=fake.fake_ioctl(**kw), close_fn=closed.append)
     kb.closed = closed  # type: ignore[attr-defined]
     return kb
 
@@ -52,8 +52,8 @@ def test_ioctl_round_trip_through_buffer() -> None:
 
 def test_open_flags_and_path() -> None:
     op = opener()
-    KernelBackend("/dev/huvm_ktest", open_fn=op, ioctl_fn=CoreNode(1).fake_ioctl())
-    assert op.seen == [("/dev/huvm_ktest", os.O_RDWR | os.O_CLOEXEC)]
+    KernelBackend("/dev/nvidia-uvm", open_fn=op, ioctl_fn=CoreNode(1).fake_ioctl())
+    assert op.seen == [("/dev/nvidia-uvm", os.O_RDWR | os.O_CLOEXEC)]
 
 
 @pytest.mark.parametrize(

@@ -177,7 +177,7 @@ def test_watcher_module_and_device_events() -> None:
         (_Dev("add", "nvidia_uvm"), True),       # module loaded, device node made
         (_Dev("add", "snd_hda_intel"), True),    # unrelated module: ignored
         (_Dev("remove", "nvidia_uvm"), False),   # unloaded
-        (_Dev("add", "huvm_ktest"), False),      # test module, device not yet there
+        (_Dev("add", "nvidia_uvm"), False),      # loaded again, device node not yet made
     ], present)
     w = Watcher("/dev/nvidia-uvm", monitor=mon, exists=lambda p: present["dev"])
     assert not w.present
@@ -185,7 +185,7 @@ def test_watcher_module_and_device_events() -> None:
     assert events == [
         Event("module", "add", "nvidia_uvm"), Event("device", "add", "/dev/nvidia-uvm"),
         Event("module", "remove", "nvidia_uvm"), Event("device", "remove", "/dev/nvidia-uvm"),
-        Event("module", "add", "huvm_ktest"),
+        Event("module", "add", "nvidia_uvm"),
     ]
 
 

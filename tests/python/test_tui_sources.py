@@ -283,7 +283,7 @@ async def test_app_waits_for_the_kernel_module_and_follows_it(tmp_path: Path) ->
     from huvm_top.app import WAIT_S
 
     core = CoreNode(2)
-    dev = tmp_path / "huvm_ktest"
+    dev = tmp_path / "nvidia-uvm"
     att = attach("kernel", str(dev), backend_factory=functools.partial(KernelBackend, ioctl_fn=core.fake_ioctl()))
     src = LiveSource(attachment=att)
     app = HuvmTop(src, interval=0.05)

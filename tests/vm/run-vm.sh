@@ -1,37 +1,36 @@
 #!/usr/bin/env bash
 # huvm qemu test bed: boot Debian's stock kernel (the version of the installed linux-headers-amd64) under
-# qemu TCG and run two phases in the guest, then turn the outcome into an exit code:
-#   ktest    load the huvm test module, run the guest pytest tree as root and as an unprivileged user;
-#   softgpu  for each nvidia-uvm variant (--uvm): load the software GPU (huvm-softgpu.ko, one qemu
-#            pci-testdev per emulated GPU) and that REAL nvidia-uvm.ko on top of it, run tests/vm/softgpu,
-#            unload both.
+# qemu TCG; for each nvidia-uvm variant (--uvm) load the software GPU (huvm-softgpu.ko, one qemu pci-testdev
+# per emulated GPU) and that REAL nvidia-uvm.ko on top of it, run the phases, unload both; then turn the outcome
+# into an exit code. The phases:
+#   guest    patched variants only: the guest suite (tests/vm/guest) on the patched nvidia-uvm's huvm ioctls
+#            (/dev/nvidia-uvm), as root and as an unprivileged user;
+#   softgpu  tests/vm/softgpu.
 # docs/testing.md describes the design and the timings.
 #
-# usage: tests/vm/run-vm.sh [--ko PATH/huvm-ktest.ko] [--softgpu-ko PATH --uvm VARIANT=PATH ...]
-#                           [--phases LIST] [--out DIR] [--work DIR] [--python PY] [--pytest-args ARGS]
-#   --ko      the test module of the ktest phase (a host path; the guest sees host / read-only)
-#   --softgpu-ko  huvm-softgpu.ko for the softgpu phase
+# usage: tests/vm/run-vm.sh --softgpu-ko PATH --uvm VARIANT=PATH ... [--phases LIST] [--out DIR] [--work DIR]
+#                           [--python PY] [--pytest-args ARGS]
+#   --softgpu-ko  huvm-softgpu.ko (a host path; the guest sees host / read-only)
 #   --uvm     VARIANT=PATH: an nvidia-uvm.ko of the softgpu phase (linked against huvm-softgpu's symbols);
 #             repeat for several, run in the order given (e.g. stock-release=build/module/stock-release/nvidia-uvm.ko)
-#   --phases  the phases to run, comma-separated: ktest, softgpu (default: ktest, plus softgpu when
-#             --softgpu-ko is given)
-#   --out     results: console.log, dmesg.log, junit-root.xml, junit-user.xml, junit-softgpu-<variant>.xml,
-#             dmesg-softgpu-<variant>.log, softgpu-results, summary, the .ko files that ran (default $BUILD/vm/out)
+#   --phases  the phases to run, comma-separated: guest, softgpu (default: guest,softgpu)
+#   --out     results: console.log, dmesg.log, junit-guest-root-<variant>.xml, junit-guest-user-<variant>.xml,
+#             junit-softgpu-<variant>.xml, dmesg-softgpu-<variant>.log, softgpu-results, summary, the .ko files
+#             that ran (default $BUILD/vm/out)
 #   --work    cache for the kernel image and the initramfs (default $BUILD/vm)
 #   --python  the python that runs pytest in the guest (default $PY, the project venv)
-#   --pytest-args  extra arguments for the ktest phase's pytest runs (e.g. "-k policy")
+#   --pytest-args  extra arguments for the guest suite's pytest runs (e.g. "-k policy")
 #   --softgpu-pytest-args  extra arguments for the softgpu phase's pytest runs (e.g. "-k ce_sanity -x")
 #   --guest-cmd    debugging: run this shell command in the guest instead of the phases (nothing loaded)
-#   --softgpu-cmd  debugging: in the softgpu phase, run this shell command for each variant after the
-#                  modules are loaded and the device nodes made, instead of pytest (e.g. 'dmesg | tail')
+#   --softgpu-cmd  debugging: run this shell command for each variant after the modules are loaded and the
+#                  device nodes made, instead of the phases (e.g. 'dmesg | tail')
 #   --preflight    only check the prerequisites (exit 0, or 77 / 1 as below) and stop
-# env: VM_TIMEOUT (seconds for the whole VM, default 240 for the ktest phase alone; with the softgpu phase
-#      240 (60 without ktest) + (VM_SOFTGPU_TIMEOUT + 60) per variant),
+# env: VM_TIMEOUT (seconds for the whole VM, default 60 + 60 per variant, + VM_SOFTGPU_TIMEOUT per variant with
+#      the softgpu phase, + 420 per patched variant with the guest phase),
 #      VM_SOFTGPU_LONG (1: the long softgpu suite, e.g. PMM_SANITY's full mode),
 #      VM_GPUS (emulated GPUs = pci-testdev devices, default 4), VM_FB_MIB (framebuffer per GPU, default 128),
-#      VM_MEM (MiB, default 1024, or 1536 + VM_GPUS * VM_FB_MIB with the softgpu phase),
-#      VM_SMP (vCPUs, default 1, or 2 with the softgpu phase: the emulator's engine thread runs beside
-#      UVM's waiters), VM_SOFTGPU_TIMEOUT (seconds per variant's pytest run, default 900),
+#      VM_MEM (MiB, default 1536 + VM_GPUS * VM_FB_MIB), VM_SMP (vCPUs, default 2: the emulator's engine
+#      thread runs beside UVM's waiters), VM_SOFTGPU_TIMEOUT (seconds per variant's softgpu pytest run, default 900),
 #      CI (when "true", a missing prerequisite is an error instead of a skip), HUVM_KVER (override).
 # exit: 0 pass, 1 setup error (or a missing prerequisite under CI=true), 2 guest tests failed, 3 kernel
 #       report (oops, warning, lockdep, taint), 4 timeout or crash, 77 skipped (a prerequisite is missing
@@ -41,11 +40,10 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${BUILD:-$root/build}
-ko=""; out=""; work=""; python=${PY:-$root/.venv/bin/python}; pytest_args=""; guest_cmd=""; preflight=0
+out=""; work=""; python=${PY:-$root/.venv/bin/python}; pytest_args=""; guest_cmd=""; preflight=0
 softgpu_ko=""; uvms=(); phases=""; softgpu_cmd=""; softgpu_pytest_args=""
 while [ $# -gt 0 ]; do
     case "$1" in
-        --ko) ko=$2; shift 2 ;;
         --softgpu-ko) softgpu_ko=$2; shift 2 ;;
         --uvm) uvms+=("$2"); shift 2 ;;
         --phases) phases=$2; shift 2 ;;
@@ -97,12 +95,13 @@ kpkgver=$(dpkg-query -W -f='${Version}' "linux-headers-$kver" 2>/dev/null || tru
 [ -e "/lib/modules/$kver/build/Makefile" ] || missing "no kernel build tree at /lib/modules/$kver/build"
 [ "$preflight" = 0 ] || exit 0
 
-phases=${phases:-ktest${softgpu_ko:+,softgpu}}
+phases=${phases:-guest,softgpu}
 phases=${phases//,/ }
 has_phase() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for p in $phases; do
-    case $p in ktest|softgpu) ;; *) echo "run-vm: unknown phase '$p' (--phases ktest,softgpu)" >&2; exit 1 ;; esac
+    case $p in guest|softgpu) ;; *) echo "run-vm: unknown phase '$p' (--phases guest,softgpu)" >&2; exit 1 ;; esac
 done
+[ -n "${phases// /}" ] || { echo "run-vm: --phases is empty (guest, softgpu)" >&2; exit 1; }
 # A module for this kernel, or exit 1.
 check_ko() {  # what path hint
     [ -n "$2" ] && [ -f "$2" ] || { echo "run-vm: no $1 at '$2' ($3)" >&2; exit 1; }
@@ -110,32 +109,30 @@ check_ko() {  # what path hint
     vm=$(modinfo -F vermagic "$2" | awk '{print $1}')
     [ "$vm" = "$kver" ] || { echo "run-vm: $2 is built for $vm, not $kver" >&2; exit 1; }
 }
-if has_phase ktest; then
-    check_ko "module" "$ko" "--ko: make ktest-module"
-    ko=$(readlink -f "$ko")
-fi
 gpus=${VM_GPUS:-4}
 fb_mib=${VM_FB_MIB:-128}
 sg_timeout=${VM_SOFTGPU_TIMEOUT:-900}
 case "$sg_timeout" in [1-9]*) ;; *) echo "run-vm: VM_SOFTGPU_TIMEOUT=$sg_timeout: expected seconds" >&2; exit 1 ;; esac
-variants=()
-if has_phase softgpu; then
-    check_ko "software GPU module" "$softgpu_ko" "--softgpu-ko: make softgpu-module"
-    softgpu_ko=$(readlink -f "$softgpu_ko")
-    [ ${#uvms[@]} -gt 0 ] || { echo "run-vm: the softgpu phase needs at least one --uvm VARIANT=PATH" >&2; exit 1; }
-    case "$gpus" in [1-9]|[1-9][0-9]) ;; *) echo "run-vm: VM_GPUS=$gpus: expected 1-99" >&2; exit 1 ;; esac
-    case "$fb_mib" in [1-9]*) ;; *) echo "run-vm: VM_FB_MIB=$fb_mib: expected a number of MiB" >&2; exit 1 ;; esac
-    for u in "${uvms[@]}"; do
-        v=${u%%=*}; p=${u#*=}
-        case "$v" in ''|*[!a-z0-9-]*|"$u") echo "run-vm: --uvm $u: expected VARIANT=PATH" >&2; exit 1 ;; esac
-        check_ko "nvidia-uvm.ko ($v)" "$p" "make uvm-stock-module / uvm-patched-module"
-        # Its nvUvmInterface* imports must come from the software GPU (KBUILD_EXTRA_SYMBOLS), not nvidia.ko.
-        case ",$(modinfo -F depends "$p")," in
-            *,huvm-softgpu,*|*,huvm_softgpu,*) ;;
-            *) echo "run-vm: $p ($v) does not depend on huvm-softgpu (built without its Module.symvers?)" >&2; exit 1 ;;
-        esac
-        variants+=("$v")
-    done
+variants=(); patched=0
+check_ko "software GPU module" "$softgpu_ko" "--softgpu-ko: make softgpu-module"
+softgpu_ko=$(readlink -f "$softgpu_ko")
+[ ${#uvms[@]} -gt 0 ] || { echo "run-vm: at least one --uvm VARIANT=PATH is needed" >&2; exit 1; }
+case "$gpus" in [1-9]|[1-9][0-9]) ;; *) echo "run-vm: VM_GPUS=$gpus: expected 1-99" >&2; exit 1 ;; esac
+case "$fb_mib" in [1-9]*) ;; *) echo "run-vm: VM_FB_MIB=$fb_mib: expected a number of MiB" >&2; exit 1 ;; esac
+for u in "${uvms[@]}"; do
+    v=${u%%=*}; p=${u#*=}
+    case "$v" in ''|*[!a-z0-9-]*|"$u") echo "run-vm: --uvm $u: expected VARIANT=PATH" >&2; exit 1 ;; esac
+    check_ko "nvidia-uvm.ko ($v)" "$p" "make uvm-stock-module / uvm-patched-module"
+    # Its nvUvmInterface* imports must come from the software GPU (KBUILD_EXTRA_SYMBOLS), not nvidia.ko.
+    case ",$(modinfo -F depends "$p")," in
+        *,huvm-softgpu,*|*,huvm_softgpu,*) ;;
+        *) echo "run-vm: $p ($v) does not depend on huvm-softgpu (built without its Module.symvers?)" >&2; exit 1 ;;
+    esac
+    variants+=("$v")
+    case "$v" in patched-*) patched=$((patched + 1)) ;; esac
+done
+if has_phase guest && [ "$patched" = 0 ]; then
+    echo "vm-test: note: no patched-* variant, so the guest phase (tests/vm/guest) does not run"
 fi
 
 # ---- 1. the kernel: vmlinux (PVH boot, no decompression under TCG) and the virtio/9p modules ----
@@ -181,11 +178,8 @@ rm -rf "$out"
 mkdir -p "$out"
 chmod 755 "$out"
 # The guest loads these copies (host paths under /tmp are hidden by the guest's tmpfs).
-if has_phase ktest; then cp "$ko" "$out/huvm-ktest.ko"; fi
-if has_phase softgpu; then
-    cp "$softgpu_ko" "$out/huvm-softgpu.ko"
-    for u in "${uvms[@]}"; do cp "${u#*=}" "$out/nvidia-uvm-${u%%=*}.ko"; done
-fi
+cp "$softgpu_ko" "$out/huvm-softgpu.ko"
+for u in "${uvms[@]}"; do cp "${u#*=}" "$out/nvidia-uvm-${u%%=*}.ko"; done
 ird=$work/initramfs
 rm -rf "$ird"
 mkdir -p "$ird"/{bin,dev,proc,sys,newroot,mods}
@@ -206,7 +200,6 @@ PYTHONDONTWRITEBYTECODE=1
 HUVM_VM_GUEST=1
 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 HUVM_ROOT=$root
-HUVM_KO=/run/huvm-out/huvm-ktest.ko
 HUVM_OUT=/run/huvm-out
 HUVM_PY=$python
 CI=${CI:-}
@@ -232,27 +225,25 @@ printf '%s\n' "$pytest_args" > "$ird/pytest.args"
 printf '%s\n' "$softgpu_pytest_args" > "$ird/softgpu-pytest.args"
 
 # ---- 3. boot ----
-# The softgpu phase: one pci-testdev (1b36:0005, no Linux driver) per emulated GPU, the pci_dev that
+# One pci-testdev (1b36:0005, no Linux driver) per emulated GPU, the pci_dev that
 # huvm-softgpu binds and hands to UVM for the DMA API; no vIOMMU (DMA address == guest physical). The
 # framebuffers are vmalloc'd guest RAM: VM_MEM leaves 1.5 GiB beside them. slab_nomerge: every slab cache
 # counts its own objects (Debian merges caches of equal size), so a module's caches can be counted, and the
 # kernel checks each one for objects left when the module destroys it at unload.
 devs=()
-if has_phase softgpu; then
-    for _ in $(seq "$gpus"); do devs+=(-device pci-testdev); done
-    # Each variant's pytest run is bounded by sg_timeout, so one hang costs that variant only.
-    base=60; if has_phase ktest; then base=240; fi
-    timeout_s=${VM_TIMEOUT:-$((base + ${#variants[@]} * (sg_timeout + 60)))}
-    mem=${VM_MEM:-$((1536 + gpus * fb_mib))}; smp=${VM_SMP:-2}
-else
-    timeout_s=${VM_TIMEOUT:-240}; mem=${VM_MEM:-1024}; smp=${VM_SMP:-1}
-fi
+for _ in $(seq "$gpus"); do devs+=(-device pci-testdev); done
+# Each variant's softgpu pytest run is bounded by sg_timeout, so one hang costs that variant only; the guest
+# suite (its 24-44 loads of nvidia-uvm included) takes 1-3 minutes per patched variant under TCG.
+timeout_s=$((60 + ${#variants[@]} * 60))
+if has_phase softgpu; then timeout_s=$((timeout_s + ${#variants[@]} * sg_timeout)); fi
+if has_phase guest; then timeout_s=$((timeout_s + patched * 420)); fi
+timeout_s=${VM_TIMEOUT:-$timeout_s}
+mem=${VM_MEM:-$((1536 + gpus * fb_mib))}; smp=${VM_SMP:-2}
 echo "$timeout_s" > "$ird/timeout"
 (cd "$ird" && find . | cpio -o -H newc --quiet) | gzip -1 > "$work/initramfs.gz"
 t_prep=$(now)
 echo "vm-test: booting $kver under qemu TCG (timeout ${timeout_s}s, $smp vCPU, $mem MiB), phases: $phases"
-has_phase ktest && echo "vm-test:   ktest: $ko"
-has_phase softgpu && echo "vm-test:   softgpu: $softgpu_ko, $gpus GPUs x $fb_mib MiB, nvidia-uvm: ${uvms[*]}"
+echo "vm-test:   $softgpu_ko, $gpus GPUs x $fb_mib MiB, nvidia-uvm: ${uvms[*]}"
 set +e
 timeout --kill-after=5 "$timeout_s" qemu-system-x86_64 \
     -M pc -accel tcg -cpu max -smp "$smp" -m "$mem" \
@@ -302,10 +293,12 @@ fi
 # What each phase must leave behind (a debugging --guest-cmd runs no phase: its exit code decides).
 if [ "$verdict" = 0 ] && [ -z "$guest_cmd" ]; then
     need=(dmesg.log)
-    if has_phase ktest; then need+=(junit-root.xml junit-user.xml); fi
     for v in "${variants[@]}"; do
         need+=("dmesg-softgpu-$v.log")
-        [ -n "$softgpu_cmd" ] || need+=("junit-softgpu-$v.xml")
+        if [ -z "$softgpu_cmd" ]; then
+            if has_phase softgpu; then need+=("junit-softgpu-$v.xml"); fi
+            case "$v" in patched-*) if has_phase guest; then need+=("junit-guest-root-$v.xml" "junit-guest-user-$v.xml"); fi ;; esac
+        fi
         grep -q "^$v " "$out/softgpu-results" 2>/dev/null || { verdict=2; why="guest left no result for variant $v"; }
     done
     for f in "${need[@]}"; do
@@ -313,7 +306,7 @@ if [ "$verdict" = 0 ] && [ -z "$guest_cmd" ]; then
     done
 fi
 if [ -s "$out/softgpu-results" ]; then
-    echo "vm-test: softgpu phase, per variant:"; sed 's/^/    /' "$out/softgpu-results"
+    echo "vm-test: per variant:"; sed 's/^/    /' "$out/softgpu-results"
 fi
 summary=$(printf 'vm-test: %s: %s | prep %ss, vm %ss (boot+tests), total %ss | logs in %s' \
     "$([ "$verdict" = 0 ] && echo PASS || echo FAIL)" "$why" "$(elapsed "$t_start" "$t_prep")" \

@@ -1,31 +1,38 @@
 # tests/vm/vm.mk: the qemu test bed (included by the top Makefile). docs/testing.md explains it.
 #
 #   make vm-test     boot Debian's stock kernel (the installed linux-headers-amd64's version) under qemu TCG;
-#                    ktest phase: load $(KTEST_KO), run tests/vm/guest as root and as uid 65534;
-#                    softgpu phase: for each nvidia-uvm variant in VM_SOFTGPU_VARIANTS, load the software GPU
-#                    (huvm-softgpu.ko, VM_GPUS pci-testdev devices) and that real nvidia-uvm.ko, run
-#                    tests/vm/softgpu, unload; logs in $(VM_OUT)
+#                    for each nvidia-uvm variant in VM_SOFTGPU_VARIANTS load the software GPU (huvm-softgpu.ko,
+#                    VM_GPUS pci-testdev devices) and that real nvidia-uvm.ko, run the phases (VM_PHASES):
+#                    guest: on patched variants, tests/vm/guest on /dev/nvidia-uvm's huvm ioctls as root and as
+#                    uid 65534; softgpu: tests/vm/softgpu; unload; logs in $(VM_OUT)
 #   make softgpu-vm  the softgpu phase alone, one variant (VM_SOFTGPU_VARIANTS, default stock-release), for
 #                    work on the emulator; VM_GUEST_CMD='dmesg | tail -50' runs that shell command in the
 #                    guest after the modules are loaded, instead of pytest
 #   make softgpu-vm-modules   build what the softgpu phase loads, and the tests' uvm-binding
 #
-# Variables: VM_OUT (results), VM_WORK (kernel image cache), VM_TIMEOUT (seconds for the VM, default 240 for
-# the ktest phase alone; with the softgpu phase 240 (60 without ktest) + (VM_SOFTGPU_TIMEOUT + 60) per
-# variant), VM_SOFTGPU_TIMEOUT (seconds per variant's pytest run, default 900), VM_PYTEST_ARGS (extra pytest
-# arguments of the ktest phase, one word each, e.g. -k policy), VM_SOFTGPU_PYTEST_ARGS (the same for the
-# softgpu phase), VM_SOFTGPU_VARIANTS (nvidia-uvm builds to run, in order, of stock-release stock-debug
-# patched-release patched-debug; default "stock-release patched-release patched-debug"; empty: no softgpu
-# phase), VM_GPUS (default 4), VM_FB_MIB (framebuffer MiB per GPU, default 128), VM_MEM (guest MiB, default
-# 1536 + VM_GPUS * VM_FB_MIB with the softgpu phase), VM_SMP (vCPUs, default 2 with the softgpu phase, else 1),
-# VM_GUEST_CMD (softgpu-vm: one line of shell), and ktest.mk's KTEST_CORE / KTEST_BUILD to test a scratch
-# build of the test module. Without root, qemu or the headers the targets print "SKIP: vm-test: <reason>"
-# and succeed, unless CI=true, where they fail.
+# Variables: VM_OUT (results), VM_WORK (kernel image cache), VM_PHASES (vm-test: guest,softgpu; one of them
+# alone, e.g. VM_PHASES=guest for the guest suite without the long softgpu suite), VM_TIMEOUT (seconds for the
+# VM, default 60 + 60 per variant + VM_SOFTGPU_TIMEOUT per variant with the softgpu phase + 420 per patched
+# variant with the guest phase), VM_SOFTGPU_TIMEOUT (seconds per variant's softgpu pytest run, default 900),
+# VM_PYTEST_ARGS (extra pytest arguments of the guest suite, one word each, e.g. -k policy),
+# VM_SOFTGPU_PYTEST_ARGS (the same for the softgpu phase), VM_SOFTGPU_VARIANTS (nvidia-uvm builds to run, in
+# order, of stock-release stock-debug patched-release patched-debug; default "stock-release patched-release
+# patched-debug"), VM_GPUS (default 4), VM_FB_MIB (framebuffer MiB per GPU, default 128), VM_MEM (guest MiB,
+# default 1536 + VM_GPUS * VM_FB_MIB), VM_SMP (vCPUs, default 2), VM_GUEST_CMD (softgpu-vm: one line of
+# shell). Without root, qemu or the headers the targets print "SKIP: vm-test: <reason>" and succeed, unless
+# CI=true, where they fail.
+
+# The guest kernel: the ABI the installed linux-headers-amd64 meta package points at (never hard-coded).
+# run-vm.sh boots linux-image-$(VM_KVER); the software GPU (driver/softgpu/softgpu.mk) is built against it.
+VM_KVER ?= $(shell dpkg-query -W -f='$${Depends}' linux-headers-amd64 2>/dev/null | \
+             sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
+VM_KDIR ?= /lib/modules/$(VM_KVER)/build
 
 VM_RUN  := $(ROOT)/tests/vm/run-vm.sh
 VM_WORK ?= $(BUILD)/vm
 VM_OUT  ?= $(VM_WORK)/out
 VM_PYTEST_ARGS ?=
+VM_PHASES ?= guest,softgpu
 
 # Read by run-vm.sh from the environment (only those given).
 VM_ENV_VARS := VM_TIMEOUT VM_MEM VM_SMP VM_GPUS VM_FB_MIB VM_SOFTGPU_TIMEOUT VM_SOFTGPU_LONG
@@ -47,9 +54,9 @@ vm_shell_word = '$(subst ','"'"',$(value $(1)))'
 .PHONY: vm-test softgpu-vm softgpu-vm-modules
 vm-test: | venv
 	@$(vm_preflight); \
-	$(MAKE) --no-print-directory ktest-module \
-	    $(if $(VM_TEST_VARIANTS),softgpu-vm-modules VM_SOFTGPU_VARIANTS="$(VM_TEST_VARIANTS)"); \
-	bash $(VM_RUN) --ko $(KTEST_KO) $(call vm_softgpu_args,$(VM_TEST_VARIANTS)) \
+	[ -n "$(VM_TEST_VARIANTS)" ] || { echo "vm-test: VM_SOFTGPU_VARIANTS is empty" >&2; exit 1; }; \
+	$(MAKE) --no-print-directory softgpu-vm-modules VM_SOFTGPU_VARIANTS="$(VM_TEST_VARIANTS)"; \
+	bash $(VM_RUN) --phases $(VM_PHASES) $(call vm_softgpu_args,$(VM_TEST_VARIANTS)) \
 	    --work $(VM_WORK) --out $(VM_OUT) --python $(PY) \
 	    $(if $(VM_PYTEST_ARGS),--pytest-args "$(VM_PYTEST_ARGS)") \
 	    $(if $(VM_SOFTGPU_PYTEST_ARGS),--softgpu-pytest-args "$(VM_SOFTGPU_PYTEST_ARGS)") || rc=$$?; \

@@ -21,7 +21,7 @@ EPILOG = """examples:
   huvm-top                          # the patched module on /dev/nvidia-uvm
   huvm-top --sim                    # a simulated node under load (no GPU needed)
   huvm-top --sim --bcc              # ... with its USDT probes traced by bcc (root)
-  huvm-top --device /dev/huvm_ktest --bcc --interval 0.5
+  huvm-top --bcc --interval 0.5     # the patched module and its huvm:* tracepoints through bcc (root)
   huvm-top --sim --record run.jsonl # ... and keep what was seen
   huvm-top --replay run.jsonl --interval 0.2   # play it back, five snapshots a second
 

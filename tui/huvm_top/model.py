@@ -28,7 +28,7 @@ class GpuInfo:
 class NodeInfo:
     """What the source is attached to."""
 
-    backend: str  # "kernel", "ktest", "sim", "fake", ...
+    backend: str  # "kernel", "sim", "fake", ...
     description: str  # one line for the status bar, e.g. "sim: consolidation (4 GPUs)"
     gpus: tuple[GpuInfo, ...]
 

@@ -199,7 +199,8 @@
 
 /* Backends (huvm_info.backend). */
 #define HUVM_BACKEND_KERNEL             0   /* patched nvidia-uvm */
-#define HUVM_BACKEND_KTEST              1   /* qemu test module (synthetic node) */
+#define HUVM_BACKEND_KTEST              1   /* a core driven by tests alone (tests/c, pyctl's CoreNode); no module
+                                               reports it since the qemu test module was retired */
 #define HUVM_BACKEND_SIM                2   /* simulated node */
 
 /* GPU flags (huvm_gpu_info_t.flags). */
@@ -387,7 +388,8 @@ typedef struct {
     uint32_t             rmStatus;      /* Out */
 } HUVM_LIST_VA_SPACES_PARAMS;
 
-/* Test only: describe a synthetic node (ktest) or check the sim's. Replaces GPUs and links. */
+/* Test only: describe a synthetic node (the patched module with no GPU registered) or check the sim's.
+ * Replaces GPUs and links. */
 typedef struct {
     huvm_hdr_t      hdr;
     uint32_t        gpu_count;      /* In: 1..HUVM_MAX_GPUS */

@@ -54,8 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sim", dest="backend", action="store_const", const="sim", default=argparse.SUPPRESS,
                    help="same as --backend sim")
     g.add_argument("--device", metavar="PATH", default=argparse.SUPPRESS,
-                   help="device of the kernel backend (default /dev/nvidia-uvm; the qemu test bed: "
-                        "/dev/huvm_ktest)")
+                   help="device of the kernel backend (default /dev/nvidia-uvm)")
     g.add_argument("--sim-config", metavar="FILE|PRESET", default=argparse.SUPPRESS,
                    help="simulated node: a node preset name or a TOML file")
     g.add_argument("--sim-fallback", action="store_true", default=argparse.SUPPRESS,

@@ -16,7 +16,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     device = args.device or DEFAULT_DEVICE
     w = Watcher(device)
     if not args.json:
-        out.print(f"watching the nvidia_uvm / huvm_ktest modules and {device} "
+        out.print(f"watching the nvidia_uvm module and {device} "
                   f"({'present' if w.present else 'absent'}); Ctrl-C to end")
     try:
         for ev in w.events(timeout=args.timeout):
@@ -32,9 +32,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("watch", parents=parents, help="report the module and device appearing and disappearing",
-                       description="Follow udev for the nvidia_uvm (and huvm_ktest) module being loaded or "
+                       description="Follow udev for the nvidia_uvm module being loaded or "
                                    "unloaded, and report the device node (--device) appearing or vanishing.",
-                       epilog="examples:\n  huvmctl watch\n  huvmctl watch --device /dev/huvm_ktest --json",
+                       epilog="examples:\n  huvmctl watch\n  huvmctl watch --device /dev/nvidia-uvm --json",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--timeout", type=argtypes.seconds(86400 * 365), metavar="SEC",
                    help="stop after SEC seconds without a udev event")

@@ -1,7 +1,9 @@
 """Helpers of the guest tests: the synthetic node, raw ioctls and state snapshots.
 
-Everything goes through the real device /dev/huvm_ktest (the test module loaded by tests/vm/guest/run-guest.sh)
-with the struct layouts and numbers of huvm's compiled ABI (huvm.abi, cffi); nothing here restates a layout.
+Everything goes through the patched nvidia-uvm's device /dev/nvidia-uvm (loaded on the software GPU by
+tests/vm/guest/run-guest.sh with uvm_enable_builtin_tests=1) with the struct layouts and numbers of huvm's compiled
+ABI (huvm.abi, cffi); nothing here restates a layout. While no VA space has registered a GPU, huvm has no GPU of
+its own, so its test commands (TEST_SET_NODE, TEST_EVENT) may describe a synthetic node and feed it events.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 import huvm
 from huvm import abi
 
-DEVICE = os.environ.get("HUVM_DEVICE", "/dev/huvm_ktest")
+DEVICE = os.environ.get("HUVM_DEVICE", "/dev/nvidia-uvm")
+MODULE = "nvidia_uvm"
 GPUS = 4
 MEMORY = 16 << 30          # 16 GiB per GPU (V100-SXM2-16GB class)
 FREE = 8 << 30             # half of it free when the node is set
@@ -26,7 +29,7 @@ lib: Any = abi.lib
 
 
 def uuid_of(i: int) -> bytes:
-    """A fixed, recognisable UUID for synthetic GPU i."""
+    """A fixed, recognisable UUID for synthetic GPU i (no emulated GPU has it)."""
     return bytes([0x6B, 0x74, 0x65, 0x73, 0x74, 0x00, 0x40, i, 0x80, 0x00]) + bytes([0xA0 + i] * 6)
 
 
@@ -42,7 +45,7 @@ def node_params(gpu_count: int = GPUS, memory: int = MEMORY, free: int = FREE) -
     for i in range(gpu_count):
         g = p.gpus[i]
         ffi.memmove(g.uuid, uuid_of(i), 16)
-        g.name = f"ktest{i}".encode()
+        g.name = f"synth{i}".encode()
         g.memory_bytes = memory
         g.free_bytes = free
         g.pcie_mbyte_per_s = 12000

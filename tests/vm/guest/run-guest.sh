@@ -1,18 +1,20 @@
 #!/bin/bash
 # Runs inside the qemu guest as root (started by tests/vm/init.sh, chrooted into the host's root shared
-# read-only over 9p) and leaves logs in $HUVM_OUT. Phases ($HUVM_PHASES, comma-separated):
-#   ktest    load the test module, run the guest pytest tree as root, then the unprivileged part as
-#            uid/gid 65534 with no capabilities;
-#   softgpu  check the pci-testdev devices, then for each nvidia-uvm variant ($HUVM_UVM_VARIANTS): load
-#            huvm-softgpu.ko and that nvidia-uvm.ko, make /dev/nvidia-uvm{,-tools}, run tests/vm/softgpu,
-#            unload both; one line per variant in $HUVM_OUT/softgpu-results.
+# read-only over 9p) and leaves logs in $HUVM_OUT. It checks the pci-testdev devices, then for each nvidia-uvm
+# variant ($HUVM_UVM_VARIANTS): loads huvm-softgpu.ko and that nvidia-uvm.ko, makes /dev/nvidia-uvm{,-tools},
+# runs the parts named in $HUVM_PHASES (comma-separated), unloads both; one line per variant in
+# $HUVM_OUT/softgpu-results. The parts:
+#   guest    patched variants only: the guest suite (tests/vm/guest) on the patched nvidia-uvm's huvm ioctls
+#            (no GPU registered, so the test commands drive a synthetic node) as root, then the unprivileged
+#            part as uid/gid 65534 with no capabilities; nvidia-uvm is then loaded afresh for what follows;
+#   softgpu  tests/vm/softgpu.
 # Exit status: 0 all passed.
 set -u
 cd "$HUVM_ROOT"
 out=$HUVM_OUT
 py=$HUVM_PY
 extra=$(cat /tmp/pytest.args 2>/dev/null || true)
-phases=" ${HUVM_PHASES:-ktest} "
+phases=" ${HUVM_PHASES:-guest,softgpu} "
 phases=${phases//,/ }
 rc=0
 t() { cut -d" " -f1 /proc/uptime; }
@@ -20,40 +22,7 @@ t() { cut -d" " -f1 /proc/uptime; }
 echo "[t=$(t)s] == guest kernel: $(uname -r) ($(uname -v)), $(nproc) cpu, $(awk '/MemTotal/ {print $2 " kB"}' /proc/meminfo)"
 echo "[t=$(t)s] == python: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
 
-# ---- ktest phase --------------------------------------------------------------------------------------
-ktest_phase() {
-    if ! insmod "$HUVM_KO" allow_test=1; then
-        echo "== insmod $HUVM_KO failed"
-        rc=10
-        return
-    fi
-    echo "[t=$(t)s] == module loaded: $(grep '^huvm_ktest ' /proc/modules)"
-    echo "[t=$(t)s] == device: $(ls -l /dev/huvm_ktest)"
-    echo "[t=$(t)s] == tracepoints: $(ls /sys/kernel/tracing/events/huvm 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
-
-    common=(-c tests/vm/guest/pytest.ini --rootdir=tests/vm/guest -p pytest_timeout)
-    echo "[t=$(t)s] == pytest as root (uid $(id -u), CAP_SYS_ADMIN)"
-    # shellcheck disable=SC2086
-    "$py" -m pytest "${common[@]}" tests/vm/guest --ignore=tests/vm/guest/unprivileged \
-        --junitxml="$out/junit-root.xml" $extra || rc=1
-
-    # test commands need CAP_SYS_ADMIN: root builds the node the unprivileged suite reads
-    "$py" -c "import sys; sys.path.insert(0, 'tests/vm/guest'); import guestlib; guestlib.build_busy_node()" || rc=1
-    echo "[t=$(t)s] == pytest as an unprivileged user (uid 65534, gid 65534, no groups, no capabilities)"
-    # shellcheck disable=SC2086
-    setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \
-        env HOME=/tmp "$py" -m pytest "${common[@]}" tests/vm/guest/unprivileged \
-        --junitxml=/tmp/junit-user.xml $extra || rc=1
-    cp /tmp/junit-user.xml "$out/junit-user.xml" 2>/dev/null
-    # Unloaded before the softgpu phase: its tracepoints have the names of nvidia-uvm's (huvm:huvm_evict, ...);
-    # while it is loaded, tracefs (and so bcc) would name its events, not the patched nvidia-uvm's.
-    if ! rmmod huvm_ktest; then
-        echo "== rmmod huvm_ktest failed"
-        rc=1
-    fi
-}
-
-# ---- softgpu phase ------------------------------------------------------------------------------------
+# ---- the variants --------------------------------------------------------------------------------------
 gpus=${HUVM_SOFTGPU_GPUS:-4}
 fb_mib=${HUVM_SOFTGPU_FB_MIB:-128}
 sg_extra=$(cat /tmp/softgpu-pytest.args 2>/dev/null || true)
@@ -70,8 +39,64 @@ check_param() {  # module param expected
     [ "$got" = "$3" ] || { echo "== $1: $2=$got, expected $3"; return 1; }
 }
 
+has_part() { case $phases in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+# nvidia-uvm's parameters in every load: its built-in tests (and with them huvm's test commands) on.
+uvm_params=(uvm_enable_builtin_tests=1 uvm_release_asserts=1)
+
+# Load nvidia-uvm and make its device nodes; prints "ok" or the failure.
+load_uvm() {  # ko
+    local major
+    if ! insmod "$1" "${uvm_params[@]}"; then echo "FAIL(insmod nvidia-uvm)"; return 1; fi
+    # UVM registers the chrdev region "nvidia-uvm" but makes no node (uvm.c:uvm_chardev_create):
+    # minor 0 is /dev/nvidia-uvm, minor 1 the tools node; mode 0666 like nvidia-modprobe's.
+    major=$(awk '$2 == "nvidia-uvm" {print $1}' /proc/devices)
+    rm -f /dev/nvidia-uvm /dev/nvidia-uvm-tools
+    if [ -z "$major" ] || ! mknod -m 666 /dev/nvidia-uvm c "$major" 0 ||
+       ! mknod -m 666 /dev/nvidia-uvm-tools c "$major" 1; then
+        echo "FAIL(no nvidia-uvm chrdev: '$major')"; return 1
+    fi
+    echo ok
+}
+
+# The guest suite on a patched variant's huvm ioctls. Sets guest= (passed or FAIL(...)); leaves nvidia-uvm
+# freshly loaded (the suite leaves a synthetic node and reloads the module itself), or sets load=.
+guest_suite() {  # variant ko
+    local v=$1 ko=$2 failed=() common env
+    common=(-c tests/vm/guest/pytest.ini --rootdir=tests/vm/guest -p pytest_timeout)
+    env=(env HUVM_DEVICE=/dev/nvidia-uvm "HUVM_UVM_VARIANT=$v" "HUVM_UVM_KO=$ko" "HUVM_UVM_PARAMS=${uvm_params[*]}")
+    echo "[t=$(t)s] == guest suite [$v]: tracepoints: $(ls /sys/kernel/tracing/events/huvm 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
+    echo "[t=$(t)s] == guest suite [$v]: pytest as root (uid $(id -u), CAP_SYS_ADMIN)"
+    # shellcheck disable=SC2086
+    "${env[@]}" "$py" -m pytest "${common[@]}" tests/vm/guest --ignore=tests/vm/guest/unprivileged \
+        --junitxml="$out/junit-guest-root-$v.xml" $extra || failed+=(root)
+
+    if loaded nvidia_uvm || load=$(load_uvm "$ko"); then
+        # test commands need CAP_SYS_ADMIN: root builds the node the unprivileged suite reads
+        "${env[@]}" "$py" -c "import sys; sys.path.insert(0, 'tests/vm/guest'); import guestlib; guestlib.build_busy_node()" ||
+            failed+=(busy-node)
+        echo "[t=$(t)s] == guest suite [$v]: pytest as an unprivileged user (uid 65534, gid 65534, no groups, no capabilities)"
+        # shellcheck disable=SC2086
+        setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \
+            "${env[@]}" HOME=/tmp "$py" -m pytest "${common[@]}" tests/vm/guest/unprivileged \
+            --junitxml=/tmp/junit-guest-user-$v.xml $extra || failed+=(user)
+        cp /tmp/junit-guest-user-$v.xml "$out/junit-guest-user-$v.xml" 2>/dev/null
+    else
+        failed+=(user)
+    fi
+
+    # What follows gets a freshly loaded nvidia-uvm (huvm's state back to its load-time defaults).
+    if loaded nvidia_uvm && ! rmmod nvidia_uvm; then
+        load="FAIL(rmmod nvidia_uvm after the guest suite)"
+    elif [ "$load" = ok ]; then
+        load=$(load_uvm "$ko")
+    fi
+    if [ ${#failed[@]} = 0 ]; then guest=passed; else guest="FAIL($(IFS=,; echo "${failed[*]}"))"; fi
+    echo "[t=$(t)s] == guest suite [$v]: $guest"
+}
+
 softgpu_variant() {  # variant
-    local v=$1 ko=$out/nvidia-uvm-$1.ko load=ok tests=skipped unload=ok vrc=0 major log
+    local v=$1 ko=$out/nvidia-uvm-$1.ko load=ok guest=none tests=skipped unload=ok vrc=0 log
     local mark="huvm-vm: softgpu variant $v begins" taint0
     taint0=$(cat /proc/sys/kernel/tainted)
     log=$out/dmesg-softgpu-$v.log
@@ -83,29 +108,27 @@ softgpu_variant() {  # variant
         load="FAIL(insmod huvm-softgpu)"
     elif ! check_param huvm_softgpu gpus "$gpus" || ! check_param huvm_softgpu fb_mib "$fb_mib"; then
         load="FAIL(huvm-softgpu parameters)"
-    elif ! insmod "$ko" uvm_enable_builtin_tests=1 uvm_release_asserts=1; then
-        load="FAIL(insmod nvidia-uvm)"
-    else
-        # UVM registers the chrdev region "nvidia-uvm" but makes no node (uvm.c:uvm_chardev_create):
-        # minor 0 is /dev/nvidia-uvm, minor 1 the tools node; mode 0666 like nvidia-modprobe's.
-        major=$(awk '$2 == "nvidia-uvm" {print $1}' /proc/devices)
-        rm -f /dev/nvidia-uvm /dev/nvidia-uvm-tools
-        if [ -z "$major" ] || ! mknod -m 666 /dev/nvidia-uvm c "$major" 0 ||
-           ! mknod -m 666 /dev/nvidia-uvm-tools c "$major" 1; then
-            load="FAIL(no nvidia-uvm chrdev: '$major')"
-        fi
+    elif ! load=$(load_uvm "$ko"); then
+        :
     fi
     [ "$load" = ok ] || { echo "== softgpu [$v]: load $load"; vrc=1; }
     echo "[t=$(t)s] == softgpu [$v]: $(grep -E '^(huvm_softgpu|nvidia_uvm) ' /proc/modules | cut -d' ' -f1-4 | paste -sd';'); $(ls -l /dev/nvidia-uvm /dev/nvidia-uvm-tools 2>/dev/null | awk '{print $1, $5, $6, $NF}' | paste -sd';')"
 
     local env=(env "HUVM_UVM_VARIANT=$v" "HUVM_SOFTGPU_GPUS=$gpus" "HUVM_SOFTGPU_FB_MIB=$fb_mib"
                "HUVM_UVM_KO=$ko" "HUVM_SOFTGPU_LONG=${HUVM_SOFTGPU_LONG:-}")
+    if [ ! -f "$sg_cmd" ] && [ "$load" = ok ] && has_part guest; then
+        case $v in patched-*)
+            guest_suite "$v" "$ko"
+            [ "$load" = ok ] || { echo "== softgpu [$v]: load $load"; vrc=1; }
+            case $guest in passed) ;; *) vrc=1 ;; esac ;;
+        esac
+    fi
     if [ -f "$sg_cmd" ]; then
         # Debugging: run even when a load failed (dmesg is the point then); its status is reported only.
         echo "[t=$(t)s] == softgpu [$v]: guest command"
         "${env[@]}" /bin/bash "$sg_cmd"
         tests="cmd-rc=$?"
-    elif [ "$load" = ok ]; then
+    elif [ "$load" = ok ] && has_part softgpu; then
         echo "[t=$(t)s] == softgpu [$v]: pytest tests/vm/softgpu (timeout ${HUVM_SOFTGPU_TIMEOUT:-900}s)"
         # shellcheck disable=SC2086
         "${env[@]}" timeout -k 15 "${HUVM_SOFTGPU_TIMEOUT:-900}" \
@@ -140,8 +163,8 @@ softgpu_variant() {  # variant
         echo "== softgpu [$v]: kernel tainted: $taint (was $taint0; see $(basename "$log"))"
         taint="FAIL($taint)"; vrc=1
     fi
-    echo "$v load=$load tests=$tests unload=$unload not_emulated=$ne uvm_asserts=$na taint=$taint" >> "$results"
-    echo "[t=$(t)s] == softgpu [$v]: $([ $vrc = 0 ] && echo PASS || echo FAIL): load=$load tests=$tests unload=$unload"
+    echo "$v load=$load guest=$guest tests=$tests unload=$unload not_emulated=$ne uvm_asserts=$na taint=$taint" >> "$results"
+    echo "[t=$(t)s] == softgpu [$v]: $([ $vrc = 0 ] && echo PASS || echo FAIL): load=$load guest=$guest tests=$tests unload=$unload"
     [ $vrc = 0 ] || [ $rc != 0 ] || rc=1
 }
 
@@ -156,15 +179,14 @@ softgpu_phase() {
     IFS=', ' read -r -a variants <<< "${HUVM_UVM_VARIANTS:-}"
     if [ "${#bdfs[@]}" != "$gpus" ]; then
         echo "== softgpu: expected $gpus pci-testdev devices (one per emulated GPU), found ${#bdfs[@]}"
-        for v in "${variants[@]}"; do echo "$v load=FAIL(devices) tests=skipped unload=ok" >> "$results"; done
+        for v in "${variants[@]}"; do echo "$v load=FAIL(devices) guest=none tests=skipped unload=ok" >> "$results"; done
         [ $rc != 0 ] || rc=1
         return
     fi
     for v in "${variants[@]}"; do softgpu_variant "$v"; done
 }
 
-case $phases in *" ktest "*) ktest_phase ;; esac
-case $phases in *" softgpu "*) softgpu_phase ;; esac
+softgpu_phase
 
 # A warning, an oops or a bad page leaves a taint bit even when the kernel carried on.
 # Allowed: O (4096, out-of-tree module) and E (8192, unsigned module).

@@ -1,4 +1,4 @@
-"""GET_INFO and TEST_SET_NODE through pyctl's kernel backend on the real device."""
+"""GET_INFO and TEST_SET_NODE through pyctl's kernel backend on the patched nvidia-uvm's device."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ def test_device_node_is_world_accessible() -> None:
 
 def test_module_identity_and_tracepoints() -> None:
     with open("/proc/modules") as f:
-        assert any(line.startswith("huvm_ktest ") for line in f)
-    with open("/sys/module/huvm_ktest/parameters/allow_test") as f:
+        assert any(line.startswith(guestlib.MODULE + " ") for line in f)
+    # The test commands are allowed by nvidia-uvm's own switch for its built-in tests.
+    with open(f"/sys/module/{guestlib.MODULE}/parameters/uvm_enable_builtin_tests") as f:
         assert f.read().strip() == "1"
     events = [e for e in os.listdir("/sys/kernel/tracing/events/huvm") if e not in ("enable", "filter")]
     assert len(events) == 6     # names: test_tracepoints.py
@@ -31,14 +32,14 @@ def test_get_info_reports_the_synthetic_node(node: Any) -> None:
     p = node.call(lib.HUVM_IOCTL_GET_INFO)
     assert p.hdr.module_abi_version == lib.HUVM_ABI_VERSION
     assert p.huvm_version == lib.HUVM_VERSION
-    assert p.backend == lib.HUVM_BACKEND_KTEST
+    assert p.backend == lib.HUVM_BACKEND_KERNEL
     assert p.max_gpus == lib.HUVM_MAX_GPUS
     assert abi.cstr(p.upstream_version) == "535.261.03"
     assert p.gpu_count == guestlib.GPUS
     for i in range(guestlib.GPUS):
         g = p.gpus[i]
         assert bytes(abi.ffi.buffer(g.uuid, 16)) == guestlib.uuid_of(i)
-        assert abi.cstr(g.name) == f"ktest{i}"
+        assert abi.cstr(g.name) == f"synth{i}"
         assert g.memory_bytes == guestlib.MEMORY
         assert g.free_bytes == guestlib.FREE
         for j in range(guestlib.GPUS):
@@ -53,7 +54,7 @@ def test_get_info_reports_the_synthetic_node(node: Any) -> None:
 def test_typed_info_matches_raw(node: Any) -> None:
     info = node.info()
     assert len(info.gpus) == guestlib.GPUS
-    assert node.backend.description.endswith("(/dev/huvm_ktest)")
+    assert node.backend.description.endswith(f"({guestlib.DEVICE})")
 
 
 def test_set_node_replaces_gpus_and_zeroes_counters(busy_node: Any) -> None:
@@ -72,4 +73,5 @@ def test_set_node_replaces_gpus_and_zeroes_counters(busy_node: Any) -> None:
 
 
 def test_list_va_spaces_is_empty_on_the_synthetic_node(node: Any) -> None:
+    # No process of the guest suite initializes a VA space (pyctl never sends UVM_INITIALIZE).
     assert node.va_spaces() == []

@@ -1,9 +1,12 @@
 """Every class of malformed request is refused by the real ioctl path with the documented errno or
 NV_STATUS (and error_field), and leaves the module's state (node, policy, counters) unchanged.
 
-Transport failures are errnos (driver/ktest/huvm_ktest.c): ENOTTY unknown command, EFAULT bad pointer,
-EINVAL a header size that is not this module's struct size (only the header is copied back, with
-module_abi_version set). Everything else is in-band: the ioctl returns 0 and rmStatus/error_field say why.
+Transport failures are errnos (driver/uvm/uvm_huvm.c, uvm_huvm_ioctl): EFAULT bad pointer, EINVAL a header
+size that is not this module's struct size (only the header is copied back, with module_abi_version set), ENOMEM.
+Everything else is in-band: the ioctl returns 0 and rmStatus/error_field say why. huvm's commands are the numbers
+HUVM_IOCTL_FIRST..HUVM_IOCTL_LAST; nvidia-uvm's uvm_ioctl hands every other number to UVM's own switch, which
+answers one it does not know with EINVAL (uvm_test_ioctl's default), so huvm's ENOTTY (no huvm command of that
+number) is not reachable on the loaded module.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import guestlib
 import huvm
 import pytest
-from huvm import abi
+from huvm import abi, uvm
 
 lib = abi.lib
 ffi = abi.ffi
@@ -37,11 +40,29 @@ def refused(node: Any, cmd: int, params: Any) -> tuple[int, int, int]:
 
 # ---- transport-level refusals (errno) -----------------------------------------------------------------
 
-@pytest.mark.parametrize("cmd", [0, 1, 78, 200, 1800, 1809, 1900, 0xC0104801, 0x30000001, 2047])
-def test_unknown_command_is_enotty(busy_node: Any, cmd: int) -> None:
+# Numbers nvidia-uvm 535.261.03 assigns to nothing: next to huvm's range (1800, 1809), between UVM's commands
+# (0, 78) and its test commands (1900), beside UVM_INITIALIZE (0x30000003) and an _IOC-encoded number. The test
+# checks them against the UVM binding (huvm.uvm, built from the same nvidia-uvm headers).
+@pytest.mark.parametrize("cmd", [0, 78, 1800, 1809, 1900, 0xC0104801, 0x30000003])
+def test_unknown_command_is_einval_from_uvm(busy_node: Any, cmd: int) -> None:
+    assert not lib.HUVM_IOCTL_FIRST <= cmd <= lib.HUVM_IOCTL_LAST
+    assert cmd not in uvm.commands().values()
     before = guestlib.snapshot(busy_node)
     buf = bytearray(abi.as_buffer(abi.new_params(lib.HUVM_IOCTL_GET_STATS)))
-    assert guestlib.raw_ioctl(cmd, buf) == errno.ENOTTY
+    sent = bytes(buf)
+    assert guestlib.raw_ioctl(cmd, buf) == errno.EINVAL
+    assert bytes(buf) == sent, "nothing may be written back for an unknown command"
+    assert guestlib.snapshot(busy_node) == before
+
+
+# UVM's own commands are answered by UVM: on a file with no VA space, in-band with NV_ERR_ILLEGAL_ACTION
+# (uvm_api.h's init check) and ioctl 0; huvm's state is not touched.
+@pytest.mark.parametrize("name", ["UVM_PAGEABLE_MEM_ACCESS", "UVM_TEST_GET_GPU_REF_COUNT"])
+def test_uvm_commands_do_not_reach_huvm(busy_node: Any, name: str) -> None:
+    before = guestlib.snapshot(busy_node)
+    params = uvm.new_params(name)
+    assert guestlib.raw_ioctl(uvm.commands()[name], uvm.ffi().buffer(params)) == 0
+    assert params.rmStatus == uvm.status_code("NV_ERR_ILLEGAL_ACTION")
     assert guestlib.snapshot(busy_node) == before
 
 
@@ -168,7 +189,8 @@ POLICY_CASES: list[tuple[str, Mutation, int, int]] = [
      lib.HUVM_FIELD_GPU_COUNT),
     ("role", gpu_entry(2, "role", lib.HUVM_ROLE_COUNT), lib.HUVM_NV_ERR_OUT_OF_RANGE,
      gpu_field(2, lib.HUVM_FIELD_GPU_ROLE)),
-    ("gpu_flags", gpu_entry(1, "flags", lib.HUVM_GPU_POLICY_FLAGS_KNOWN + 1), lib.HUVM_NV_ERR_INVALID_ARGUMENT, gpu_field(1, lib.HUVM_FIELD_GPU_FLAGS)),
+    ("gpu_flags", gpu_entry(1, "flags", lib.HUVM_GPU_POLICY_FLAGS_KNOWN + 1), lib.HUVM_NV_ERR_INVALID_ARGUMENT,
+     gpu_field(1, lib.HUVM_FIELD_GPU_FLAGS)),
     # contradictory settings
     ("prefetch_on_of_nothing", both(node_field("prefetch_mode", lib.HUVM_PREFETCH_LOCAL),
                                     node_field("prefetch_chunks", 0)),

@@ -1,4 +1,9 @@
-"""Load/unload of the test module 20 times leaks nothing; allow_test=0 turns the test commands off.
+"""Load/unload of the patched nvidia-uvm 20 times leaks nothing; uvm_enable_builtin_tests=0 turns huvm's test
+commands off.
+
+nvidia-uvm is reloaded as tests/vm/guest/run-guest.sh loads it (the software GPU stays loaded): rmmod nvidia_uvm;
+insmod the variant's .ko ($HUVM_UVM_KO) with the phase's parameters ($HUVM_UVM_PARAMS); /dev/nvidia-uvm and
+/dev/nvidia-uvm-tools made again (UVM registers its chrdev region but makes no node; minor 0 and 1, mode 0666).
 
 The Debian kernel has no kmemleak (CONFIG_DEBUG_KMEMLEAK is not set), so leaks are measured: every slab
 cache is shrunk (per-CPU slabs flushed) before /proc/slabinfo is read, and /proc/vmallocinfo is counted;
@@ -8,6 +13,7 @@ a leak of one object per load would grow some cache by >= 20 objects.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,7 +25,10 @@ import pytest
 from huvm import abi
 
 lib = abi.lib
-KO = os.environ.get("HUVM_KO", "")
+KO = os.environ.get("HUVM_UVM_KO", "")
+PARAMS = os.environ.get("HUVM_UVM_PARAMS", "uvm_enable_builtin_tests=1").split()
+TEST_OFF = [a for a in PARAMS if not a.startswith("uvm_enable_builtin_tests=")] + ["uvm_enable_builtin_tests=0"]
+CHRDEV = "nvidia-uvm"
 CYCLES = 20
 
 
@@ -28,7 +37,30 @@ def run(*cmd: str) -> None:
 
 
 def loaded() -> bool:
-    return any(line.startswith("huvm_ktest ") for line in Path("/proc/modules").read_text().splitlines())
+    return any(line.startswith(guestlib.MODULE + " ") for line in Path("/proc/modules").read_text().splitlines())
+
+
+def chrdev_major() -> int | None:
+    """The major of nvidia-uvm's chrdev region in /proc/devices, None when it is not registered."""
+    for line in Path("/proc/devices").read_text().splitlines():
+        f = line.split()
+        if len(f) == 2 and f[1] == CHRDEV and f[0].isdigit():
+            return int(f[0])
+    return None
+
+
+def load(params: list[str]) -> None:
+    run("insmod", KO, *params)
+    major = chrdev_major()
+    assert major is not None, f"{CHRDEV} registered no chrdev region"
+    for minor, path in enumerate((guestlib.DEVICE, guestlib.DEVICE + "-tools")):
+        Path(path).unlink(missing_ok=True)
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        os.chmod(path, 0o666)      # mknod's mode is filtered by the umask
+
+
+def unload() -> None:
+    run("rmmod", guestlib.MODULE)
 
 
 def quiesce() -> None:
@@ -67,30 +99,32 @@ def vmalloc_areas() -> int:
 
 @pytest.fixture
 def module_reloadable() -> Iterator[None]:
-    assert KO and os.path.exists(KO), "HUVM_KO must name the module file"
+    assert KO and os.path.exists(KO), "HUVM_UVM_KO must name the variant's nvidia-uvm.ko"
     assert loaded()
-    run("rmmod", "huvm_ktest")
+    unload()
     try:
         yield
     finally:
         if loaded():
-            run("rmmod", "huvm_ktest")
-        run("insmod", KO, "allow_test=1")
+            unload()
+        load(PARAMS)
 
 
-def cycle(args: str = "allow_test=1") -> None:
-    run("insmod", KO, args)
+def cycle() -> None:
+    load(PARAMS)
     with guestlib.open_node() as node:
         guestlib.set_node(node)
-        guestlib.event(node, lib.HUVM_TEST_EVENT_EVICT, 0, 4)
+        # nvidia-uvm loads with the stock preset (host-only eviction): the huvm policy first.
         node.call(lib.HUVM_IOCTL_SET_POLICY, guestlib.base_policy(node))
+        guestlib.event(node, lib.HUVM_TEST_EVENT_EVICT, 0, 4)
         assert guestlib.counter_sum(node.call(lib.HUVM_IOCTL_GET_STATS), "evict_to_peer") == 4
-    run("rmmod", "huvm_ktest")
+    unload()
 
 
-# The module allocates no dentries itself: its device node is made and removed by devtmpfs (checked directly
-# below), and insmod's path lookups over 9p leave dentries whose RCU-deferred reclaim is not deterministic with
-# two vCPUs (a CI run saw 'dentry' +42, +79 while 2 of 3 runs saw nothing). Leaks are judged on the rest.
+# The module allocates no dentries itself (its device nodes are made by the test, with mknod, and unlinked before
+# they are made again), and insmod's path lookups over 9p leave dentries whose RCU-deferred reclaim is not
+# deterministic with two vCPUs (a CI run saw 'dentry' +42, +79 while 2 of 3 runs saw nothing). Leaks are judged on
+# the rest.
 VFS_CACHES = frozenset({"dentry"})
 
 
@@ -111,6 +145,7 @@ def grown_caches() -> tuple[dict[str, int], int]:
     return grown, vm_after - vm_before
 
 
+@pytest.mark.timeout(600)     # 21-41 loads of nvidia-uvm under TCG
 def test_reload_20_times_leaks_nothing(module_reloadable: None, capsys: pytest.CaptureFixture[str]) -> None:
     cycle()                                   # warm up caches that grow once (sysfs, kernfs, dentries)
     suspects, vm_growth = grown_caches()
@@ -124,7 +159,7 @@ def test_reload_20_times_leaks_nothing(module_reloadable: None, capsys: pytest.C
               f"confirmed leaks: {leaks or 'none'}; vmalloc areas grew by {vm_growth}")
     assert leaks == {}, f"slab caches grow by > {CYCLES} objects every {CYCLES} cycles: {leaks}"
     assert vm_growth < CYCLES, "vmalloc areas leak"
-    assert not Path("/dev/huvm_ktest").exists()
+    assert chrdev_major() is None, f"{CHRDEV}'s chrdev region outlived rmmod"
 
 
 def test_ioctl_path_leaks_nothing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -154,9 +189,11 @@ def test_ioctl_path_leaks_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert grown == {}
 
 
-def test_allow_test_0_refuses_test_commands(module_reloadable: None) -> None:
-    run("insmod", KO, "allow_test=0")
+def test_builtin_tests_off_refuses_test_commands(module_reloadable: None) -> None:
+    load(TEST_OFF)
     try:
+        with open(f"/sys/module/{guestlib.MODULE}/parameters/uvm_enable_builtin_tests") as f:
+            assert f.read().strip() == "0"
         with guestlib.open_node() as node:
             with pytest.raises(huvm.NotSupported):
                 guestlib.set_node(node)
@@ -166,4 +203,4 @@ def test_allow_test_0_refuses_test_commands(module_reloadable: None) -> None:
             assert p.rmStatus == lib.HUVM_NV_ERR_NOT_SUPPORTED
             assert len(node.info().gpus) == 0       # the node stayed empty
     finally:
-        run("rmmod", "huvm_ktest")
+        unload()
