@@ -96,7 +96,7 @@ typedef struct {
 /* Who is calling (filled by the glue from the task; by the simulator as privileged). */
 typedef struct {
     uint32_t privileged;                /* CAP_SYS_ADMIN (kernel); audited only for privileged commands */
-    uint32_t allow_test;                /* test commands allowed (uvm_enable_builtin_tests, ktest, sim) */
+    uint32_t allow_test;                /* test commands allowed (uvm_enable_builtin_tests, sim) */
     uint32_t live_gpus;                 /* real (or emulated) GPUs are registered: test commands refused */
     uint32_t uid;
     uint32_t pid;
@@ -144,6 +144,9 @@ huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_
 /* Can holder take `bytes` more of owner's data now? Returns HUVM_REASON_PEER if yes, else the reason. */
 uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
                          uint32_t holder, uint64_t bytes, uint64_t now_ns);
+/* The free reserve gpu's pre-eviction keeps, in chunks: preevict_chunks, at most 1/16 of the GPU; 0 for a GPU
+ * whose role does not harvest (none, lender) or that is absent. */
+uint32_t huvm_preevict_target(const huvm_core_t *core, uint32_t gpu);
 /* How many chunks should gpu pre-evict to restore its free reserve (0 = none), from free memory alone (no
  * pressure gate, no order: huvm_decide_preevict_plan is the whole decision). */
 uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu);

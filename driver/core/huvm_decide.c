@@ -258,24 +258,34 @@ huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_
 }
 
 /* Chunks to pre-evict so that gpu has min(preevict_chunks, 1/16 of its memory, cap) chunks free. */
-static uint32_t preevict_count(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu, uint64_t cap)
+uint32_t huvm_preevict_target(const huvm_core_t *core, uint32_t gpu)
 {
-    uint64_t target, free_chunks, mem_chunks;
+    uint64_t target, mem_chunks;
 
-    if (!core || !state || gpu >= core->gpu_count || !huvm_gpu_present(core, gpu))
+    if (!core || gpu >= core->gpu_count || !huvm_gpu_present(core, gpu))
         return 0;
     /* Pre-eviction is a harvester's: a GPU with role none (or a lender only) keeps UVM's own eviction. */
     if (!huvm_role_harvests(huvm_gpu_role(core, gpu)))
         return 0;
     target = core->policy.preevict_chunks;
-    if (target > cap)
-        target = cap;
-    if (target == 0)
-        return 0;
     /* Adaptive bound: never keep more than 1/16 of the GPU free for pre-eviction. */
     mem_chunks = core->gpus[gpu].memory_bytes / HUVM_CHUNK_SIZE;
     if (target > mem_chunks / 16)
         target = mem_chunks / 16;
+    return (uint32_t)target;
+}
+
+static uint32_t preevict_count(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu, uint64_t cap)
+{
+    uint64_t target, free_chunks;
+
+    if (!state)
+        return 0;
+    target = huvm_preevict_target(core, gpu);
+    if (target > cap)
+        target = cap;
+    if (target == 0)
+        return 0;
     free_chunks = clamp_free(core, state, gpu) / HUVM_CHUNK_SIZE;
     if (free_chunks >= target)
         return 0;

@@ -115,6 +115,24 @@ void uvm_huvm_gather_state_locked(huvm_gpu_state_t *state)
         state[i].own_peak_bytes = own_peak_update(i, state[i].free_bytes);
         state[i].last_pressure_ns = atomic64_read(&slot->last_pressure_ns);
         state[i].burst_chunks = atomic64_read(&slot->burst_chunks);
+        spin_lock(&slot->feedback_lock);
+        state[i].prefetch_used = slot->prefetch_used;
+        state[i].prefetch_unused = slot->prefetch_unused;
+        spin_unlock(&slot->feedback_lock);
+    }
+}
+
+// Every slot's prefetch feedback history forgotten.
+// LOCKING: g_uvm_huvm.lock held (read or write); takes the slots' feedback_lock (leaves).
+static void feedback_reset_locked(void)
+{
+    NvU32 i;
+
+    for (i = 0; i < HUVM_MAX_GPUS; i++) {
+        spin_lock(&g_uvm_huvm.slots[i].feedback_lock);
+        g_uvm_huvm.slots[i].prefetch_used = 0;
+        g_uvm_huvm.slots[i].prefetch_unused = 0;
+        spin_unlock(&g_uvm_huvm.slots[i].feedback_lock);
     }
 }
 
@@ -194,11 +212,15 @@ static huvm_status_t ops_list_va_spaces(void *ctx, const huvm_caller_t *caller, 
 }
 
 
-// LOCKING: g_uvm_huvm.lock held for write (inside huvm_dispatch); only schedules work.
+// A new policy: the workers look at their reserves again, and the prefetch feedback starts afresh (its
+// history was of another prefetch window).
+// LOCKING: g_uvm_huvm.lock held for write (inside huvm_dispatch); takes the slots' feedback_lock (leaves) and
+// schedules work.
 static void ops_policy_changed(void *ctx, const huvm_core_t *core)
 {
     NvU32 i;
 
+    feedback_reset_locked();
     for (i = 0; i < HUVM_MAX_GPUS; i++)
         uvm_huvm_preevict_kick_slot_locked(&g_uvm_huvm.slots[i]);
 }
@@ -230,7 +252,7 @@ static bool huvm_any_gpu_present_locked(void)
 // A refused header (huvm_check_hdr). With another struct size only the 16-byte header is known to be
 // there: it goes back with module_abi_version filled in and the ioctl fails with -EINVAL. With the right
 // size (refused ABI version or flags) the refusal is in-band: header plus error_field/rmStatus, return 0.
-// The qemu test module (driver/ktest) answers the same way.
+// tests/vm/guest/test_malformed.py checks these answers on the loaded module.
 // LOCKING: none held; may fault on user memory.
 static long refuse_hdr(void __user *uparams, const huvm_hdr_t *hdr, NvU32 size, NvU32 error_field, huvm_status_t status)
 {
@@ -388,6 +410,10 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
         atomic64_set(&slot->batch_alloc_bytes, 0);
         atomic64_set(&slot->burst_chunks, 0);
         memset(&slot->own_peak, 0, sizeof(slot->own_peak));
+        spin_lock(&slot->feedback_lock);
+        slot->prefetch_used = 0;
+        slot->prefetch_unused = 0;
+        spin_unlock(&slot->feedback_lock);
     }
     write_unlock(&g_uvm_huvm.lock);
 
@@ -534,6 +560,7 @@ void uvm_huvm_init(void)
     for (i = 0; i < HUVM_MAX_GPUS; i++) {
         spin_lock_init(&g_uvm_huvm.slots[i].pf_lock);
         spin_lock_init(&g_uvm_huvm.slots[i].peak_lock);
+        spin_lock_init(&g_uvm_huvm.slots[i].feedback_lock);
         nv_kthread_q_item_init(&g_uvm_huvm.slots[i].pf_q_item, uvm_huvm_prefetch_worker_entry, &g_uvm_huvm.slots[i]);
     }
 

@@ -84,6 +84,11 @@ static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *ev
     UVM_ASSERT(event_id == UVM_PERF_EVENT_MIGRATION);
     uvm_assert_mutex_locked(&va_block->lock);
 
+    // A block huvm prefetched leaving its place by eviction (from the prefetcher or from the peer it went to)
+    // before the GPU touched it: the prefetch was not used.
+    if (event_data->migration.cause == UVM_MAKE_RESIDENT_CAUSE_EVICTION && va_block->huvm_prefetched_for != 0)
+        uvm_huvm_prefetch_feedback(va_block, false);
+
     if (!g_uvm_huvm.initialized || event_data->migration.cause == UVM_MAKE_RESIDENT_CAUSE_EVICTION ||
         !UVM_ID_IS_GPU(dst_id) || uvm_va_block_is_hmm(va_block))
         return;
@@ -120,16 +125,62 @@ static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *ev
         atomic64_add(event_data->migration.bytes / UVM_CHUNK_SIZE_MAX, &va_space->huvm.fetch_from_host);
 }
 
+// A GPU fault on a block huvm prefetched for that GPU (resident but not yet mapped there, or still on the
+// peer it was prefetched to): the prefetch was used.
+// LOCKING: UVM_PERF_EVENT_FAULT: the VA space lock is held (at least for read) and the block lock; the VA
+// space's perf events lock for read. Takes g_uvm_huvm.lock (read), then the slot's feedback_lock.
+static void fault_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    uvm_va_block_t *va_block = event_data->fault.block;
+    uvm_va_space_t *va_space = event_data->fault.space;
+    uvm_processor_id_t id = event_data->fault.proc_id;
+    NvU32 slot;
+
+    UVM_ASSERT(event_id == UVM_PERF_EVENT_FAULT);
+
+    if (!va_block || va_block->huvm_prefetched_for == 0 || !UVM_ID_IS_GPU(id))
+        return;
+    uvm_assert_mutex_locked(&va_block->lock);
+    uvm_assert_rwsem_locked(&va_space->lock);
+
+    read_lock(&g_uvm_huvm.lock);
+    slot = uvm_huvm_slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, id));
+    read_unlock(&g_uvm_huvm.lock);
+
+    if (slot != HUVM_SLOT_NONE && va_block->huvm_prefetched_for == slot + 1)
+        uvm_huvm_prefetch_feedback(va_block, true);
+}
+
+// A block huvm prefetched freed before the GPU touched it: the prefetch was not used.
+// LOCKING: UVM_PERF_EVENT_BLOCK_DESTROY: the block lock is held, or nothing references the block any more.
+static void block_destroy_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    UVM_ASSERT(event_id == UVM_PERF_EVENT_BLOCK_DESTROY);
+
+    if (event_data->block_destroy.block && event_data->block_destroy.block->huvm_prefetched_for != 0)
+        uvm_huvm_prefetch_feedback(event_data->block_destroy.block, false);
+}
+
 // LOCKING: the VA space lock is held for write (uvm_va_space_create(), after uvm_perf_heuristics_load());
-// takes the VA space's perf events lock for write, as the heuristics do.
+// takes the VA space's perf events lock for write, as the heuristics do. On failure the VA space is destroyed
+// with its events (callbacks registered so far included).
 NV_STATUS uvm_huvm_va_space_events_load(uvm_va_space_t *va_space)
 {
+    NV_STATUS status;
+
     uvm_assert_rwsem_locked_write(&va_space->lock);
 
     if (!g_uvm_huvm.initialized)
         return NV_OK;
 
-    return uvm_perf_register_event_callback(&va_space->perf_events, UVM_PERF_EVENT_MIGRATION, migration_event);
+    status = uvm_perf_register_event_callback(&va_space->perf_events, UVM_PERF_EVENT_MIGRATION, migration_event);
+    if (status != NV_OK)
+        return status;
+    status = uvm_perf_register_event_callback(&va_space->perf_events, UVM_PERF_EVENT_FAULT, fault_event);
+    if (status != NV_OK)
+        return status;
+    return uvm_perf_register_event_callback(&va_space->perf_events, UVM_PERF_EVENT_BLOCK_DESTROY,
+                                            block_destroy_event);
 }
 
 // LOCKING: the block lock is held (end of uvm_va_block_make_resident_finish()).

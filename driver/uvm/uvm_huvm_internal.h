@@ -79,6 +79,13 @@ typedef struct
     spinlock_t peak_lock;
     huvm_peak_t own_peak;
 
+    // Prefetch feedback (the core's huvm_prefetch_feedback()): of the blocks huvm's prefetch brought for this
+    // GPU, those it touched (a fault of this GPU on the block) and those that left untouched (evicted, given
+    // back or freed). Protected by feedback_lock (a leaf spinlock).
+    spinlock_t feedback_lock;
+    NvU64 prefetch_used;
+    NvU64 prefetch_unused;
+
     // Pre-eviction worker. worker_gpu is valid while the queue runs (stopped before the GPU goes away).
     nv_kthread_q_t preevict_q;
     nv_kthread_q_item_t preevict_q_item;
@@ -148,6 +155,8 @@ NvU32 uvm_huvm_prefetch_candidates_locked(uvm_va_space_t *va_space, uvm_gpu_t *g
 /* uvm_huvm_prefetch.c */
 // LOCKING: none held (kthread entry; sets up UVM's thread context).
 void uvm_huvm_prefetch_worker_entry(void *args);
+// LOCKING: the block lock is held (or nothing references the block any more); takes a slot's feedback_lock.
+void uvm_huvm_prefetch_feedback(uvm_va_block_t *va_block, bool used);
 
 /* uvm_huvm_preevict.c */
 // LOCKING: g_uvm_huvm.lock held (read or write); only schedules work.

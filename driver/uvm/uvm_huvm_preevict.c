@@ -61,7 +61,7 @@ void uvm_huvm_note_alloc(uvm_gpu_t *gpu, NvU64 size)
         slot = &g_uvm_huvm.slots[index];
         atomic64_add(size, &slot->batch_alloc_bytes);
         lends = huvm_atomic64_read(&g_uvm_huvm.core.counters[index].lent_bytes) != 0;
-        reserve = g_uvm_huvm.core.policy.preevict_chunks != 0;
+        reserve = huvm_preevict_target(&g_uvm_huvm.core, index) != 0;
         if (lends || reserve) {
             memset(state, 0, sizeof(state));
             state[index].free_bytes = uvm_huvm_gpu_free_bytes(gpu);

@@ -110,6 +110,27 @@ static uvm_va_block_t *lock_movable_block(uvm_va_space_t *va_space, NvU64 addres
     return NULL;
 }
 
+// Prefetch feedback: the block huvm prefetched for a GPU (va_block->huvm_prefetched_for) was touched by that
+// GPU (used: its fault on the block, fault_event()) or left untouched (evicted, given back or freed:
+// migration_event(), block_destroy_event()). The mark is cleared, so each prefetch counts once, into the GPU's
+// recent history that the core's PREFETCH_FEEDBACK reads (huvm_gpu_state_t.prefetch_used/unused).
+// LOCKING: the block lock is held (or nothing references the block any more); takes the slot's feedback_lock
+// (a leaf spinlock).
+void uvm_huvm_prefetch_feedback(uvm_va_block_t *va_block, bool used)
+{
+    NvU32 mark = va_block->huvm_prefetched_for;
+    uvm_huvm_slot_t *slot;
+
+    if (mark == 0 || mark > HUVM_MAX_GPUS)
+        return;
+    va_block->huvm_prefetched_for = 0;
+    slot = &g_uvm_huvm.slots[mark - 1];
+
+    spin_lock(&slot->feedback_lock);
+    huvm_prefetch_feedback(&slot->prefetch_used, &slot->prefetch_unused, used ? 1 : 0);
+    spin_unlock(&slot->feedback_lock);
+}
+
 // Prefetch one whole block that is entirely on the host to dst: the faulting GPU itself (host -> local,
 // over its own PCIe link) or a peer (host -> peer over the peer's PCIe link, fetched back over NVLink on
 // use). Never evicts: the chunk comes from free memory or the block is skipped. Blocks with a placement
@@ -161,6 +182,7 @@ static void prefetch_block(uvm_va_space_t *va_space,
     }
 
     huvm_account_prefetch(&g_uvm_huvm.core, owner, dst_slot, UVM_CHUNK_SIZE_MAX, va_block->start);
+    va_block->huvm_prefetched_for = owner + 1;
     if (dst != gpu)
         huvm_lend_unreserve(&g_uvm_huvm.core, dst_slot, UVM_CHUNK_SIZE_MAX);
     atomic64_inc(&va_space->huvm.prefetch);
@@ -213,8 +235,10 @@ static bool fetch_back_block(uvm_va_space_t *va_space,
 
     uvm_page_mask_copy(pages, uvm_va_block_resident_mask_get(va_block, holder_id));
     if (uvm_huvm_move_with_chunk(va_block, gpu, HUVM_SLOT_NONE, block_context, pages, UVM_MAKE_RESIDENT_CAUSE_PREFETCH,
-                                 &reason) == NV_OK)
+                                 &reason) == NV_OK) {
+        va_block->huvm_prefetched_for = owner + 1;
         moved = true;
+    }
     else if (reason == HUVM_REASON_ALLOC_FAILED)
         *no_room = true;
 

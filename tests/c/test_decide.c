@@ -341,7 +341,9 @@ TEST(decide_preevict)
     st[0].free_bytes = 0;
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 8);            /* capped by the batch */
     /* a harvester's behaviour: role none (opted out) and a lender only never pre-evict */
+    CHECK_EQ(huvm_preevict_target(&core, 0), 50);
     fx_role(&core, 0, HUVM_ROLE_NONE, HUVM_UNLIMITED, 0);
+    CHECK_EQ(huvm_preevict_target(&core, 0), 0);
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);
     fx_role(&core, 0, HUVM_ROLE_LENDER, HUVM_UNLIMITED, 0);
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);
@@ -358,6 +360,7 @@ TEST(decide_preevict)
     fx_state(&core, st);
     st[0].free_bytes = 0;
     CHECK_EQ(core.policy.preevict_chunks, 50);
+    CHECK_EQ(huvm_preevict_target(&core, 0), 4);
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 4);
     huvm_core_remove_gpu(&core, 0);
     CHECK_EQ(huvm_decide_preevict(&core, st, 0), 0);            /* absent */

@@ -1062,3 +1062,68 @@ def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any,
     for r, seed in ((a, seed_a), (b, seed_b), (full, seed_f)):
         n_bad, first = sglib.pattern_mismatches(r, seed)
         assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
+
+
+# ---- prefetch-feedback: unused prefetches shrink the window, used ones restore it -------------------------------
+
+@_scenario("prefetch-feedback")
+def test_prefetch_feedback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """The ``huvm`` preset with ``LOCAL`` prefetch (4 blocks after each fault, host -> GPU0, room on GPU0) and
+    GPU0's flags ``prefetch-feedback`` only. The kernel keeps the core's feedback facts: a block huvm prefetched
+    for GPU0 is *used* when GPU0 faults on it (it is resident but not mapped yet) and *unused* when it is
+    evicted or freed first.
+
+    1. A fault on a host region's first block prefetches the 4 next; the region is freed: 4 unused.
+    2. A fault on a second region's first block now prefetches 1 block (the probe: more unused than used).
+    3. GPU0 then reads the probed blocks one after another: each read is a use; once the uses have caught up
+       with the unused (4 and 4), a fault prefetches the whole window again. Data intact."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    node.apply_preset("huvm")
+    window = 4
+    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=local", f"prefetch_chunks={window}",
+                          "prefetch_stride=1", f"gpu.{owner}.flags=prefetch-feedback"])
+    assert policy.gpus[owner].flags == sglib.abi_lib().HUVM_GPU_POLICY_PREFETCH_FEEDBACK
+    names = {g.uuid: f"GPU{g.index}" for g in s.gpus}
+
+    def places(r: Any, n: int) -> list[str]:
+        return ["+".join(names.get(u, "cpu") for u in s.uvm.va_residency_info(r.base + k * CHUNK).resident_on)
+                or "nowhere" for k in range(n)]
+
+    def read(r: Any, k: int, seed: int) -> int:
+        """GPU0 reads block k of r; returns the chunks prefetched for GPU0 because of it."""
+        st0 = node.stats()
+        s.sg.sm_access(s.channels[g0.index], [sglib.softgpu.Access.read(r.base + k * CHUNK, 4096, seed=seed)],
+                       check=True, timeout_ms=60_000)
+        st1 = _settled_prefetch(node, owner)
+        return int(st1.delta(st0).gpus[owner]["prefetch_local"])
+
+    free0 = _huvm_free(node, owner)
+    assert free0 >= 24 * CHUNK, f"GPU0 has only {free0 >> 20} MiB free"
+    # 1. a full window, never touched, then freed
+    seed_a, seed_b = 0xFEED_A, 0xFEED_B
+    a = managed(12 * CHUNK)
+    sglib.fill_pattern(a, seed_a)
+    first = read(a, 0, seed_a)
+    where_a = places(a, window + 2)
+    a.close()
+    # 2. the probe
+    b = managed(16 * CHUNK)
+    sglib.fill_pattern(b, seed_b)
+    probe = read(b, 0, seed_b)
+    where_b = places(b, window + 2)
+    # 3. uses restore the window
+    after = [read(b, k, seed_b) for k in range(1, window + 1)]
+    print(f"prefetch-feedback: first fault prefetched {first} ({where_a}); after {first} unused, a fault "
+          f"prefetched {probe} ({where_b}); reading the probed blocks 1..{window}: prefetched {after}")
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert first == window and where_a[1:window + 1] == ["GPU0"] * window, (first, where_a)
+    assert probe == 1 and where_b[1] == "GPU0" and where_b[2] == "cpu", \
+        f"after {window} unused prefetches a fault prefetched {probe} blocks: {where_b}"
+    assert after[:window - 1] == [1] * (window - 1), f"the probe grew before the uses caught up: {after}"
+    assert after[window - 1] == window, f"the window did not come back after {window} uses: {after}"
+    n_bad, first_bad = sglib.pattern_mismatches(b, seed_b)
+    assert n_bad == 0, f"{n_bad} words differ, first at 0x{first_bad:x}"
