@@ -120,6 +120,11 @@ def _settled_stats(node: Any, owner: int, seconds: float = 30.0, also: tuple[int
         return (g.scalar("evict_to_peer"), g.scalar("evict_to_host"), g.scalar("harvested_bytes"),
                 *(st.gpus[a].scalar(k) for a in also for k in ("giveback", "lent_bytes", "evict_to_host")))
 
+    return _settled(node, key, seconds)
+
+
+def _settled(node: Any, key: Any, seconds: float) -> Any:
+    """GET_STATS once key(stats) has stopped changing for a second (or after seconds)."""
     last = node.stats()
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -976,15 +981,7 @@ def _settled_prefetch(node: Any, owner: int, seconds: float = 30.0) -> Any:
         g = st.gpus[owner]
         return (g.scalar("prefetch_local"), g.scalar("prefetch_to_peer"), g.scalar("fetch_from_peer"))
 
-    last = node.stats()
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        time.sleep(1.0)
-        cur = node.stats()
-        if key(cur) == key(last):
-            return cur
-        last = cur
-    return last
+    return _settled(node, key, seconds)
 
 
 @_scenario("prefetch-pressure")
