@@ -7,6 +7,15 @@ tracepoints also carry uvm_gpu and uvm_peer (nvidia-uvm's processor ids). The pr
 count and a log2 histogram of ``bytes`` in the kernel (bcc's ``bpf_log2l`` slots, as biolatency does) and
 sends one perf-buffer record per event (with the pid and comm of the task that fired it).
 
+UVM's own fault and migration path (any nvidia-uvm, stock or patched) is traced with kprobes on two of its
+exported functions (:data:`UVM_EVENTS`): ``uvm_fault`` on ``uvm_va_block_service_locked()`` (one VA block's
+faults serviced for one processor: a GPU's replayable or non-replayable faults, or a CPU fault) and
+``uvm_make_resident`` on ``uvm_va_block_make_resident_copy()`` (pages of one VA block made resident on a
+processor: the copy step of ``uvm_va_block_make_resident()``, which the fault path calls directly, so every
+migration of a fault, a prefetch, an eviction or a migrate call passes there once).
+Their records carry nvidia-uvm's processor ids (``uvm_gpu``: the faulting processor, or the destination; 0 is the
+CPU), no huvm GPU index (``gpu``/``peer`` -1): UVM's arguments name no source of a migration.
+
 bcc is Debian's python3-bpfcc (system site packages); attaching needs root (CAP_BPF/CAP_PERFMON). huvm-top
 (``huvm_top.sources.bcc``) and ``huvmctl trace record`` (:mod:`huvm.tracerec`) both use this module.
 """
@@ -34,6 +43,19 @@ ARGS = ("gpu", "peer", "reason", "bytes", "va")  # HUVM_EVENT_ARGS, in order
 NO_UVM_ID = 0xFFFFFFFF  # uvm_gpu/uvm_peer of a record that has none (USDT probes, or an older module)
 PROVIDER = "huvm"  # the tracepoint subsystem and the USDT provider
 _FALLBACK_EVENTS = ("evict", "preevict", "fetch", "giveback", "prefetch", "policy")
+#: UVM's own events (kprobes on nvidia-uvm's exported functions, stock or patched): name -> kernel symbol.
+#: Signatures (nvidia-uvm 5xx, uvm_va_block.h): ``uvm_va_block_service_locked(uvm_processor_id_t processor_id,
+#: uvm_va_block_t *, uvm_va_block_retry_t *, uvm_service_block_context_t *)`` and
+#: ``uvm_va_block_make_resident_copy(uvm_va_block_t *, uvm_va_block_retry_t *, uvm_va_block_context_t *,
+#: uvm_processor_id_t dest_id, uvm_va_block_region_t region, const uvm_page_mask_t *, const uvm_page_mask_t *,
+#: uvm_make_resident_cause_t cause)`` (uvm_va_block_make_resident() has the same arguments and calls it; the
+#: fault path, uvm_va_block_service_copy(), calls it directly).
+UVM_EVENTS = {"uvm_fault": "uvm_va_block_service_locked", "uvm_make_resident": "uvm_va_block_make_resident_copy"}
+#: uvm_make_resident_cause_t (uvm_va_block_types.h), in order: the reason of a ``uvm_make_resident`` record
+UVM_CAUSES = ("replayable_fault", "non_replayable_fault", "access_counter", "prefetch", "eviction", "api_tools",
+              "api_migrate", "api_set_range_group", "api_hint")
+UVM_PAGE = 4096  # uvm_va_block_region_t counts PAGE_SIZE pages (x86-64: 4 KiB)
+KALLSYMS = Path("/proc/kallsyms")
 
 
 class TracingUnavailable(HuvmError):
@@ -83,20 +105,36 @@ def probe_name(event: str) -> str:
     return event_prefix() + event
 
 
-def parse_events(text: str | None) -> tuple[str, ...]:
-    """``"evict,fetch"`` -> ("evict", "fetch") in huvm_events.h's order; None or "" or "all": every event.
-    An unknown name is an :class:`~huvm.errors.InvalidValue` naming the known ones."""
+def all_event_names() -> tuple[str, ...]:
+    """huvm's events, then UVM's (kprobes): every name ``--events`` and ``[record] events`` take."""
+    return event_names() + tuple(UVM_EVENTS)
+
+
+def is_uvm_event(name: str) -> bool:
+    return name in UVM_EVENTS
+
+
+def check_events(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The names in :func:`all_event_names`'s order ("all": huvm's events); an unknown name is an
+    :class:`~huvm.errors.InvalidValue` naming the known ones."""
     from .errors import InvalidValue
 
-    known = event_names()
-    if text is None or text.strip() in ("", "all"):
-        return known
-    want = [w.strip() for w in text.split(",") if w.strip()]
+    known = all_event_names()
+    want = [w.strip() for w in names if w.strip()]
+    if not want or want == ["all"]:
+        return event_names()
     bad = [w for w in want if w not in known]
     if bad:
         raise InvalidValue(f"unknown event{'s' if len(bad) > 1 else ''} {', '.join(bad)} "
                            f"(events: {', '.join(known)})", field="events")
     return tuple(n for n in known if n in want)
+
+
+def parse_events(text: str | None) -> tuple[str, ...]:
+    """``"evict,fetch"`` -> ("evict", "fetch") in :func:`all_event_names`'s order; None or "" or "all": huvm's
+    events (UVM's kprobe events only when named). An unknown name is an :class:`~huvm.errors.InvalidValue`
+    naming the known ones."""
+    return check_events([] if text is None else text.split(","))
 
 
 # -- the BPF program -----------------------------------------------------------------------------------------
@@ -178,18 +216,80 @@ TRACEPOINT_PROBE(huvm, {probe})
 }}
 """
 
+# UVM's functions (kprobes at entry, x86-64 SysV): uvm_processor_id_t (one u32) and uvm_va_block_region_t
+# (two uvm_page_index_t, u16 with 4 KiB pages: first in bits 0-15, outer in 16-31) are passed in registers;
+# make_resident's 8th argument (cause) is on the stack, above the return address: sp + 16.
+_KPROBE_FN = {
+    "uvm_fault": """
+int on_uvm_fault(struct pt_regs *ctx)
+{{
+    u32 proc = (u32)PT_REGS_PARM1(ctx);
+
+    return record(ctx, {index}, {none}, {none}, 0, 0, 0, proc, {none});
+}}
+""",
+    "uvm_make_resident": """
+int on_uvm_make_resident(struct pt_regs *ctx)
+{{
+    u32 dest = (u32)PT_REGS_PARM4(ctx);
+    u64 region = PT_REGS_PARM5(ctx);
+    u32 first = region & 0xFFFF, outer = (region >> 16) & 0xFFFF;
+    u32 cause = 0;
+
+    bpf_probe_read_kernel(&cause, sizeof(cause), (void *)(PT_REGS_SP(ctx) + 16));
+    return record(ctx, {index}, {none}, {none}, cause, (u64)(outer > first ? outer - first : 0) * {page}, 0, dest,
+                  {none});
+}}
+""",
+}
+
 
 def program(kind: Kind, events: tuple[str, ...] | None = None, uvm_ids: bool = True) -> str:
     """The BPF C text for the given events (default: all of huvm_events.h). The kernel tracepoints
     (driver/uvm/uvm_huvm_trace.h) and the USDT probes share the names: ``huvm:huvm_evict`` etc.
-    ``uvm_ids``: the tracepoints have the uvm_gpu/uvm_peer fields (else the records carry NO_UVM_ID)."""
+    ``uvm_ids``: the tracepoints have the uvm_gpu/uvm_peer fields (else the records carry NO_UVM_ID).
+    UVM's events (:data:`UVM_EVENTS`) are kprobe functions ``on_<name>``, attached by the tracer."""
     events = events or event_names()
     body = _PROLOGUE.replace("NEVENTS", str(len(events)))
     none = f"0x{NO_UVM_ID:X}"
     uvm = "args->uvm_gpu, args->uvm_peer" if uvm_ids else f"{none}, {none}"
     fn = _USDT_FN if kind == "usdt" else _TP_FN
-    return body + "".join(fn.format(name=name, probe=probe_name(name), index=i, none=none, uvm=uvm)
-                          for i, name in enumerate(events))
+    out = []
+    for i, name in enumerate(events):
+        if name in UVM_EVENTS:
+            if kind == "usdt":
+                raise TracingUnavailable(f"{name} is a kprobe on nvidia-uvm: not in a process's USDT probes",
+                                         reason="no-kprobes")
+            out.append(_KPROBE_FN[name].format(index=i, none=none, page=UVM_PAGE))
+        else:
+            out.append(fn.format(name=name, probe=probe_name(name), index=i, none=none, uvm=uvm))
+    return body + "".join(out)
+
+
+def kernel_symbols(names: list[str] | tuple[str, ...]) -> set[str]:
+    """Which of names /proc/kallsyms lists (nvidia-uvm's functions appear there while it is loaded)."""
+    want = set(names)
+    found: set[str] = set()
+    try:
+        with KALLSYMS.open() as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[2] in want:
+                    found.add(parts[2])
+    except OSError:
+        return found
+    return found
+
+
+def check_kprobes(events: tuple[str, ...]) -> None:
+    """Raise :class:`TracingUnavailable` (``no-kprobes``) when a UVM event's function is not in the kernel."""
+    syms = [UVM_EVENTS[n] for n in events if n in UVM_EVENTS]
+    if not syms:
+        return
+    missing = sorted(set(syms) - kernel_symbols(syms))
+    if missing:
+        raise TracingUnavailable(f"no {', '.join(missing)} in {KALLSYMS}: nvidia-uvm is not loaded (UVM's events "
+                                 "are kprobes on its functions)", reason="no-kprobes")
 
 
 def tracefs_event_dir() -> Path | None:
@@ -307,6 +407,8 @@ class Tracer:
             return "tracepoint"
         if self.mode == "usdt":
             return "usdt"
+        if all(n in UVM_EVENTS for n in self.names):
+            return "tracepoint"  # kprobes only
         return "tracepoint" if tracepoints_present() else "usdt"
 
     def start(self) -> None:
@@ -314,11 +416,16 @@ class Tracer:
         from bcc import BPF, USDT
 
         kind = self.kind()
+        huvm_names = tuple(n for n in self.names if n not in UVM_EVENTS)
+        if kind == "usdt" and len(huvm_names) < len(self.names):
+            raise TracingUnavailable("UVM's events (uvm_*) are kprobes on nvidia-uvm: not with USDT probes",
+                                     reason="no-kprobes")
         if kind == "tracepoint":
-            if not tracepoints_present():
+            if huvm_names and not tracepoints_present():
                 raise TracingUnavailable("no huvm tracepoints: the patched nvidia-uvm is not loaded",
                                          reason="no-tracepoints")
-            self.uvm_ids = tracepoints_have_uvm_ids(self.names)
+            check_kprobes(self.names)
+            self.uvm_ids = bool(huvm_names) and tracepoints_have_uvm_ids(huvm_names)
         text = program(kind, self.names, self.uvm_ids)
         if self._closed:
             return
@@ -339,7 +446,12 @@ class Tracer:
     def _attach(self, BPF: Any, USDT: Any, kind: str, text: str) -> None:  # noqa: N803 - bcc's class names
         if kind == "tracepoint":
             self._bpf = BPF(text=text.encode())
-            self.description = f"bcc: tracepoints {PROVIDER}:*"
+            kprobes = [n for n in self.names if n in UVM_EVENTS]
+            for name in kprobes:
+                self._bpf.attach_kprobe(event=UVM_EVENTS[name].encode(), fn_name=f"on_{name}".encode())
+            parts = ([f"tracepoints {PROVIDER}:*"] if len(kprobes) < len(self.names) else []) + \
+                ([f"kprobes {', '.join(UVM_EVENTS[n] for n in kprobes)}"] if kprobes else [])
+            self.description = "bcc: " + " and ".join(parts)
             return
         pid, path = self.pid, self.path
         if pid is None and path is None:
@@ -365,7 +477,8 @@ class Tracer:
         e = self._bpf[b"events"].event(data)
         name = self.names[e.ev] if e.ev < len(self.names) else str(e.ev)
         ug, up = int(e.uvm_gpu), int(e.uvm_peer)
-        self._batch.append(Record(int(e.ts), name, int(e.gpu), int(e.peer), int(e.reason), int(e.bytes),
+        gpu, peer = (-1, -1) if name in UVM_EVENTS else (int(e.gpu), int(e.peer))
+        self._batch.append(Record(int(e.ts), name, gpu, peer, int(e.reason), int(e.bytes),
                                   int(e.va), int(e.pid), bytes(e.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
                                   None if ug == NO_UVM_ID else ug, None if up == NO_UVM_ID else up))
 

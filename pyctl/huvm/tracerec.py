@@ -51,7 +51,16 @@ class RecordResult(Generic[T]):
 
 
 def reason_names() -> dict[str, dict[int, str]]:
-    return {ev: abi.enum_names(prefix) for ev, prefix in REASON_FAMILY.items()}
+    """Per event, its reason codes' names: huvm's from the ABI header, uvm_make_resident's UVM's causes."""
+    out = {ev: abi.enum_names(prefix) for ev, prefix in REASON_FAMILY.items()}
+    out["uvm_make_resident"] = dict(enumerate(bpf.UVM_CAUSES))
+    return out
+
+
+def reason_name(reasons: dict[str, dict[int, str]], event: str, reason: int) -> str | None:
+    """The name of an event's reason code (None for an event without reasons: prefetch, uvm_fault)."""
+    names = reasons.get(event)
+    return None if names is None else names.get(reason, str(reason))
 
 
 class _Writer:
@@ -77,8 +86,7 @@ class _Writer:
         c["gpu"].append(r.gpu)
         c["peer"].append(r.peer)
         c["reason"].append(r.reason)
-        names = self.reasons.get(r.name)
-        c["reason_name"].append(None if names is None else names.get(r.reason, str(r.reason)))
+        c["reason_name"].append(self.reason_name(r.name, r.reason))
         c["bytes"].append(r.bytes)
         c["va"].append(r.va)
         c["pid"].append(r.pid)
@@ -89,6 +97,9 @@ class _Writer:
         self.per_event[r.name] = self.per_event.get(r.name, 0) + 1
         if len(c["ts_ns"]) >= FLUSH_ROWS:
             self.flush()
+
+    def reason_name(self, event: str, reason: int) -> str | None:
+        return reason_name(self.reasons, event, reason)
 
     def flush(self) -> None:
         import pyarrow as pa
@@ -200,3 +211,106 @@ def record(out: str | Path, *, mode: bpf.Mode = "auto", pid: int | None = None,
     os.replace(part, path)
     return RecordResult(path, writer.rows, lost, counts, source, time.monotonic() - t0, dict(writer.per_event),
                         result[0] if result else None)
+
+
+# ---- recording alongside an experiment (``[record] events``) -------------------------------------------------
+
+@dataclass
+class Segment:
+    """The events of one stretch of a recording (one experiment run): rows as the event schema's columns, the
+    records the perf buffer dropped in it, the per-event counts the kernel kept over it, the source."""
+
+    rows: list[dict[str, Any]]
+    lost: int
+    counts: dict[str, int]
+    source: str
+
+
+def rows_of(records: list[bpf.Record], reasons: dict[str, dict[int, str]] | None = None) -> list[dict[str, Any]]:
+    """Records as event-table rows (:data:`huvm.traces.events.EVENT_SCHEMA`'s columns)."""
+    reasons = reasons if reasons is not None else reason_names()
+    return [{"ts_ns": r.ts_ns, "event": r.name, "gpu": r.gpu, "peer": r.peer, "reason": r.reason,
+             "reason_name": reason_name(reasons, r.name, r.reason), "bytes": r.bytes, "va": r.va, "pid": r.pid,
+             "comm": r.comm, "uvm_gpu": r.uvm_gpu, "uvm_peer": r.uvm_peer} for r in records]
+
+
+class RunRecorder:
+    """One tracer kept attached over several runs (an experiment's), polled by a thread so the perf buffer
+    does not overflow during a run; :meth:`cut` drains it and returns the events since the last cut.
+
+    ``mode``: ``usdt`` (this process: the in-process simulator) or ``tracepoint`` (the kernel's tracepoints,
+    and kprobes for UVM's events)."""
+
+    def __init__(self, events: tuple[str, ...], mode: bpf.Mode, page_cnt: int = 1024) -> None:
+        self.tracer = bpf.Tracer(mode, None, None, events, page_cnt=page_cnt)
+        self.reasons = reason_names()
+        self._records: list[bpf.Record] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._counts: dict[str, int] = {}
+        self._lost = 0
+
+    def start(self) -> RunRecorder:
+        self.tracer.start()
+        self._start_thread()
+        return self
+
+    def _start_thread(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._poll, name="huvm-record", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            batch = self.tracer.poll(50)
+            if batch:
+                with self._lock:
+                    self._records.extend(batch)
+
+    def cut(self) -> Segment:
+        """The events since the last cut (or the start), the perf buffer drained first."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        while True:  # what the kernel has submitted and the thread did not read yet
+            batch = self.tracer.poll(20)
+            if not batch:
+                break
+            self._records.extend(batch)
+        counts, lost = self.tracer.counts(), self.tracer.lost()
+        with self._lock:
+            records, self._records = self._records, []
+        seg = Segment(rows_of(records, self.reasons), lost - self._lost,
+                      {k: v - self._counts.get(k, 0) for k, v in counts.items()}, self.tracer.description)
+        self._counts, self._lost = counts, lost
+        self._start_thread()
+        return seg
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.tracer.close()
+
+    def __enter__(self) -> RunRecorder:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_segment(path: str | Path, seg: Segment) -> Path:
+    """One segment as an event-table file (what ``trace record`` writes; :func:`huvm.traces.events.read_events`
+    reads it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .traces.events import EVENT_SCHEMA, metadata
+
+    p = Path(path)
+    table = pa.Table.from_pylist(seg.rows, schema=EVENT_SCHEMA) if seg.rows else EVENT_SCHEMA.empty_table()
+    table = table.replace_schema_metadata(metadata(seg.lost, seg.counts, seg.source))
+    pq.write_table(table, p, compression="zstd", write_statistics=False)
+    return p

@@ -46,6 +46,10 @@ def cmd_record(args: argparse.Namespace) -> int:
     if sim_file is not None and (args.pid is not None or args.tracepoints):
         raise UsageError("--sim-config records this process's simulated node: not with --pid or --tracepoints")
     events = bpf.parse_events(args.events)
+    uvm_events = [e for e in events if bpf.is_uvm_event(e)]
+    if uvm_events and (args.pid is not None or sim_file is not None):
+        raise UsageError(f"{', '.join(uvm_events)}: UVM's events are kprobes on the loaded nvidia-uvm, not USDT "
+                         "probes (not with --pid or --sim-config)")
     tracerec.check_output(args.out, args.force)
     during = None
     if sim_file is not None:
@@ -56,7 +60,9 @@ def cmd_record(args: argparse.Namespace) -> int:
             return experiment.run(spec)
     mode: bpf.Mode = "usdt" if (args.pid is not None or sim_file is not None) else "tracepoint"
     bpf.check_can_trace()
-    if mode == "tracepoint" and not bpf.tracepoints_present():
+    if mode == "tracepoint":
+        bpf.check_kprobes(events)
+    if mode == "tracepoint" and len(uvm_events) < len(events) and not bpf.tracepoints_present():
         raise bpf.TracingUnavailable("no huvm tracepoints: the patched nvidia-uvm is not loaded (--pid PID records "
                                      "a process's USDT probes, --sim-config FILE the simulated node)",
                                      reason="no-tracepoints")
@@ -110,7 +116,9 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                       description="Record the huvm events (docs/counters.md) with bcc into one Parquet file "
                                   "(docs/traces.md, \"Recorded events\"): the kernel tracepoints of the patched "
                                   "module (default), a process's USDT probes (--pid), or the simulated node of an "
-                                  "experiment file run in this process (--sim-config FILE). Needs root and bcc.")
+                                  "experiment file run in this process (--sim-config FILE); with --events uvm_fault,"
+                                  "uvm_make_resident also UVM's own fault servicing and migrations (kprobes on "
+                                  "nvidia-uvm, stock or patched). Needs root and bcc.")
     r.add_argument("--out", required=True, metavar="FILE", help="the Parquet file to write")
     stop = r.add_mutually_exclusive_group()
     stop.add_argument("--duration", type=_positive_float, metavar="S", help="stop after S seconds")
@@ -118,7 +126,9 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     src = r.add_mutually_exclusive_group()
     src.add_argument("--pid", type=_positive_int, metavar="PID", help="the USDT probes of process PID")
     src.add_argument("--tracepoints", action="store_true", help="the kernel tracepoints (the default)")
-    r.add_argument("--events", metavar="E,E,...", help="events to record (default: all)")
+    r.add_argument("--events", metavar="E,E,...",
+                   help="events to record (default: all of huvm's); UVM's own fault/migration path: uvm_fault, "
+                        "uvm_make_resident (kprobes on nvidia-uvm)")
     r.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     r.set_defaults(func=cmd_record)
 

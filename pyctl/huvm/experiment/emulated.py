@@ -56,7 +56,8 @@ from .executor import (
     tenant_role,
     traffic_rows,
 )
-from .results import CounterRow, ExperimentResult, RunKey, RunResult, SampleRow, TenantRow
+from .recording import counters_vs_events as counters_vs_events  # the hook's old home
+from .results import CounterRow, ExperimentResult, RunEvents, RunKey, RunResult, SampleRow, TenantRow
 from .spec import ExperimentSpec, TenantSpec
 
 #: the nvidia-uvm build the test bed loads for node.module (HUVM_EMULATED_VARIANT overrides, e.g. patched-debug)
@@ -124,32 +125,6 @@ def residency_check(run: RunResult, n_gpus: int) -> list[str]:
         if harvested.get(g, 0) != total * CHUNK_BYTES:
             out.append(f"{run.key.run_id}: GPU{g}: harvested_bytes {harvested.get(g, 0) >> 20} MiB, UVM shows "
                        f"{total} blocks on peers ({total * 2} MiB)")
-    return out
-
-
-def counters_vs_events(run: RunResult, events: dict[tuple[str, int, int], int]) -> list[str]:
-    """The hook for recorded trace events (``huvmctl trace record``, issue 13 item 2): events counted per
-    (name, gpu, peer) (``evict`` to a peer: peer >= 0, to the host: -1; ``fetch``, ``giveback``, ``preevict``)
-    against the run's counters (evict -> evict_to_peer / evict_to_host, preevict -> preevict_to_peer /
-    preevict_to_host, fetch -> fetch_from_peer / fetch_from_host, giveback -> giveback of the holder). One
-    line per disagreement. The guest test calls it once recorded events exist."""
-    gpu: dict[tuple[int, str], int] = {}
-    for c in run.counters:
-        if c.scope == "gpu":
-            gpu[(c.gpu, c.metric)] = c.value
-    names = {"evict": ("evict_to_peer", "evict_to_host"), "preevict": ("preevict_to_peer", "preevict_to_host"),
-             "fetch": ("fetch_from_peer", "fetch_from_host"), "giveback": ("giveback", "giveback")}
-    want: dict[tuple[int, str], int] = {}
-    for (name, g, peer), n in events.items():
-        if name not in names:
-            continue
-        metric = names[name][0 if peer >= 0 else 1]
-        key = (peer if name == "giveback" else g, metric)
-        want[key] = want.get(key, 0) + n
-    out = []
-    for (g, metric), n in sorted(want.items()):
-        if gpu.get((g, metric), 0) != n:
-            out.append(f"{run.key.run_id}: GPU{g} {metric}: counter {gpu.get((g, metric), 0)}, events {n}")
     return out
 
 
@@ -269,6 +244,23 @@ class EmulatedExecutor(Executor):
                                   "does not see: move it elsewhere", file=self.spec.path,
                                   line=t.key_line(self.spec.doc, "trace"), key=f"tenant[{t.index}].trace")
 
+    def check_recording(self) -> None:
+        """``[record] events`` are recorded inside the guest (its kernel has the module): checked there."""
+        if self.guest:
+            super().check_recording()
+
+    def adjust_events(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Recorded huvm GPU indices (huvm's slots) as the experiment's GPU indices, like the counters."""
+        node = self._node()
+        back = {sl: i for i, sl in node.slots.items()}
+        if all(k == v for k, v in back.items()):
+            return rows
+        for r in rows:
+            for col in ("gpu", "peer"):
+                if r[col] in back:
+                    r[col] = back[r[col]]
+        return rows
+
     # -- the node record
     def record(self) -> NodeRecord:
         module = self._version or f"nvidia-uvm ({variant_for(self.em.module)}, in the qemu test bed)"
@@ -303,6 +295,8 @@ class EmulatedExecutor(Executor):
         """The simulator's result records from a run's outcome."""
         n = self.em.gpus
         res = RunResult(key, out.wall_ns, policy_settings=dict(settings))
+        if self.spec.record_events:  # the recorder fills the rows in; the counters' window is the run's
+            res.events = RunEvents([], window_ns=out.window_ns)
         for t in tenants:
             runtime, values = out.tenants[t.name]
             c = out.census.get(t.name)

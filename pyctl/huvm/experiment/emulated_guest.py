@@ -739,6 +739,9 @@ class RunOutcome:
     samples: list[tuple[int, int, dict[str, int]]]  # (t_ns, gpu, own/guest/free/peer/host bytes)
     softgpu: dict[int, dict[str, int]]  # per GPU: the software GPU's counter deltas over the run
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds: setup, run, settle, census, teardown
+    #: CLOCK_MONOTONIC ns of the settled counters before and after the run (recorded events inside it are the
+    #: ones the counters' delta counts)
+    window_ns: tuple[int, int] | None = None
 
     def phase_line(self) -> str:
         return ", ".join(f"{k} {v:.1f} s" for k, v in self.phases.items())
@@ -930,6 +933,7 @@ class GuestNode:
             for job in jobs:
                 expect(job.name, "ready", deadline - time.monotonic())
             before = self.settled_stats(quiet_s=0.5, limit_s=10.0)
+            win_lo = time.monotonic_ns()
             sg_before = self.sg.counters()
             phase("setup")
             t0 = time.perf_counter_ns() + 50_000_000
@@ -962,6 +966,7 @@ class GuestNode:
             wall = time.perf_counter_ns() - t0
             phase("run")
             after = self.settled_stats()
+            win_hi = time.monotonic_ns()
             phase("settle")
             cen: dict[str, Census] = {}
             for job in jobs:
@@ -982,7 +987,8 @@ class GuestNode:
             phase("teardown")
             sgd = sg_after.minus(sg_before)
             return RunOutcome(wall, results, cen, before, after, after_census, samples,
-                              {g.gpu: dict(g.values) for g in sgd.gpus[: len(self.gpus)]}, phases)
+                              {g.gpu: dict(g.values) for g in sgd.gpus[: len(self.gpus)]}, phases,
+                              (win_lo, win_hi))
         finally:
             stop.set()
             for p in procs:

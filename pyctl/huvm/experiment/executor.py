@@ -45,7 +45,7 @@ from ..metrics import GPU_METRICS, PAIR_METRICS
 from ..policy import Origin, Setting, parse_setting
 from ..policyfile import parse as parse_policy_table
 from ..units import format_size, parse_size
-from .results import CounterRow, ExperimentResult, RunKey, RunResult, TenantRow, TrafficRow
+from .results import CounterRow, ExperimentResult, RunEvents, RunKey, RunResult, TenantRow, TrafficRow
 from .spec import EMULATED_RESERVED_BYTES, ExperimentSpec, PolicySpec, TenantSpec
 
 #: the unit of UVM's residency and of huvm's counters (2 MiB chunks)
@@ -315,6 +315,9 @@ class Executor(abc.ABC):
     kind: ClassVar[str] = ""
     supports_ideal: ClassVar[bool] = True
     supports_alone: ClassVar[bool] = True
+    #: where ``[record] events`` come from on this node (huvm.bpf.Tracer's mode): the in-process simulator's
+    #: USDT probes, or the kernel's tracepoints and kprobes; None: this executor does not record itself
+    record_mode: ClassVar[str | None] = "tracepoint"
 
     def __init__(self, spec: ExperimentSpec, outdir: Path | None = None) -> None:
         self.spec = spec
@@ -371,6 +374,33 @@ class Executor(abc.ABC):
         for t in self.spec.tenants:
             self.trace(t)
         check_tenants(self.spec, self.config)
+        if self.spec.record_events and self.record_mode is not None:
+            self.check_recording()
+
+    def check_recording(self) -> None:
+        """``[record] events`` can be recorded here (bcc, root; the module's tracepoints or functions)."""
+        from .. import bpf
+
+        bpf.check_can_trace()
+        if self.record_mode == "tracepoint":
+            names = self.spec.record_events
+            if any(not bpf.is_uvm_event(n) for n in names) and not bpf.tracepoints_present():
+                raise bpf.TracingUnavailable("[record] events: no huvm tracepoints (the patched nvidia-uvm is not "
+                                             "loaded)", reason="no-tracepoints")
+            bpf.check_kprobes(names)
+
+    def start_recording(self) -> Any:
+        """A started :class:`huvm.tracerec.RunRecorder` for ``[record] events``, or None."""
+        if not self.spec.record_events or self.record_mode is None:
+            return None
+        from ..tracerec import RunRecorder
+
+        mode: Any = self.record_mode
+        return RunRecorder(self.spec.record_events, mode).start()
+
+    def adjust_events(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Recorded rows as the experiment names GPUs (the default: as recorded)."""
+        return rows
 
     @abc.abstractmethod
     def record(self) -> NodeRecord: ...
@@ -387,24 +417,38 @@ class Executor(abc.ABC):
         records the node."""
         res = self.result()
         node = self.record().to_dict()
-        for i, p in enumerate(planned):
-            if progress:
-                progress(p, i, len(planned))
-            try:
-                r = self.run_one(p)
-            except (UsageError, DeviceUnavailable):
-                raise
-            except HuvmError as exc:
-                exc.args = (f"run {p.key.run_id}: {exc}", *exc.args[1:])  # the same type, the run named
-                raise
-            r.node = dict(node)
-            res.runs.append(r)
+        recorder = self.start_recording()
+        try:
+            for i, p in enumerate(planned):
+                if progress:
+                    progress(p, i, len(planned))
+                if recorder is not None:
+                    recorder.cut()  # what happened between runs is no run's
+                try:
+                    r = self.run_one(p)
+                except (UsageError, DeviceUnavailable):
+                    raise
+                except HuvmError as exc:
+                    exc.args = (f"run {p.key.run_id}: {exc}", *exc.args[1:])  # the same type, the run named
+                    raise
+                if recorder is not None:
+                    seg = recorder.cut()
+                    window = r.events.window_ns if r.events is not None else None
+                    r.events = RunEvents(self.adjust_events(seg.rows), seg.lost, seg.counts, seg.source, window)
+                r.node = dict(node)
+                res.runs.append(r)
+        finally:
+            if recorder is not None:
+                recorder.close()
         if self.supports_alone:
             self.alone_runs(res)
         self.add_notes(res)
         return res
 
     def add_notes(self, res: ExperimentResult) -> None:
+        from .recording import notes
+
+        res.notes.extend(notes(res, self.spec.record_events))
         rec = self.record()
         if self.spec.ideal and not self.supports_ideal:
             res.notes.append(f"no ideal (unlimited-memory) run on a {rec.kind} node: `x ideal` is not measured")

@@ -206,6 +206,8 @@ class LocalExecutor(Executor):
             seen.add((run.policy.name, str(run.key.sweep_value)))
             preset, settings = self.policy_settings(run, info)
             node.plan(settings, preset=preset, info=info, current=current)
+        if self.spec.record_events:
+            self.check_recording()
         self._original = current
 
     def _check_command(self, t: TenantSpec) -> None:

@@ -71,6 +71,9 @@ def write(res: ExperimentResult, outdir: Path) -> list[Path]:
         pq.write_table(table, pq_path, compression="zstd", write_statistics=False)
         pacsv.write_csv(table, csv_path)
         written += [pq_path, csv_path]
+    from .recording import write as write_events
+
+    written += write_events(res, data)
     summary = outdir / "summary.json"
     summary.write_text(json.dumps(summary_dict(res), indent=2, sort_keys=True) + "\n")
     written.append(summary)

@@ -7,7 +7,16 @@ import json
 from typing import Any
 
 from ..errors import ConfigError
-from .results import CounterRow, ExperimentResult, RunKey, RunResult, SampleRow, TenantRow, TrafficRow
+from .results import (
+    CounterRow,
+    ExperimentResult,
+    RunEvents,
+    RunKey,
+    RunResult,
+    SampleRow,
+    TenantRow,
+    TrafficRow,
+)
 
 FORMAT = "huvm-experiment-result/1"
 
@@ -29,10 +38,27 @@ def to_dict(res: ExperimentResult) -> dict[str, Any]:
                      "traffic": [[t.path, t.src, t.dst, t.bytes] for t in r.traffic],
                      "samples": [[s.t_ns, s.gpu, s.own_bytes, s.guest_bytes, s.free_bytes, s.peer_bytes, s.host_bytes]
                                  for s in r.samples],
-                     "counters": [[c.scope, c.gpu, c.peer, c.metric, c.value] for c in r.counters]})
+                     "counters": [[c.scope, c.gpu, c.peer, c.metric, c.value] for c in r.counters],
+                     "events": None if r.events is None else _events(r.events)})
     return {"format": FORMAT, "name": res.name, "description": res.description, "node": res.node,
             "sweep_key": res.sweep_key, "notes": list(res.notes), "runs": runs,
             "alone": [{"key": list(k), "row": _tenant(t)} for k, t in res.alone.items()]}
+
+
+def _events(e: RunEvents) -> dict[str, Any]:
+    cols = list(e.rows[0]) if e.rows else []
+    return {"columns": cols, "rows": [[row[c] for c in cols] for row in e.rows], "lost": e.lost,
+            "counts": e.counts, "source": e.source, "window_ns": None if e.window_ns is None else list(e.window_ns)}
+
+
+def _run_events(d: Any) -> RunEvents | None:
+    if d is None:
+        return None
+    cols = [str(c) for c in d["columns"]]
+    win = d["window_ns"]
+    return RunEvents([dict(zip(cols, row, strict=True)) for row in d["rows"]], int(d["lost"]),
+                     {str(k): int(v) for k, v in d["counts"].items()}, str(d["source"]),
+                     None if win is None else (int(win[0]), int(win[1])))
 
 
 def dumps(res: ExperimentResult) -> str:
@@ -62,6 +88,7 @@ def from_dict(d: Any) -> ExperimentResult:
             run.traffic = [TrafficRow(key, p, s, t, int(b)) for p, s, t, b in r["traffic"]]
             run.samples = [SampleRow(key, *map(int, s)) for s in r["samples"]]
             run.counters = [CounterRow(key, sc, int(g), int(p), m, int(v)) for sc, g, p, m, v in r["counters"]]
+            run.events = _run_events(r.get("events"))
             res.runs.append(run)
         for a in d["alone"]:
             res.alone[tuple(a["key"])] = _tenant_row(a["row"])

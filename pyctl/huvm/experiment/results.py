@@ -88,6 +88,20 @@ class CounterRow:
 
 
 @dataclass
+class RunEvents:
+    """The events recorded during one run (``[record] events``): rows as the event table's columns
+    (:data:`huvm.traces.events.EVENT_SCHEMA`), the records the perf buffer dropped, the per-event counts the
+    kernel kept, the source; ``window_ns``: the CLOCK_MONOTONIC window of the run's counters where they cover
+    only part of the recording (the emulated node: between its settled GET_STATS), else None."""
+
+    rows: list[dict[str, Any]]
+    lost: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+    window_ns: tuple[int, int] | None = None
+
+
+@dataclass
 class RunResult:
     key: RunKey
     sim_time_ns: int
@@ -97,6 +111,7 @@ class RunResult:
     counters: list[CounterRow] = field(default_factory=list)
     policy_settings: dict[str, str] = field(default_factory=dict)
     node: dict[str, Any] = field(default_factory=dict)  # the node it ran on (huvm.experiment.executor.NodeRecord)
+    events: RunEvents | None = None  # the recorded events, with [record] events
 
     def foreground_runtime_ns(self) -> int:
         """The run's figure of merit: the slowest foreground tenant's runtime (the makespan)."""

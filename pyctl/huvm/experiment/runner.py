@@ -44,6 +44,7 @@ class Runner(Executor):
     """The simulated node's executor."""
 
     kind = "sim"
+    record_mode = "usdt"  # [record] events: the simulator's USDT probes, in this process
 
     def __init__(self, spec: ExperimentSpec, outdir: Path | None = None) -> None:
         if spec.node_kind != "sim":

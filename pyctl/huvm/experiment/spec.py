@@ -91,6 +91,13 @@ class ExperimentFile(FileModel):
     tenant: Annotated[list[dict[str, Any]], Field(min_length=1)]
     policy: dict[str, dict[str, Any]] = {}
     sweep: dict[str, Any] | None = None
+    record: dict[str, Any] | None = None
+
+
+class RecordTable(FileModel):
+    """``[record]``: events recorded alongside every run (huvm.experiment.recording)."""
+
+    events: Annotated[list[Annotated[str, StringConstraints(min_length=1)]], Field(min_length=1)]
 
 
 class ExperimentTable(FileModel):
@@ -267,6 +274,8 @@ class ExperimentSpec:
     node_kind: str = "sim"
     emulated: EmulatedNodeSpec | None = None
     local: LocalNodeSpec | None = None
+    #: ``[record] events``: the events recorded alongside every run (empty: none)
+    record_events: tuple[str, ...] = ()
 
     @property
     def real_node(self) -> bool:
@@ -321,9 +330,28 @@ def parse(doc: TomlDoc) -> ExperimentSpec:
                 raise doc.error(f"policy {p.name!r} needs the patched module (node.module = \"stock\" runs only "
                                 "the stock policy)", "experiment", "policies", str(i))
     sweep = _sweep(doc, top.sweep, tenants, policies, kind) if top.sweep is not None else None
+    record = _record(doc, top.record, kind) if top.record is not None else ()
     return ExperimentSpec(doc.path, exp.name if exp.name is not None else Path(doc.path).stem, exp.description,
                           preset, options, tenants, policies, exp.ideal, exp.repetitions, sweep, doc, kind, emulated,
-                          local)
+                          local, record)
+
+
+def _record(doc: TomlDoc, raw: dict[str, Any], kind: str) -> tuple[str, ...]:
+    """``[record] events``: known event names (huvm's, and UVM's kprobe events where there is an nvidia-uvm)."""
+    from .. import bpf
+
+    table = validate(doc, RecordTable, raw, "record")
+    known = bpf.all_event_names()
+    for i, name in enumerate(table.events):
+        if name not in known and name != "all":
+            raise doc.error(f"unknown event {name!r} (events: {', '.join(known)}, or \"all\")", "record", "events",
+                            str(i))
+        if kind == "sim" and bpf.is_uvm_event(name):
+            raise doc.error(f"{name!r} is a kprobe on nvidia-uvm: a simulated node has none (huvm's events only)",
+                            "record", "events", str(i))
+    if "all" in table.events and len(table.events) > 1:
+        raise doc.error("\"all\" (every huvm event) stands alone; name UVM's events one by one", "record", "events")
+    return bpf.check_events(table.events)
 
 
 def parse_scale(text: str) -> float | None:

@@ -6,16 +6,20 @@ One row per tracepoint / USDT probe hit (docs/counters.md, "Events"; docs/traces
 column     type           meaning
 ========== ============== ===============================================================================
 ts_ns      int64          bpf_ktime_get_ns() when the event fired (CLOCK_MONOTONIC, ns)
-event      string         event name of driver/core/huvm_events.h: evict, preevict, fetch, giveback, ...
-gpu        int32          huvm GPU index (16 = the host)
-peer       int32          huvm GPU index of the other side (16 = the host)
-reason     int32          the event's reason code (HUVM_REASON_*, HUVM_FETCHED_*, HUVM_PRESET_*)
-reason_name string        its name (null where the event has no reason: prefetch)
-bytes      int64          bytes the event moved (policy: the new generation)
+event      string         event name of driver/core/huvm_events.h: evict, preevict, fetch, giveback, ...;
+                          or UVM's own (kprobes, huvm.bpf.UVM_EVENTS): uvm_fault, uvm_make_resident
+gpu        int32          huvm GPU index (16 = the host; -1 for UVM's events, which name no huvm GPU)
+peer       int32          huvm GPU index of the other side (16 = the host; -1 for UVM's events)
+reason     int32          the event's reason code (HUVM_REASON_*, HUVM_FETCHED_*, HUVM_PRESET_*; for
+                          uvm_make_resident UVM's uvm_make_resident_cause_t)
+reason_name string        its name (null where the event has no reason: prefetch, uvm_fault)
+bytes      int64          bytes the event moved (policy: the new generation; uvm_make_resident: the pages of
+                          the block region asked for; uvm_fault: 0)
 va         uint64         virtual address of the chunk (0 where none)
 pid        int32          process (thread group) that fired it; for kernel tracepoints, the current task
 comm       string         that task's command name
-uvm_gpu    int32, null    nvidia-uvm's processor id of gpu (kernel tracepoints only)
+uvm_gpu    int32, null    nvidia-uvm's processor id of gpu (kernel tracepoints only); for uvm_fault the faulting
+                          processor, for uvm_make_resident the destination (0 = the CPU)
 uvm_peer   int32, null    nvidia-uvm's processor id of peer (kernel tracepoints only)
 ========== ============== ===============================================================================
 

@@ -10,9 +10,13 @@ counters against UVM's residency (held_bytes per GPU pair and harvested_bytes eq
 on peers); stock evicts to the host only, the huvm presets to peers (and less to the host than stock);
 under huvm the lenders never lose their own data (a guest chunk on the rising lender's GPU goes back to the
 host when its memory rises); every tenant issued the accesses its trace implies; no UVM assert or kernel
-report in the log. With recorded trace events (``huvmctl trace record`` alongside the experiment:
-``data/events.parquet``), the counters against the events too. Printed as ``scenario experiment-emulated:
-passed|failed`` at the end of the session.
+report in the log; the huvm events every run recorded (the example's ``[record] events``, through the tracer of
+``huvmctl trace record``: ``data/events/RUN.parquet``) equal its counters. Printed as ``scenario
+experiment-emulated: passed|failed`` at the end of the session.
+
+Also here: UVM's own fault/migration path as kprobe events (``uvm_fault``, ``uvm_make_resident``), recorded
+alongside a small experiment and by ``huvmctl trace record``'s library; huvm-top live on this node (textual's
+headless pilot, the kernel source and bcc) while an experiment runs in another process.
 """
 
 from __future__ import annotations
@@ -54,19 +58,6 @@ def _kmsg_bad(fd: int) -> list[str]:
 def _metric(run: Any, scope: str, gpu: int, metric: str, peer: int = -1) -> int:
     return sum(c.value for c in run.counters if c.scope == scope and c.gpu == gpu and c.metric == metric
                and (scope != "pair" or c.peer == peer))
-
-
-def _events_by_run(path: Path) -> dict[str, dict[tuple[str, int, int], int]]:
-    """data/events.parquet (the trace schema's event table, when events were recorded) counted per run, event
-    name, GPU and peer (-1: the host)."""
-    import pyarrow.parquet as pq
-
-    out: dict[str, dict[tuple[str, int, int], int]] = {}
-    for row in pq.read_table(path).to_pylist():
-        per = out.setdefault(str(row["run_id"]), {})
-        key = (str(row["event"]), int(row["gpu"]), int(row.get("peer", -1) if row.get("peer") is not None else -1))
-        per[key] = per.get(key, 0) + 1
-    return out
 
 
 @pytest.mark.scenario("experiment-emulated")
@@ -160,16 +151,23 @@ def test_consolidation_emulated_example(tmp_path: Path) -> None:
     print("experiment: give-backs of the rising lender (GPU2): "
           + ", ".join(f"{r.key.policy} {_metric(r, 'gpu', 2, 'giveback')}" for r in res.runs))
 
-    # the recorded trace events (huvmctl trace record, issue 13 item 2), when the experiment recorded them
-    events = out / "data" / "events.parquet"
-    if events.is_file():
-        counted = _events_by_run(events)
-        for r in res.runs:
-            lines = counters_vs_events(r, counted.get(r.key.run_id, {}))
-            assert not lines, "; ".join(lines)
-        print(f"experiment: counters equal the recorded events of {len(counted)} runs")
-    else:
-        print("experiment: no recorded events (data/events.parquet): counters_vs_events not run")
+    # the recorded trace events ([record] events: the tracer of huvmctl trace record on the module's tracepoints,
+    # in this guest): one event table per run, nothing dropped, and the counters equal the events
+    from huvm.traces.events import read_events
+
+    assert spec.record_events == ("evict", "preevict", "fetch", "giveback", "prefetch")
+    for r in res.runs:
+        assert r.events is not None and r.events.window_ns is not None, f"{r.key.run_id}: no recorded events"
+        f = read_events(out / "data" / "events" / f"{r.key.run_id}.parquet")
+        assert f.lost == 0 and f.table.num_rows == len(r.events.rows), f"{r.key.run_id}: {f.lost} records lost"
+        assert {k: v for k, v in f.counts.items() if v} == f.per_event(), f"{r.key.run_id}: {f.counts}"
+        assert "tracepoints huvm:*" in f.source
+        lines = counters_vs_events(r)
+        assert not lines, "; ".join(lines)
+        print(f"experiment: {r.key.run_id}: recorded {f.per_event()}")
+    ev_huvm = read_events(out / "data" / "events" / "huvm#0.parquet").per_event()
+    assert ev_huvm.get("evict", 0) > 0 and ev_huvm.get("fetch", 0) > 0, ev_huvm
+    assert "counters vs events: every run's counters equal its recorded events" in report
 
 
 _PLANS: dict[str, Any] = {}
@@ -277,3 +275,191 @@ def test_replay_paths_on_the_module(tmp_path: Path) -> None:
     assert pinned.values["done"] == 1 and pinned.values["page_accesses"] == 0
     own1 = max(s.own_bytes for s in run.samples if s.gpu == 1)
     assert own1 >= 32 * MIB, f"GPU1 never held the 32 MiB static footprint: {own1 >> 20} MiB at most"
+
+
+# ---- UVM's own fault/migration path: kprobe events (huvmctl trace record --events uvm_fault,...) --------------
+
+KPROBE_FILE = """[experiment]
+name = "uvm-kprobes"
+policies = ["stock"]
+ideal = false
+
+[node]
+kind = "emulated"
+preset = "aws-p3.8xlarge"
+gpus = 1
+fb_mib = {fb_mib}
+scale = "1/128"
+time_scale = "1/16"
+
+[[tenant]]
+name = "mixed"
+gpu = 0
+trace = "mixed.trace"
+steps = 1
+
+[record]
+events = ["uvm_fault", "uvm_make_resident"]
+"""
+
+
+@pytest.mark.scenario("experiment-uvm-kprobes")
+@pytest.mark.timeout(600)
+def test_uvm_kprobe_events(tmp_path: Path) -> None:
+    """The mixed trace (GPU writes A, the CPU reads it, the GPU reads it again, ...) on one GPU under stock,
+    recorded twice: by the experiment's [record] (per run) and by huvm.tracerec.record around the whole
+    experiment (what ``huvmctl trace record --events uvm_fault,uvm_make_resident`` runs). UVM serviced faults of
+    the GPU (nvidia-uvm's id 1) and of the CPU (id 0) and made A's pages resident on both, with causes of
+    uvm_make_resident_cause_t."""
+    from huvm import bpf, experiment, tracerec
+    from huvm.traces.events import read_events
+
+    _mixed_trace(tmp_path / "mixed.trace")
+    exp = tmp_path / "kprobes.toml"
+    exp.write_text(KPROBE_FILE.format(fb_mib=sglib.FB_MIB or 128))
+    spec = experiment.load(exp)
+    assert spec.record_events == ("uvm_fault", "uvm_make_resident")
+    assert bpf.kernel_symbols(list(bpf.UVM_EVENTS.values())) == set(bpf.UVM_EVENTS.values())
+    out = tmp_path / "all.parquet"
+    rec = tracerec.record(out, mode="tracepoint", events=spec.record_events, during=lambda: experiment.run(spec))
+    res = rec.value
+    assert res is not None
+    (run,) = res.runs
+    f = read_events(out)
+    assert f.lost == 0 and "kprobes uvm_va_block_service_locked, uvm_va_block_make_resident_copy" in f.source
+    rows = f.table.to_pylist()
+    assert run.events is not None and run.events.lost == 0
+    per_run = run.events.rows
+    print(f"uvm-kprobes: whole recording {f.per_event()}, the run's {len(per_run)} rows; "
+          f"mixed {next(t for t in run.tenants if t.tenant == 'mixed').values}")
+    # the run's events are a part of the whole recording (same tracepoints, a narrower window)
+    assert 0 < len(per_run) <= len(rows)
+    a_bytes = 4 * MIB
+    for name, got in (("whole", rows), ("run", per_run)):
+        faults = [r for r in got if r["event"] == "uvm_fault"]
+        moves = [r for r in got if r["event"] == "uvm_make_resident"]
+        assert {r["uvm_gpu"] for r in faults} >= {0, 1}, f"{name}: faults of {sorted({r['uvm_gpu'] for r in faults})}"
+        assert all(r["gpu"] == -1 and r["peer"] == -1 and r["uvm_peer"] is None for r in got), name
+        assert all(0 <= r["reason"] < len(bpf.UVM_CAUSES) and r["reason_name"] == bpf.UVM_CAUSES[r["reason"]]
+                   for r in moves), f"{name}: causes {sorted({r['reason'] for r in moves})}"
+        assert all(0 < r["bytes"] <= 2 * MIB and r["bytes"] % 4096 == 0 for r in moves), name
+        to_gpu = sum(r["bytes"] for r in moves if r["uvm_gpu"] == 1)
+        to_cpu = sum(r["bytes"] for r in moves if r["uvm_gpu"] == 0)
+        # A (4 MiB) went to the GPU twice (written, read after the CPU phase) and to the CPU once
+        assert to_gpu >= 2 * a_bytes and to_cpu >= a_bytes, f"{name}: to GPU {to_gpu >> 10} KiB, CPU {to_cpu >> 10} KiB"
+        assert any(r["reason_name"] == "replayable_fault" and r["uvm_gpu"] == 1 for r in moves), name
+    # the CPU faults are the tenant's own (its process), the GPU's UVM's fault-servicing thread's
+    mixed_pids = {r["pid"] for r in per_run if r["event"] == "uvm_fault" and r["uvm_gpu"] == 0}
+    assert mixed_pids and all(p != os.getpid() for p in mixed_pids)
+
+
+# ---- huvm-top live on the emulated node -----------------------------------------------------------------------
+
+TOP_FILE = """[experiment]
+name = "huvm-top-live"
+policies = ["huvm"]
+ideal = false
+
+[node]
+kind = "emulated"
+preset = "aws-p3.8xlarge"
+gpus = 2
+fb_mib = {fb_mib}
+scale = "1/128"
+time_scale = "1/16"
+gpu_reserved_bytes = "32MiB"
+
+[[tenant]]
+name = "harvester"
+gpu = 0
+trace = "bundled:demo-harvester"
+steps = 1
+
+[[tenant]]
+name = "idle"
+gpu = 1
+trace = "bundled:lender-idle"
+steps = 0
+"""
+
+
+@pytest.mark.scenario("experiment-huvm-top")
+@pytest.mark.timeout(900)
+def test_huvm_top_live(tmp_path: Path) -> None:
+    """huvm-top as on a real server (the kernel source on /dev/nvidia-uvm, bcc on the module's tracepoints),
+    driven by textual's headless pilot. Once it is attached and tracing, another process runs an emulated
+    experiment whose harvester evicts to the idle GPU: the GPU table shows faults and evictions per second,
+    the event log fills with huvm's events, the process table shows the VA spaces."""
+    import asyncio
+    import subprocess
+    import sys
+    import time
+
+    from huvm import softgpu, uvm
+    from huvm_top.app import HuvmTop
+    from huvm_top.sources.bcc import BccSource
+    from huvm_top.sources.live import LiveSource
+    from textual.widgets import DataTable
+
+    exp = tmp_path / "top.toml"
+    exp.write_text(TOP_FILE.format(fb_mib=sglib.FB_MIB or 128))
+    result = tmp_path / "result.json"
+    seen: dict[str, float] = {}
+    state: dict[str, Any] = {"lines": 0, "processes": 0, "note": "", "events": {}}
+    log_path = tmp_path / "workload.log"
+    workload: Any = None
+    # the GPUs registered first (a UVM file of this test's), so huvm's GET_INFO lists them when huvm-top attaches
+    sg = softgpu.SoftGpu.open()
+    keeper = uvm.Uvm.open()
+    try:
+        for g in sg.info().gpus[:2]:
+            keeper.register_gpu(g, sg.client)
+
+        async def watch() -> None:
+            nonlocal workload
+            app = HuvmTop(LiveSource("kernel", "/dev/nvidia-uvm"), BccSource("tracepoint"), interval=0.5)
+            async with app.run_test(size=(200, 60)) as pilot:
+                # attached, and bcc compiled and attached (the event log's note names the source)
+                end = time.monotonic() + 300
+                while not str(app.event_log.border_subtitle or "").startswith(("bcc", "tracing")):
+                    assert time.monotonic() < end, "huvm-top did not start tracing in 300 s"
+                    await pilot.pause(0.5)
+                state["note"] = str(app.event_log.border_subtitle)
+                assert state["note"].startswith("bcc"), f"huvm-top: {state['note']}"
+                with log_path.open("w") as log:
+                    workload = subprocess.Popen([sys.executable, "-m", "huvm.experiment.emulated", "guest", str(exp),
+                                                 "--result", str(result)], stdout=log, stderr=subprocess.STDOUT,
+                                                cwd=str(EXAMPLE.parents[3]))
+                end = time.monotonic() + 600
+                while time.monotonic() < end:
+                    await pilot.pause(0.25)
+                    rates = app.rates
+                    if rates is not None and not rates.first:
+                        for g, vals in enumerate(rates.gpus):
+                            for k in ("faults", "evict_to_peer"):
+                                if vals.get(k, 0) > seen.get(f"{k}{g}", 0):
+                                    seen[f"{k}{g}"] = vals[k]
+                                    # the table shows it: the cell of that GPU and counter is not 0
+                                    table = app.screen_stack[0].query_one("#gpus", DataTable)
+                                    seen[f"cell:{k}"] = float(str(table.get_cell(f"gpu{g}", k)) != "0")
+                    state["processes"] = max(state["processes"], app.processes.row_count)
+                    state["lines"] = max(state["lines"], app.event_log.lines)
+                    done = workload.poll() is not None
+                    if done or (any(k.startswith("evict_to_peer") for k in seen) and state["lines"] > 0
+                                and state["processes"] > 0):
+                        break
+                state["events"] = app.events.counts() if app.events is not None else {}
+
+        asyncio.run(watch())
+    finally:
+        if workload is not None and workload.poll() is None:
+            workload.wait(timeout=600)
+        keeper.close()
+        sg.close()
+    print(f"huvm-top: {state}; peak rates {seen}")
+    assert workload is not None and workload.returncode == 0, log_path.read_text()[-2000:]
+    # huvm numbers GPUs by its slots: the harvester's GPU is one of them
+    assert any(k.startswith("faults") for k in seen) and seen.get("cell:faults") == 1.0, seen
+    assert any(k.startswith("evict_to_peer") for k in seen) and seen.get("cell:evict_to_peer") == 1.0, seen
+    assert state["lines"] > 0 and state["events"].get("evict", 0) > 0, f"huvm-top's event log: {state}"
+    assert state["processes"] > 0, "huvm-top's process table stayed empty"
