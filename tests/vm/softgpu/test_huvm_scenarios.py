@@ -984,6 +984,22 @@ def _settled_prefetch(node: Any, owner: int, seconds: float = 30.0) -> Any:
     return _settled(node, key, seconds)
 
 
+def _block_places(s: sglib.Session, r: Any, first: int, n: int) -> list[str]:
+    """Where blocks first..first+n-1 of region r are resident ("GPU0", "GPU1+cpu", "cpu", "nowhere")."""
+    names = {g.uuid: f"GPU{g.index}" for g in s.gpus}
+    return ["+".join(names.get(u, "cpu") for u in s.uvm.va_residency_info(r.base + k * CHUNK).resident_on)
+            or "nowhere" for k in range(first, first + n)]
+
+
+def _prefetch_policy(node: Any, owner: int, mode: str, window: int, flags: str) -> Any:
+    """The huvm preset with pre-eviction off and prefetch mode/window (stride 1); GPU owner's flags."""
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0", f"prefetch_mode={mode}", f"prefetch_chunks={window}",
+                          "prefetch_stride=1", f"gpu.{owner}.flags={flags}"])
+    assert policy.prefetch_chunks == window and policy.preevict_chunks == 0, policy
+    return policy
+
+
 @_scenario("prefetch-pressure")
 def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
     """The ``huvm`` preset with ``MULTIPATH`` prefetch (a window of 4 blocks after each fault, split between
@@ -1000,16 +1016,9 @@ def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any,
     g0 = s.gpus[0]
     slot = _slots(node, s)
     owner = slot[g0.index]
-    node.apply_preset("huvm")
     window = 4
-    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=multipath", f"prefetch_chunks={window}",
-                          "prefetch_stride=1", f"gpu.{owner}.flags=none"])
+    policy = _prefetch_policy(node, owner, "multipath", window, "none")
     assert policy.prefetch_mode == sglib.abi_lib().HUVM_PREFETCH_MULTIPATH and policy.gpus[owner].flags == 0
-    names = {g.uuid: f"GPU{g.index}" for g in s.gpus}
-
-    def places(r: Any, first: int, n: int) -> list[str]:
-        return ["+".join(names.get(u, "cpu") for u in s.uvm.va_residency_info(r.base + k * CHUNK).resident_on)
-                or "nowhere" for k in range(first, first + n)]
 
     # 1. no pressure: room on GPU0
     time.sleep(0.5)     # well past the pressure window of any earlier scenario (200 ms)
@@ -1023,7 +1032,7 @@ def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any,
                    check=True, timeout_ms=60_000)
     st1 = _settled_prefetch(node, owner)
     d1 = st1.delta(st0).gpus[owner]
-    where_a = places(a, 0, window + 1)
+    where_a = _block_places(s, a, 0, window + 1)
     print(f"prefetch-pressure[room]: {free_a >> 20} MiB free; window {where_a}; prefetch_local "
           f"+{d1['prefetch_local']}, prefetch_to_peer +{d1['prefetch_to_peer']}")
     assert where_a[0] == "GPU0", f"the faulted block is on {where_a[0]}"
@@ -1044,7 +1053,7 @@ def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any,
                    check=True, timeout_ms=60_000)
     st3 = _settled_prefetch(node, owner)
     d3 = st3.delta(st2).gpus[owner]
-    where_b = places(b, 0, window + 1)
+    where_b = _block_places(s, b, 0, window + 1)
     print(f"prefetch-pressure[full]: {free_b >> 20} MiB free before the fault; window {where_b}; evict_to_peer "
           f"+{d3['evict_to_peer']}, prefetch_local +{d3['prefetch_local']}, prefetch_to_peer "
           f"+{d3['prefetch_to_peer']}")
@@ -1078,16 +1087,9 @@ def test_prefetch_feedback(session: sglib.Session, managed: Any, huvm_node: Any,
     g0 = s.gpus[0]
     slot = _slots(node, s)
     owner = slot[g0.index]
-    node.apply_preset("huvm")
     window = 4
-    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=local", f"prefetch_chunks={window}",
-                          "prefetch_stride=1", f"gpu.{owner}.flags=prefetch-feedback"])
+    policy = _prefetch_policy(node, owner, "local", window, "prefetch-feedback")
     assert policy.gpus[owner].flags == sglib.abi_lib().HUVM_GPU_POLICY_PREFETCH_FEEDBACK
-    names = {g.uuid: f"GPU{g.index}" for g in s.gpus}
-
-    def places(r: Any, n: int) -> list[str]:
-        return ["+".join(names.get(u, "cpu") for u in s.uvm.va_residency_info(r.base + k * CHUNK).resident_on)
-                or "nowhere" for k in range(n)]
 
     def read(r: Any, k: int, seed: int) -> int:
         """GPU0 reads block k of r; returns the chunks prefetched for GPU0 because of it."""
@@ -1104,13 +1106,13 @@ def test_prefetch_feedback(session: sglib.Session, managed: Any, huvm_node: Any,
     a = managed(12 * CHUNK)
     sglib.fill_pattern(a, seed_a)
     first = read(a, 0, seed_a)
-    where_a = places(a, window + 2)
+    where_a = _block_places(s, a, 0, window + 2)
     a.close()
     # 2. the probe
     b = managed(16 * CHUNK)
     sglib.fill_pattern(b, seed_b)
     probe = read(b, 0, seed_b)
-    where_b = places(b, window + 2)
+    where_b = _block_places(s, b, 0, window + 2)
     # 3. uses restore the window
     after = [read(b, k, seed_b) for k in range(1, window + 1)]
     print(f"prefetch-feedback: first fault prefetched {first} ({where_a}); after {first} unused, a fault "
