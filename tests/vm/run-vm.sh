@@ -239,14 +239,18 @@ if has_phase softgpu; then timeout_s=$((timeout_s + ${#variants[@]} * sg_timeout
 if has_phase guest; then timeout_s=$((timeout_s + patched * 420)); fi
 timeout_s=${VM_TIMEOUT:-$timeout_s}
 mem=${VM_MEM:-$((1536 + gpus * fb_mib))}; smp=${VM_SMP:-2}
+# One host thread runs all vCPUs in turn (VM_TCG_THREAD=multi: one thread each). Two full runs of the suite
+# with multi-threaded TCG on the 2-core CI machine hung with the guest's CPU0 no longer handling its timer
+# (RCU stall, soft lockup of the other vCPU while it enabled tracepoints); the cause is not known.
+tcg_thread=${VM_TCG_THREAD:-single}
 echo "$timeout_s" > "$ird/timeout"
 (cd "$ird" && find . | cpio -o -H newc --quiet) | gzip -1 > "$work/initramfs.gz"
 t_prep=$(now)
-echo "vm-test: booting $kver under qemu TCG (timeout ${timeout_s}s, $smp vCPU, $mem MiB), phases: $phases"
+echo "vm-test: booting $kver under qemu TCG (thread=$tcg_thread; timeout ${timeout_s}s, $smp vCPU, $mem MiB), phases: $phases"
 echo "vm-test:   $softgpu_ko, $gpus GPUs x $fb_mib MiB, nvidia-uvm: ${uvms[*]}"
 set +e
 timeout --kill-after=5 "$timeout_s" qemu-system-x86_64 \
-    -M pc -accel tcg -cpu max -smp "$smp" -m "$mem" \
+    -M pc -accel tcg,thread="$tcg_thread" -cpu max -smp "$smp" -m "$mem" \
     -nographic -no-reboot -nic none \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
     "${devs[@]}" \
