@@ -18,7 +18,7 @@
 # VM_SOFTGPU_PYTEST_ARGS (the same for the softgpu phase), VM_SOFTGPU_VARIANTS (nvidia-uvm builds to run, in
 # order, of stock-release stock-debug patched-release patched-debug; default "stock-release patched-release
 # patched-debug"), VM_GPUS (default 4), VM_FB_MIB (framebuffer MiB per GPU, default 128), VM_MEM (guest MiB,
-# default 1536 + VM_GPUS * VM_FB_MIB), VM_SMP (vCPUs, default 1), VM_TCG_THREAD (multi: a host thread per vCPU, the default; single), VM_GUEST_CMD (softgpu-vm: one line of
+# default 1536 + VM_GPUS * VM_FB_MIB), VM_SMP (vCPUs, default 2), VM_TCG_THREAD (multi: a host thread per vCPU, the default; single), VM_GUEST_CMD (softgpu-vm: one line of
 # shell). Without root, qemu or the headers the targets print "SKIP: vm-test: <reason>" and succeed, unless
 # CI=true, where they fail.
 
