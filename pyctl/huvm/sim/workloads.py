@@ -10,6 +10,7 @@ and benchmarks when no recorded trace is at hand. All deterministic (fixed seeds
 * :func:`rising`      -- a lender whose footprint rises mid-run (give-back).
 * :func:`spiky`       -- a lender whose footprint rises and falls every period (allocations freed again).
 * :func:`lender`      -- the lender shapes (idle, steady, rising, spiky) sized as shares of a GPU's memory.
+* :func:`coarsen`     -- any trace at k chunks per chunk (the emulated node's granularity at scale 1/k).
 
 Compute time per op is ``ns_per_chunk`` per touched chunk (memory-bound kernels) unless stated otherwise.
 """
@@ -20,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .config import CHUNK_BYTES
+from .errors import SimConfigError
 
 try:
     from ..traces.trace import SimTrace
@@ -305,3 +307,57 @@ def horizon_trace(horizon_ns: int, ops: int = 1000) -> SimTrace:
     run until the last foreground tenant is done, so this runs one alone for about ``horizon_ns``."""
     n = max(1, ops)
     return make_trace("horizon", [np.zeros(0, dtype=np.int64)] * n, max(1, horizon_ns // n), 0)
+
+
+def coarsen(trace: SimTrace, k: int) -> SimTrace:
+    """``trace`` at a coarser granularity: chunks ``u*k .. u*k+k-1`` become one chunk ``u``, as on the emulated
+    node at scale 1/k, where one 2 MiB UVM block holds k of the trace's chunks (docs/simulator.md, "Cross-check
+    against the emulated node"). Run it on GPUs of 1/k the memory: every count is then in blocks (multiply by
+    k for chunk equivalents), and the policy's chunk counts (reserve, prefetch window) count blocks, as the
+    module's do. Within an op a block is touched once, where its first chunk was; it is written when any of
+    its chunks is written, and needs its old data (mode 2, or 0 when not written) unless every touch wrote new
+    data (mode 1). A block is reserved when its first chunk is and released after its last one (never if any
+    chunk is never released). Op times are kept. ``k = 1`` returns ``trace`` itself."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise SimConfigError(f"must be a whole number of chunks >= 1, not {k!r}", field="k")
+    k = int(k)
+    if k == 1:
+        return trace
+    n_ops = int(trace.op_time_ns.shape[0])
+    first = np.asarray(trace.op_first_touch, dtype=np.int64)
+    op_of = np.repeat(np.arange(n_ops, dtype=np.int64), np.diff(first))
+    unit = np.asarray(trace.touch_chunk, dtype=np.int64) // k
+    mode = np.asarray(trace.touch_mode, dtype=np.uint8)
+    n_units = -(-int(trace.chunk_alloc_op.shape[0]) // k)
+    key = op_of * max(n_units, 1) + unit
+    _, first_idx, inverse = np.unique(key, return_index=True, return_inverse=True)
+    writes = np.zeros(first_idx.shape[0], dtype=np.bool_)
+    np.logical_or.at(writes, inverse, mode != 0)
+    reads = np.zeros(first_idx.shape[0], dtype=np.bool_)
+    np.logical_or.at(reads, inverse, mode != 1)
+    new_mode = np.where(writes, np.where(reads, 2, 1), 0).astype(np.uint8)
+    order = np.argsort(first_idx, kind="stable")  # op order, then each block where its first chunk was
+    kept = first_idx[order]
+    new_first = np.zeros(n_ops + 1, dtype=np.uint32)
+    new_first[1:] = np.cumsum(np.bincount(op_of[kept], minlength=n_ops))
+    alloc = np.asarray(trace.chunk_alloc_op, dtype=np.int64)
+    free = np.asarray(trace.chunk_free_op, dtype=np.int64)
+    owner = np.arange(alloc.shape[0], dtype=np.int64) // k
+    new_alloc = np.full(n_units, np.iinfo(np.int32).max, dtype=np.int64)
+    np.minimum.at(new_alloc, owner, alloc)
+    new_free = np.full(n_units, -1, dtype=np.int64)
+    np.maximum.at(new_free, owner, free)
+    kept_forever = np.zeros(n_units, dtype=np.bool_)
+    np.logical_or.at(kept_forever, owner, free < 0)
+    new_free[kept_forever] = -1
+    return SimTrace(
+        name=f"{trace.name}/{k}",
+        gpu_preset=trace.gpu_preset,
+        op_time_ns=np.asarray(trace.op_time_ns, dtype=np.uint64).copy(),
+        op_first_touch=new_first,
+        touch_chunk=unit[kept].astype(np.uint32),
+        touch_mode=new_mode[order],
+        chunk_alloc_op=new_alloc.astype(np.int32),
+        chunk_free_op=new_free.astype(np.int32),
+        peak_live_bytes=-(-int(trace.peak_live_bytes) // k),
+    )
