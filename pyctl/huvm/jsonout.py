@@ -308,7 +308,7 @@ class ExperimentDoc(_Doc):
     files: list[str] = Field(description="files written (none for sim run)")
     node_record: dict[str, Any] | None = Field(
         default=None, description="the node of the runs: node_kind (sim, emulated, local), module, node_preset, "
-                                  "scale, node_gpus")
+                                  "scale, granularity (trace chunks per 2 MiB block), node_gpus")
 
 
 class CompareSide(_Model):

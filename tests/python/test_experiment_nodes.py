@@ -239,7 +239,7 @@ def test_base_executor_loop_records_nodes_drops_ideal_and_notes(tmp_path: Path) 
     res = ex.execute(planned, lambda run, i, n: seen.append((run.key.run_id, i, n)))
     assert seen == [("stock#0", 0, 2), ("huvm#0", 1, 2)]
     assert all(r.node == {"kind": "fake", "module": "fake 1.0", "preset": "aws-p3.8xlarge", "scale": 0.5,
-                          "gpus": 2} for r in res.runs)
+                          "gpus": 2, "granularity": 1.0} for r in res.runs)
     assert any("no ideal" in n for n in res.notes) and not any("scaled" in n for n in res.notes)
     rows = {r.policy: r for r in experiment.policy_rows(res)}
     assert rows["huvm"].speedup_vs_stock == 2.0 and rows["huvm"].ratio_to_ideal is None

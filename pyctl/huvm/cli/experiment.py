@@ -45,11 +45,12 @@ def _run(args: argparse.Namespace, outdir: Path | None) -> int:
         def tick(run: experiment.PlannedRun, i: int, n: int) -> None:
             bar.update(task, completed=i, total=n, description=f"{spec.name}: {run.key.run_id}")
 
+        node = getattr(args, "node", None)
         if outdir is None:
-            res = experiment.run(spec, tick)
+            res = experiment.run(spec, tick, node=node)
             files: list[Path] = []
         else:
-            res, files = experiment.run_to(spec, outdir, tick)
+            res, files = experiment.run_to(spec, outdir, tick, node)
         bar.update(task, completed=len(res.runs), total=len(res.runs))
     elapsed = time.monotonic() - t0
     if args.json:
@@ -65,6 +66,9 @@ def _run(args: argparse.Namespace, outdir: Path | None) -> int:
         out.print(table)
     kind = res.runs[0].node.get("kind", "sim") if res.runs else spec.node_kind
     what = {"sim": "simulated", "emulated": "emulated", "local": "local"}.get(kind, kind)
+    if node is not None:
+        what = f"simulated (the emulated node's twin, granularity {res.runs[0].node.get('granularity', 1):g})" \
+            if res.runs else "simulated"
     out.print(f"{len(res.runs)} {what} runs in {elapsed:.1f} s (wall clock)")
     if outdir is not None:
         out.print(f"report: {outdir / 'report.md'}")
@@ -149,12 +153,17 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                              "(Parquet, CSV), plots (PNG) and report.md. Compare two runs' counters.",
                  examples=["huvmctl experiment run pyctl/huvm/examples/consolidation.toml",
                            "huvmctl experiment run pyctl/huvm/examples/spare-memory-sweep.toml --out out/fig9",
-                           "huvmctl experiment compare out/consolidation out/consolidation-emulated"])
+                           "huvmctl experiment run pyctl/huvm/examples/two-harvesters-emulated.toml --node sim-twin "
+                           "--out out/th-twin",
+                           "huvmctl experiment compare out/th-twin out/two-harvesters-emulated"])
     es = p.add_subparsers(dest="experiment_cmd", metavar="{run,compare}", required=True)
     q = es.add_parser("run", parents=parents, help="run FILE")
     q.add_argument("file", metavar="FILE")
     q.add_argument("--out", metavar="DIR", help="output folder (default: out/<file stem>)")
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.add_argument("--node", metavar="sim-twin", help="run elsewhere than the file's node: sim-twin runs an "
+                                                      "emulated file on the simulator at the emulated node's "
+                                                      "granularity (its simulated twin, the cross-check's reference)")
     q.set_defaults(func=cmd_experiment_run)
     q = es.add_parser("compare", parents=parents, help="two runs' counters side by side (e.g. sim vs emulated)",
                       description="Put two output folders of an experiment side by side, per policy: evictions "

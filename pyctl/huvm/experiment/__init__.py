@@ -26,10 +26,12 @@ __all__ = ["Executor", "ExperimentResult", "ExperimentSpec", "NodeRecord", "Plan
 
 
 def run_to(spec: ExperimentSpec, outdir: str | Path,
-           progress: Callable[[PlannedRun, int, int], None] | None = None) -> tuple[ExperimentResult, list[Path]]:
-    """Run spec and write outdir/: data/*.parquet|csv, plots/*.png, summary.json, report.md, the spec."""
+           progress: Callable[[PlannedRun, int, int], None] | None = None,
+           node: str | None = None) -> tuple[ExperimentResult, list[Path]]:
+    """Run spec and write outdir/: data/*.parquet|csv, plots/*.png, summary.json, report.md, the spec. node:
+    another node than the file's (``"sim-twin"``, :func:`run`)."""
     out = Path(outdir)
-    res = run(spec, progress, out)
+    res = run(spec, progress, out, node)
     if out.exists():
         for sub in ("data", "plots"):
             shutil.rmtree(out / sub, ignore_errors=True)

@@ -101,6 +101,21 @@ def _read(folder: Path, name: str, required: bool = True) -> list[dict[str, Any]
     return rows
 
 
+def _granularity(folder: Path) -> float:
+    """Trace chunks per 2 MiB unit the side's node moved and counted (``data/runs``' ``granularity``: k on the
+    emulated node at scale 1/k and on its simulated twin). A folder written before the column existed: an
+    emulated node's from its scale, else 1."""
+    from .executor import CHUNK_BYTES, scale_bytes
+
+    runs = _read(folder, "runs", required=False)
+    if not runs:
+        return 1.0
+    if runs[0].get("granularity") is not None:
+        return float(runs[0]["granularity"])
+    scale = float(runs[0].get("scale") or 1.0)
+    return CHUNK_BYTES / scale_bytes(CHUNK_BYTES, scale) if runs[0].get("node_kind") == "emulated" else 1.0
+
+
 def _info(folder: Path) -> tuple[RunInfo, dict[str, float]]:
     """The side's description and each run's scale (run_id -> scale)."""
     try:
@@ -169,6 +184,7 @@ def compare(run_a: str | Path, run_b: str | Path, *, raw: bool = False, links: b
     if normalized:
         res.notes.append(f"counts divided by each run's scale factor (A {a_info.scale:g}, B {b_info.scale:g}): "
                          "both at full size")
+    res.notes += _granularity_notes(_granularity(a_dir), _granularity(b_dir))
     for key in a:
         if key not in b:
             res.notes.append(f"only in A: policy {key[1]!r}" + ("" if key[0] is None else f" at {key[0]}"))
@@ -190,6 +206,16 @@ def compare(run_a: str | Path, run_b: str | Path, *, raw: bool = False, links: b
     if not res.rows:
         raise ConfigError(f"{a_dir} and {b_dir} have no policy in common: nothing to compare")
     return res
+
+
+def _granularity_notes(ga: float, gb: float) -> list[str]:
+    """What the two sides' granularities (trace chunks per 2 MiB block moved) mean for the comparison."""
+    if abs(ga - gb) < 1e-9:
+        return [] if ga == 1.0 else [f"A and B at the same granularity: {ga:g} trace chunks per 2 MiB block (an "
+                                     "emulated node at scale 1/k and its simulated twin move whole blocks)"]
+    return [f"different granularities: {ga:g} (A) and {gb:g} (B) trace chunks per 2 MiB block moved; the coarser "
+            "side moves data in larger units, which can add evictions and fetch-backs of data with less locality: "
+            "compare an emulated run with its simulated twin (huvmctl experiment run FILE --node sim-twin)"]
 
 
 def format_rel(x: float | None) -> str:

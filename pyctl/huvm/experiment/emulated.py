@@ -264,7 +264,8 @@ class EmulatedExecutor(Executor):
     # -- the node record
     def record(self) -> NodeRecord:
         module = self._version or f"nvidia-uvm ({variant_for(self.em.module)}, in the qemu test bed)"
-        return NodeRecord("emulated", module, self.spec.node_preset, self.em.scale, self.em.gpus)
+        return NodeRecord("emulated", module, self.spec.node_preset, self.em.scale, self.em.gpus,
+                          CHUNK_BYTES / self.chunk_bytes)
 
     # -- runs (in the guest)
     def _node(self) -> GuestNode:

@@ -72,6 +72,9 @@ class NodeRecord:
     preset: str  # node preset (the topology source), or the local node's label
     scale: float = 1.0  # factor on trace bytes, working sets and static footprints (emulated)
     gpus: int = 0
+    #: trace chunks per 2 MiB unit the node moves and counts: 1 at full size, k on the emulated node at scale
+    #: 1/k (a UVM block holds k trace chunks; a fraction where 1/scale is not whole) and on its simulated twin
+    granularity: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -459,7 +462,7 @@ class Executor(abc.ABC):
             res.notes.append(f"every trace's bytes and working sets and every static footprint are scaled by "
                              f"{scale_text(rec.scale)} ({self.spec.emulated.fb_mib} MiB per emulated GPU against "
                              f"{format_size(base.gpus[0].memory_bytes)} on {base.name})")
-        if self.spec.emulated is not None and self.spec.emulated.time_scale != 1.0:
+        if rec.kind == "emulated" and self.spec.emulated is not None and self.spec.emulated.time_scale != 1.0:
             res.notes.append(f"every trace's compute times (op durations) are scaled by "
                              f"{scale_text(self.spec.emulated.time_scale)}")
         if self.spec.repetitions > 1 and self.kind == "sim":

@@ -20,10 +20,10 @@ def _key_cols(k: RunKey) -> dict[str, Any]:
 
 
 def _node_cols(node: dict[str, Any]) -> dict[str, Any]:
-    """A run's node record as columns: node_kind, module, node_preset, scale, node_gpus."""
+    """A run's node record as columns: node_kind, module, node_preset, scale, node_gpus, granularity."""
     return {"node_kind": node.get("kind", "sim"), "module": node.get("module", ""),
             "node_preset": node.get("preset", ""), "scale": float(node.get("scale", 1.0)),
-            "node_gpus": int(node.get("gpus", 0))}
+            "node_gpus": int(node.get("gpus", 0)), "granularity": float(node.get("granularity", 1.0))}
 
 
 def tables(res: ExperimentResult) -> dict[str, pa.Table]:

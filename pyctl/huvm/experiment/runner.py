@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ConfigError
 from ..node import Node
@@ -44,9 +44,17 @@ class Runner(Executor):
     """The simulated node's executor."""
 
     kind = "sim"
-    record_mode = "usdt"  # [record] events: the simulator's USDT probes, in this process
+    record_mode: ClassVar[str | None] = "usdt"  # [record] events: the simulator's USDT probes, in this process
 
     def __init__(self, spec: ExperimentSpec, outdir: Path | None = None) -> None:
+        self.check_node(spec)
+        super().__init__(spec, outdir)
+        check_tenants(spec, self.config)
+        self._sim_traces: dict[tuple[str, str], Any] = {}
+        self._record: NodeRecord | None = None
+
+    def check_node(self, spec: ExperimentSpec) -> None:
+        """Refuse a node this executor does not simulate (before anything is built)."""
         if spec.node_kind != "sim":
             raise ConfigError(f"a {spec.node_kind} node is not the simulated node (huvmctl experiment run runs it "
                               "on its own node)", file=spec.path, line=spec.doc.line("node", "kind"), key="node.kind")
@@ -54,10 +62,6 @@ class Runner(Executor):
             raise ConfigError("node.preset = \"real\" is not a simulated node: for commands on this machine's "
                               "GPUs use node.kind = \"local\"",
                               file=spec.path, line=spec.doc.line("node", "preset"), key="node.preset")
-        super().__init__(spec, outdir)
-        check_tenants(spec, self.config)
-        self._sim_traces: dict[tuple[str, str], Any] = {}
-        self._record: NodeRecord | None = None
 
     # -- inputs --
     def _trace(self, t: TenantSpec, config: Any = None) -> Any:
@@ -206,23 +210,32 @@ class Runner(Executor):
 
 
 def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] | None = None,
-        outdir: Path | None = None) -> ExperimentResult:
+        outdir: Path | None = None, node: str | None = None) -> ExperimentResult:
     """Run every planned run on spec's node (progress(run, index, total) is called before each); outdir:
-    the output folder, where a node keeps its own files (a local node's tenant logs), or None."""
-    with executor_for(spec, outdir) as ex:
+    the output folder, where a node keeps its own files (a local node's tenant logs), or None; node: another
+    node than the file's (``"sim-twin"``: an emulated file on the simulator at its granularity,
+    :mod:`huvm.experiment.twin`)."""
+    with executor_for(spec, outdir, node) as ex:
         ex.check()
         return ex.execute(ex.planned(), progress)
 
 
-def executor_for(spec: ExperimentSpec, outdir: Path | None = None) -> Executor:
-    """The executor of spec's node kind."""
+def executor_for(spec: ExperimentSpec, outdir: Path | None = None, node: str | None = None) -> Executor:
+    """The executor of spec's node kind, or of ``node`` (:data:`huvm.experiment.twin.NODE_CHOICES`)."""
+    import importlib
+
+    if node is not None:
+        # the twin subclasses Runner: looked up by name, as the emulated node's executor below
+        twin = importlib.import_module(f"{__package__}.twin")
+        if node not in twin.NODE_CHOICES:
+            raise ConfigError(f"unknown node {node!r} (one of: {', '.join(twin.NODE_CHOICES)}; or none: the file's)")
+        ex_twin: Executor = twin.SimTwin(spec, outdir)
+        return ex_twin
     if spec.node_kind == "local":
         from .local import LocalExecutor
 
         return LocalExecutor(spec, outdir)
     if spec.node_kind == "emulated":
-        import importlib
-
         name = f"{__package__}.emulated"
         try:
             emulated = importlib.import_module(name)
