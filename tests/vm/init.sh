@@ -43,6 +43,14 @@ if [ -n "$repo" ]; then
 fi
 mount -t debugfs debugfs $R/sys/kernel/debug
 mount -t tracefs tracefs $R/sys/kernel/tracing
+# No command-name recording: with it, enabling any trace event (huvm's, in a test's ftrace instance too)
+# registers ftrace's recorder on the sched_switch and sched_wakeup tracepoints, patching static branches
+# inside __schedule() while the other vCPU schedules. Under qemu 7.2's multi-threaded TCG that hung the
+# guest about once in 220 enable/disable cycles: both vCPUs spinning with interrupts off, one trapping again
+# and again on the int3 of the patch site in __schedule() with its run queue locked, the other waiting for
+# that lock in load balancing (docs/testing.md). Patching nvidia-uvm's own tracepoints alone did not.
+echo 0 > $R/sys/kernel/tracing/options/record-cmd
+echo 0 > $R/sys/kernel/tracing/options/record-tgid
 # The host's results directory (run-vm.sh --out), read-write, at a fixed path on the tmpfs /run.
 mkdir -p $R/run/huvm-out
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 results $R/run/huvm-out || {
