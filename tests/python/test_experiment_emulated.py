@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -603,3 +604,11 @@ def test_two_harvesters_twin_matches_the_sim_example() -> None:
     uvm_bytes = (twin.emulated.fb_mib - 32) << 20          # the software GPU keeps 32 MiB for RM
     usable_sim = int(sim.node_options["gpu_memory_bytes"]) - int(sim.node_options["gpu_reserved_bytes"])
     assert abs(uvm_bytes / twin.emulated.scale - usable_sim) <= 0.1 * usable_sim
+
+
+def test_runs_are_a_peak_window_apart() -> None:
+    # one number: the core's own-peak window is the gap the emulated node leaves between two runs
+    src = (ROOT / "driver" / "core" / "huvm_internal.h").read_text()
+    m = re.search(r"#define HUVM_OWN_PEAK_WINDOW_MS\s+([0-9]+)u?", src)
+    assert m is not None
+    assert int(m.group(1)) / 1000 == emulated_guest.OWN_PEAK_WINDOW_S

@@ -386,6 +386,12 @@ def _proc_name(uuid: bytes, names: dict[bytes, str]) -> str:
 #: residency samples per 2 MiB VA block at most (the census asks UVM page by page: under TCG each query
 #: costs milliseconds); evictions and fetch-backs move whole blocks' chunks, so a few pages tell where it is
 CENSUS_PER_BLOCK = 16
+#: The core remembers a GPU's own peak use for this long (HUVM_OWN_PEAK_WINDOW_MS, driver/core/huvm_internal.h;
+#: a test checks the two agree) and lends nothing of it (LEND_ABOVE_PEAK). The GPUs stay registered from one
+#: run to the next, so a run starts only this long after the previous one ended: otherwise a lender that
+#: filled its memory in run n would lend nothing at the start of run n+1, and the later policies of a file
+#: would run on a node the earlier ones left behind.
+OWN_PEAK_WINDOW_S = 10.0
 
 
 def census_pages(plan: ReplayPlan, per_block: int = CENSUS_PER_BLOCK) -> I64:
@@ -738,7 +744,8 @@ class RunOutcome:
     after_census: Any
     samples: list[tuple[int, int, dict[str, int]]]  # (t_ns, gpu, own/guest/free/peer/host bytes)
     softgpu: dict[int, dict[str, int]]  # per GPU: the software GPU's counter deltas over the run
-    phases: dict[str, float] = field(default_factory=dict)  # wall seconds: setup, run, settle, census, teardown
+    #: wall seconds: quiesce (after the first run), setup, run, settle, census, teardown
+    phases: dict[str, float] = field(default_factory=dict)
     #: CLOCK_MONOTONIC ns of the settled counters before and after the run (recorded events inside it are the
     #: ones the counters' delta counts)
     window_ns: tuple[int, int] | None = None
@@ -775,6 +782,7 @@ class GuestNode:
             for g in self.gpus:
                 self.keeper.register_gpu(g, self.sg.client)
             self.slots: dict[int, int] = {g.index: g.index for g in self.gpus}
+            self.last_run_end: float | None = None   # time.monotonic() when the previous run's tenants exited
             if module == "patched":
                 import huvm
 
@@ -911,9 +919,13 @@ class GuestNode:
                 fail(f"tenant {name}: {msg[0]!r} instead of {kind!r}")
             return tuple(msg)
 
-        base_sg = self.sg.counters()
         phases: dict[str, float] = {}
         mark = time.monotonic()
+        if self.node is not None and self.last_run_end is not None:
+            time.sleep(max(0.0, self.last_run_end + OWN_PEAK_WINDOW_S - mark))
+            phases["quiesce"] = time.monotonic() - mark
+            mark = time.monotonic()
+        base_sg = self.sg.counters()
 
         def phase(name: str) -> None:
             nonlocal mark
@@ -984,6 +996,7 @@ class GuestNode:
                 expect(job.name, "bye", 60.0)
             for p in procs:
                 p.join(30)
+            self.last_run_end = time.monotonic()
             phase("teardown")
             sgd = sg_after.minus(sg_before)
             return RunOutcome(wall, results, cen, before, after, after_census, samples,
@@ -995,6 +1008,8 @@ class GuestNode:
                 if p.is_alive():
                     p.kill()
                     p.join(10)
+            if procs:
+                self.last_run_end = time.monotonic()
             for c in conns.values():
                 c.close()
 

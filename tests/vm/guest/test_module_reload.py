@@ -182,8 +182,11 @@ def test_ioctl_path_leaks_nothing(capsys: pytest.CaptureFixture[str]) -> None:
             short.hdr.size = 16
             assert guestlib.raw_ioctl(lib.HUVM_IOCTL_GET_STATS, short) != 0
         after = slabs()
+    # Reclaimable caches are left out: nvidia-uvm and huvm never allocate reclaimable memory (GFP_KERNEL,
+    # their own caches), while the dcache does (external dentry names in kmalloc-rcl-*, which Python's own
+    # file activity grew by 157 objects in one run).
     grown = {k: n - before.get(k, (0, 0))[0] for k, (n, per) in after.items()
-             if n - before.get(k, (0, 0))[0] > max(calls // 2, 2 * per)}
+             if n - before.get(k, (0, 0))[0] > max(calls // 2, 2 * per) and not k.startswith("kmalloc-rcl-")}
     with capsys.disabled():
         print(f"\n    {calls * 8} ioctls: caches grown beyond noise: {grown or 'none'}")
     assert grown == {}
