@@ -46,7 +46,7 @@ mount -t tracefs tracefs $R/sys/kernel/tracing
 # No command-name recording: with it, enabling any trace event (huvm's, in a test's ftrace instance too)
 # registers ftrace's recorder on the sched_switch and sched_wakeup tracepoints, patching static branches
 # inside __schedule() while the other vCPU schedules. Under qemu 7.2's multi-threaded TCG that hung the
-# guest about once in 220 enable/disable cycles: both vCPUs spinning with interrupts off, one trapping again
+# guest within 1 to about 250 enable/disable cycles: vCPUs spinning with interrupts off, one trapping again
 # and again on the int3 of the patch site in __schedule() with its run queue locked, the other waiting for
 # that lock in load balancing (docs/testing.md). Patching nvidia-uvm's own tracepoints alone did not.
 echo 0 > $R/sys/kernel/tracing/options/record-cmd

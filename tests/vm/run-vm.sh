@@ -248,14 +248,18 @@ tcg_thread=${VM_TCG_THREAD:-multi}
 # qemu's monitor listens on a unix socket (VM_MONITOR=<path>, default in the work directory): the stall
 # watchdog below reads the vCPUs' registers through it, and `info registers -a` there shows where each
 # vCPU is.
-mon_sock=${VM_MONITOR:-$work/qemu-monitor.sock}; rm -f "$mon_sock"
+mon_sock=${VM_MONITOR:-$work/qemu-monitor.sock}
+# A unix socket's path has room for 107 bytes: a deep checkout gets one under /tmp instead.
+[ ${#mon_sock} -le 100 ] || mon_sock=$(mktemp -u /tmp/huvm-qemu-monitor.XXXXXX)
+rm -f "$mon_sock"
 monitor=(-monitor "unix:$mon_sock,server,nowait")
 # Stall watchdog (host side): a guest whose vCPUs all spin with interrupts off prints nothing and runs no
 # guest watchdog, and one with a vCPU stuck that way only repeats its lockup report until the VM's timeout.
-# So when the console has been silent for VM_STALL_S seconds (default 600; 0: off), or 60 s after the
-# guest's first soft-lockup or RCU-stall report, the vCPUs' registers go to stall-registers.txt and qemu
-# is stopped (verdict: timeout).
-stall_s=${VM_STALL_S:-600}
+# So when the console has been silent for VM_STALL_S seconds (default: the softgpu pytest timeout + 120 s,
+# longer than any test may run silently; 0: off), or when a soft-lockup or RCU-stall report is repeated 60 s
+# or more after the first (a stuck vCPU is reported again every half minute; a passing stall under host
+# load is not), the vCPUs' registers go to stall-registers.txt and qemu is stopped (verdict: timeout).
+stall_s=${VM_STALL_S:-$((sg_timeout + 120))}
 echo "$timeout_s" > "$ird/timeout"
 (cd "$ird" && find . | cpio -o -H newc --quiet) | gzip -1 > "$work/initramfs.gz"
 t_prep=$(now)
@@ -276,7 +280,7 @@ rm -f "$work/qemu.rc"
     -append "console=ttyS0 loglevel=4 printk.time=1 log_buf_len=4M panic=-1 oops=panic panic_on_warn=1 preempt=full slab_nomerge quiet ${VM_APPEND:-}" \
     < /dev/null 2>&1; echo $? > "$work/qemu.rc"; } | tee "$out/console.log" &
 qpipe=$!
-stall=""; lockup_at=""
+stall=""; lockup_at=""; lockups=0
 lockup_pat='soft lockup - CPU|rcu_preempt self-detected stall|rcu_preempt detected stalls'
 if [ "$stall_s" -gt 0 ]; then
     while kill -0 "$qpipe" 2>/dev/null; do
@@ -284,11 +288,13 @@ if [ "$stall_s" -gt 0 ]; then
         age=$(( $(date +%s) - $(stat -c %Y "$out/console.log" 2>/dev/null || date +%s) ))
         if [ "$age" -ge "$stall_s" ]; then
             stall="the console was silent for ${age}s"
-        elif [ -z "$lockup_at" ] && grep -aqE "$lockup_pat" "$out/console.log" 2>/dev/null; then
-            lockup_at=$(date +%s)
-        fi
-        if [ -n "$lockup_at" ] && [ $(( $(date +%s) - lockup_at )) -ge 60 ]; then
-            stall="a lockup report has stood for 60s: $(grep -aE -m1 "$lockup_pat" "$out/console.log" | tr -d '\r')"
+        else
+            n=$(grep -acE "$lockup_pat" "$out/console.log" 2>/dev/null)
+            if [ "${n:-0}" -gt 0 ] && [ -z "$lockup_at" ]; then
+                lockup_at=$(date +%s); lockups=$n
+            elif [ -n "$lockup_at" ] && [ "${n:-0}" -gt "$lockups" ] && [ $(( $(date +%s) - lockup_at )) -ge 60 ]; then
+                stall="a lockup report repeated after 60s: $(grep -aE -m1 "$lockup_pat" "$out/console.log" | tr -d '\r')"
+            fi
         fi
         [ -n "$stall" ] || continue
         python3 - "$mon_sock" > "$out/stall-registers.txt" 2>&1 <<'PY' || true

@@ -18,8 +18,10 @@
 # VM_SOFTGPU_PYTEST_ARGS (the same for the softgpu phase), VM_SOFTGPU_VARIANTS (nvidia-uvm builds to run, in
 # order, of stock-release stock-debug patched-release patched-debug; default "stock-release patched-release
 # patched-debug"), VM_GPUS (default 4), VM_FB_MIB (framebuffer MiB per GPU, default 128), VM_MEM (guest MiB,
-# default 1536 + VM_GPUS * VM_FB_MIB), VM_SMP (vCPUs, default 2), VM_TCG_THREAD (multi: a host thread per vCPU, the default; single), VM_GUEST_CMD (softgpu-vm: one line of
-# shell). Without root, qemu or the headers the targets print "SKIP: vm-test: <reason>" and succeed, unless
+# default 1536 + VM_GPUS * VM_FB_MIB), VM_SMP (vCPUs, default 2), VM_TCG_THREAD (multi: a host thread per
+# vCPU, the default; single), VM_STALL_S (the host's stall watchdog, docs/testing.md), VM_MONITOR (qemu's
+# monitor socket), VM_APPEND (extra kernel parameters), VM_GUEST_CMD (softgpu-vm: one line of shell).
+# Without root, qemu or the headers the targets print "SKIP: vm-test: <reason>" and succeed, unless
 # CI=true, where they fail.
 
 # The guest kernel: the ABI the installed linux-headers-amd64 meta package points at (never hard-coded).
@@ -35,7 +37,8 @@ VM_PYTEST_ARGS ?=
 VM_PHASES ?= guest,softgpu
 
 # Read by run-vm.sh from the environment (only those given).
-VM_ENV_VARS := VM_TIMEOUT VM_MEM VM_SMP VM_GPUS VM_FB_MIB VM_SOFTGPU_TIMEOUT VM_SOFTGPU_LONG VM_TCG_THREAD
+VM_ENV_VARS := VM_TIMEOUT VM_MEM VM_SMP VM_GPUS VM_FB_MIB VM_SOFTGPU_TIMEOUT VM_SOFTGPU_LONG VM_TCG_THREAD \
+               VM_STALL_S VM_MONITOR VM_APPEND
 $(foreach v,$(VM_ENV_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval export $(v))))
 
 # The variants' default differs per target; VM_SOFTGPU_VARIANTS (even empty) wins when given.

@@ -996,7 +996,6 @@ class GuestNode:
                 expect(job.name, "bye", 60.0)
             for p in procs:
                 p.join(30)
-            self.last_run_end = time.monotonic()
             phase("teardown")
             sgd = sg_after.minus(sg_before)
             return RunOutcome(wall, results, cen, before, after, after_census, samples,
@@ -1009,7 +1008,7 @@ class GuestNode:
                     p.kill()
                     p.join(10)
             if procs:
-                self.last_run_end = time.monotonic()
+                self.last_run_end = time.monotonic()   # the next run's quiesce counts from here
             for c in conns.values():
                 c.close()
 
