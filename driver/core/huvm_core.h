@@ -35,6 +35,8 @@ typedef struct {
                                            huvm_peak_update's level (0 = unknown) */
     uint64_t prefetch_used;             /* its recent prefetched chunks touched before they left it, and */
     uint64_t prefetch_unused;           /* those that left unused (huvm_prefetch_feedback keeps both) */
+    uint64_t guest_traffic_bytes;       /* guests' data copied into or out of this GPU over the last
+                                           HUVM_LEND_TRAFFIC_WINDOW_MS: huvm_traffic_update's level */
 } huvm_gpu_state_t;
 
 /* A GPU's recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes), kept by the caller. */
@@ -42,6 +44,13 @@ typedef struct {
     uint64_t bytes;
     uint64_t at_ns;
 } huvm_peak_t;
+
+/* A GPU's recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes), kept by the caller. */
+typedef struct {
+    uint64_t start_ns;                  /* the current window's start (0 = none yet) */
+    uint64_t start_total;               /* huvm_guest_traffic_total when it started */
+    uint64_t prev_bytes;                /* the traffic of the window before it */
+} huvm_traffic_t;
 
 /* Flags of an eviction request. */
 #define HUVM_EVICT_FLAG_PMA_CONTEXT     0x1  /* called on behalf of PMA (RM asked UVM to free memory) */
@@ -163,6 +172,14 @@ void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns);
 /* Bytes lender wants back from its guests now: its lend reserve less its free memory, while it holds guests'
  * chunks (0 otherwise). The kernel's worker gives them back through huvm_decide_giveback's plan. */
 uint64_t huvm_giveback_need(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender);
+/* Guests' data copied into or out of holder so far, in bytes: the chunks evicted or prefetched onto it and
+ * fetched or given back from it (pair counters; whole chunks). Counters reset by RESET_STATS restart it. */
+uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder);
+/* Fold holder's huvm_guest_traffic_total (total_bytes) into its window at now_ns and return the traffic of the
+ * HUVM_LEND_TRAFFIC_WINDOW_MS ending now: the current fixed window's bytes plus the previous window's, weighted by
+ * the part of it still inside (a sliding window from two fixed ones). A total below the last one (a counter
+ * reset) starts over. */
+uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint64_t now_ns);
 /* A prefetched chunk of the GPU was touched (used = 1) or left unused (evicted, freed): count it in its
  * huvm_gpu_state_t.prefetch_used / prefetch_unused; both are halved once they reach
  * HUVM_PREFETCH_FEEDBACK_WINDOW together, so they describe the recent prefetches. */

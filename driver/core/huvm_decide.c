@@ -83,6 +83,16 @@ static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *
     used_after = mem - free_bytes + bytes;
     if (used_after * 100 > (uint64_t)core->policy.peer_usage_max_pct * mem)
         return HUVM_REASON_PEER_FULL;
+    if (e->lend_traffic_mbyte_per_s != 0) {
+        /* The guest-traffic budget: the window's copies, those in flight and this one within MB/s x window
+         * (1 MB/s for 1 ms is 1000 bytes; <= 2^24 x 2^16 x 1000: no overflow). The caller's level and the
+         * bytes in flight are each bounded by memory sizes, so their sum does not overflow either. */
+        uint64_t budget = (uint64_t)e->lend_traffic_mbyte_per_s * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;
+        uint64_t traffic = state[holder].guest_traffic_bytes + inflight;
+
+        if (traffic > budget || bytes > budget - traffic)
+            return HUVM_REASON_LENDER_BUSY;
+    }
     if (within_ms(now_ns, state[holder].last_evict_ns, core->policy.hysteresis_ms))
         return HUVM_REASON_HYSTERESIS;
     return HUVM_REASON_PEER;
@@ -171,7 +181,7 @@ static huvm_pick_t pick_peer(const huvm_core_t *core, const huvm_gpu_state_t *st
 {
     huvm_pick_t pick = { HUVM_DEST_HOST, HUVM_REASON_NO_PEER, 0 };
     uint64_t best_score = 0;
-    uint32_t eligible = 0, full = 0, p;
+    uint32_t eligible = 0, full = 0, busy = 0, p;
 
     for (p = 0; p < core->gpu_count; p++) {
         const huvm_gpu_policy_t *e;
@@ -192,6 +202,7 @@ static huvm_pick_t pick_peer(const huvm_core_t *core, const huvm_gpu_state_t *st
         reason = admit_eligible(core, state, e, p, (uint64_t)chunks * HUVM_CHUNK_SIZE, now_ns);
         if (reason != HUVM_REASON_PEER) {
             full += reason == HUVM_REASON_PEER_FULL;
+            busy += reason == HUVM_REASON_LENDER_BUSY;
             continue;
         }
         score = peer_score(core, state, owner, p);
@@ -213,7 +224,8 @@ static huvm_pick_t pick_peer(const huvm_core_t *core, const huvm_gpu_state_t *st
     if (pick.peer != HUVM_DEST_HOST)
         pick.reason = HUVM_REASON_PEER;
     else
-        pick.reason = full ? HUVM_REASON_PEER_FULL : HUVM_REASON_HYSTERESIS;
+        /* the budget first: a lender with room that is over it is the operator's limit, not a full node */
+        pick.reason = busy ? HUVM_REASON_LENDER_BUSY : full ? HUVM_REASON_PEER_FULL : HUVM_REASON_HYSTERESIS;
     return pick;
 }
 
@@ -321,6 +333,51 @@ void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns)
         peak->bytes = own_bytes;
         peak->at_ns = now_ns ? now_ns : 1;
     }
+}
+
+uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder)
+{
+    uint64_t chunks = 0;
+    uint32_t o;
+
+    if (!core || holder >= core->gpu_count)
+        return 0;
+    for (o = 0; o < core->gpu_count; o++) {
+        const huvm_pair_counters_t *pc = &core->pairs[o][holder];
+
+        if (o == holder)
+            continue;
+        chunks += huvm_atomic64_read(&pc->evict_chunks) + huvm_atomic64_read(&pc->prefetch_chunks) +
+                  huvm_atomic64_read(&pc->fetch_chunks) + huvm_atomic64_read(&pc->giveback_chunks);
+    }
+    return chunks * HUVM_CHUNK_SIZE;
+}
+
+uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint64_t now_ns)
+{
+    const uint64_t window = (uint64_t)HUVM_LEND_TRAFFIC_WINDOW_MS * HUVM_NS_PER_MS;
+    uint64_t elapsed, cur;
+
+    if (!traffic)
+        return 0;
+    if (traffic->start_ns == 0 || total_bytes < traffic->start_total || now_ns < traffic->start_ns) {
+        /* first use, a counter reset, or a clock behind the window: start over from here */
+        traffic->start_ns = now_ns ? now_ns : 1;
+        traffic->start_total = total_bytes;
+        traffic->prev_bytes = 0;
+        return 0;
+    }
+    elapsed = now_ns - traffic->start_ns;
+    if (elapsed >= window) {
+        /* the window ended: its traffic becomes the previous window's, unless a whole window passed since */
+        traffic->prev_bytes = elapsed < 2 * window ? total_bytes - traffic->start_total : 0;
+        traffic->start_ns = now_ns - elapsed % window;
+        traffic->start_total = total_bytes;
+        elapsed %= window;
+    }
+    cur = total_bytes - traffic->start_total;
+    /* the previous window's share still inside the sliding window, in 1/1024 steps (no 128-bit product) */
+    return cur + (traffic->prev_bytes >> 10) * ((window - elapsed) * 1024 / window);
 }
 
 uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder)

@@ -31,6 +31,7 @@ const char *huvm_reason_name(uint32_t reason)
     case HUVM_REASON_ALLOC_FAILED: return "alloc_failed";
     case HUVM_REASON_COPY_FAILED:  return "copy_failed";
     case HUVM_REASON_GIVEBACK:     return "giveback";
+    case HUVM_REASON_LENDER_BUSY:  return "lender_busy";
     default:                       return "unknown";
     }
 }
@@ -500,6 +501,13 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
             REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_RESERVE));
         if (mem == 0 && e->lend_reserve_bytes > HUVM_MAX_MEMORY_BYTES)
             REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_RESERVE));
+        /* A budget below one chunk per window would lend nothing: use role harvester/none for that. */
+        if (e->lend_traffic_mbyte_per_s != 0 &&
+            (e->lend_traffic_mbyte_per_s < HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S ||
+             e->lend_traffic_mbyte_per_s > HUVM_MAX_MBYTE_PER_S))
+            REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_TRAFFIC));
+        if (e->pad != 0)
+            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_RESERVED);
     }
 #undef REFUSE
     return HUVM_NV_OK;

@@ -84,6 +84,7 @@ typedef struct {
     uint64_t   burst_chunks;        /* chunks the last fault batch on this GPU allocated */
     uint64_t   batch_allocs;        /* chunks allocated by the fault batch in progress */
     huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
+    huvm_traffic_t guest_traffic;   /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
     uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
     uint64_t   inflight;            /* chunks of memory held by copies out of it still in flight */
     uint64_t   lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */

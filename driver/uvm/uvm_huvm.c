@@ -80,22 +80,23 @@ NvU64 uvm_huvm_gpu_free_bytes(uvm_gpu_t *gpu)
            uvm_pmm_gpu_free_user_root_bytes(&gpu->pmm, HUVM_FREE_ROOT_CHUNKS_COUNTED);
 }
 
-// GPU i's own memory use now (used less what it lends) folded into its recent peak; returns the peak.
+// GPU i's own memory use now (used less what it lends) folded into its recent peak, and its guest traffic
+// so far into its window: state->own_peak_bytes and state->guest_traffic_bytes.
 // LOCKING: g_uvm_huvm.lock held (read or write); takes the slot's peak_lock (leaf).
-static NvU64 own_peak_update(NvU32 i, NvU64 free_bytes)
+static void own_peak_traffic_update(NvU32 i, huvm_gpu_state_t *state)
 {
     uvm_huvm_slot_t *slot = &g_uvm_huvm.slots[i];
     NvU64 mem = g_uvm_huvm.core.gpus[i].memory_bytes;
-    NvU64 used = free_bytes < mem ? mem - free_bytes : 0;
+    NvU64 used = state->free_bytes < mem ? mem - state->free_bytes : 0;
     NvU64 lent = huvm_atomic64_read(&g_uvm_huvm.core.counters[i].lent_bytes);
-    NvU64 peak;
+    NvU64 traffic_total = huvm_guest_traffic_total(&g_uvm_huvm.core, i);
+    NvU64 now = NV_GETTIME();
 
     spin_lock(&slot->peak_lock);
-    huvm_peak_update(&slot->own_peak, used > lent ? used - lent : 0, NV_GETTIME());
-    peak = slot->own_peak.bytes;
+    huvm_peak_update(&slot->own_peak, used > lent ? used - lent : 0, now);
+    state->own_peak_bytes = slot->own_peak.bytes;
+    state->guest_traffic_bytes = huvm_traffic_update(&slot->guest_traffic, traffic_total, now);
     spin_unlock(&slot->peak_lock);
-
-    return peak;
 }
 
 // LOCKING: g_uvm_huvm.lock held (read or write).
@@ -112,7 +113,7 @@ void uvm_huvm_gather_state_locked(huvm_gpu_state_t *state)
 
         state[i].free_bytes = uvm_huvm_gpu_free_bytes(slot->gpu);
         state[i].last_evict_ns = atomic64_read(&slot->last_evict_ns);
-        state[i].own_peak_bytes = own_peak_update(i, state[i].free_bytes);
+        own_peak_traffic_update(i, &state[i]);
         state[i].last_pressure_ns = atomic64_read(&slot->last_pressure_ns);
         state[i].burst_chunks = atomic64_read(&slot->burst_chunks);
         spin_lock(&slot->feedback_lock);
@@ -410,6 +411,7 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
         atomic64_set(&slot->batch_alloc_bytes, 0);
         atomic64_set(&slot->burst_chunks, 0);
         memset(&slot->own_peak, 0, sizeof(slot->own_peak));
+        memset(&slot->guest_traffic, 0, sizeof(slot->guest_traffic));
         spin_lock(&slot->feedback_lock);
         slot->prefetch_used = 0;
         slot->prefetch_unused = 0;

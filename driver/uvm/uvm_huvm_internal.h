@@ -74,10 +74,12 @@ typedef struct
     atomic64_t batch_alloc_bytes;
     atomic64_t burst_chunks;
 
-    // The recent peak of this GPU's own memory use (not guests'), for the core's lend admission; updated
-    // whenever the decisions gather the node's state. Protected by peak_lock (a leaf spinlock).
+    // The recent peak of this GPU's own memory use (not guests'), and its recent guest traffic (the core's
+    // lend_traffic_mbyte_per_s budget), for the core's lend admission; updated whenever the decisions gather
+    // the node's state. Protected by peak_lock (a leaf spinlock).
     spinlock_t peak_lock;
     huvm_peak_t own_peak;
+    huvm_traffic_t guest_traffic;
 
     // Prefetch feedback (the core's huvm_prefetch_feedback()): of the blocks huvm's prefetch brought for this
     // GPU, those it touched (a fault of this GPU on the block) and those that left untouched (evicted, given

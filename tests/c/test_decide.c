@@ -313,6 +313,86 @@ TEST(decide_hysteresis)
     CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
 }
 
+/* A lender's guest-traffic budget: the window's copies, those in flight and the new one within MB/s x window. */
+TEST(decide_lend_traffic_budget)
+{
+    huvm_evict_request_t r = fx_req(0, 1u << 1);
+    huvm_policy_t p;
+    uint64_t budget;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.gpus[1].lend_traffic_mbyte_per_s = 420;         /* 420 MB/s x 20 ms = 8,400,000 B: 4 chunks and a bit */
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    budget = 420ULL * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;
+    st[1].guest_traffic_bytes = budget - CHUNK;       /* exactly one chunk left: admitted */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    st[1].guest_traffic_bytes = budget - CHUNK + 1;   /* one byte short */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_LENDER_BUSY);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, HUVM_DEST_HOST);
+    st[1].guest_traffic_bytes = ~0ULL - 4;            /* an absurd level never wraps into admission */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_LENDER_BUSY);
+    /* bytes in flight count as traffic */
+    st[1].guest_traffic_bytes = budget - 2 * CHUNK;
+    CHECK_EQ(huvm_lend_reserve(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_lend_reserve(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_LENDER_BUSY);
+    huvm_lend_unreserve(&core, 1, 2 * CHUNK);
+    /* another lender without a budget takes the chunk; the busy one is only the reason when none can */
+    st[1].guest_traffic_bytes = budget;
+    r.candidates = (1u << 1) | (1u << 2);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 2);
+    /* busy is named before full: GPU 2 full, GPU 1 over its budget */
+    st[2].free_bytes = 0;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_LENDER_BUSY);
+    /* a full lender that is also over budget is full (capacity is checked first) */
+    st[1].free_bytes = 0;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER_FULL);
+    /* no budget (0): traffic does not matter */
+    st[1].free_bytes = 16 * GIB;
+    st[1].guest_traffic_bytes = ~0ULL;
+    p.gpus[1].lend_traffic_mbyte_per_s = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+}
+
+/* The sliding window of guest traffic, from the pair counters. */
+TEST(decide_traffic_window)
+{
+    const uint64_t ms = 1000000ULL, w = HUVM_LEND_TRAFFIC_WINDOW_MS * 1000000ULL;
+    huvm_traffic_t t = { 0, 0, 0 };
+    uint64_t t0 = 1000 * ms;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    CHECK_EQ(huvm_guest_traffic_total(&core, 1), 0);
+    huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, 3 * CHUNK, 0);     /* in: 3 */
+    huvm_account_prefetch(&core, 2, 1, CHUNK, 0);                          /* in: 1 */
+    huvm_account_fetch(&core, 0, 1, HUVM_FETCHED_MOVED, CHUNK, 0);         /* out: 1 */
+    huvm_account_giveback(&core, 1, 0, CHUNK, 0);                          /* out: 1 */
+    huvm_account_evict(&core, 1, 0, HUVM_REASON_PEER, 0, 5 * CHUNK, 0);    /* 1's own data: not guests' */
+    huvm_account_prefetch(&core, 1, 1, CHUNK, 0);                          /* local prefetch: not guests' */
+    CHECK_EQ(huvm_guest_traffic_total(&core, 1), 6 * CHUNK);
+    CHECK_EQ(huvm_guest_traffic_total(&core, 0), 5 * CHUNK);
+    CHECK_EQ(huvm_guest_traffic_total(&core, 9), 0);
+
+    CHECK_EQ(huvm_traffic_update(&t, 100, t0), 0);                 /* the first call starts the window */
+    CHECK_EQ(huvm_traffic_update(&t, 100 + 10 * CHUNK, t0 + 10 * ms), 10 * CHUNK);
+    /* one window on: all of the last window's traffic still counts at its very end ... */
+    CHECK_EQ(huvm_traffic_update(&t, 100 + 10 * CHUNK, t0 + w), 10 * CHUNK);
+    /* ... half of it half a window later, plus what came since */
+    CHECK_EQ(huvm_traffic_update(&t, 100 + 12 * CHUNK, t0 + w + w / 2), 5 * CHUNK + 2 * CHUNK);
+    /* two windows of silence forget everything */
+    CHECK_EQ(huvm_traffic_update(&t, 100 + 12 * CHUNK, t0 + 4 * w + 1), 0);
+    /* a counter reset (total below the window's start) starts over */
+    CHECK_EQ(huvm_traffic_update(&t, 0, t0 + 4 * w + 2), 0);
+    CHECK_EQ(huvm_traffic_update(&t, CHUNK, t0 + 4 * w + 3), CHUNK);
+    /* a clock behind the window starts over too */
+    CHECK_EQ(huvm_traffic_update(&t, 2 * CHUNK, t0), 0);
+    CHECK_EQ(huvm_traffic_update(NULL, CHUNK, t0), 0);
+}
+
 TEST(decide_admit_lend_direct)
 {
     node4(HUVM_PEER_SELECT_MOST_FREE);

@@ -118,7 +118,7 @@ TEST(dispatch_bad_header_leaves_state)
     HDR(p);
     p.policy = core.policy;
     p.policy.peer_select = HUVM_PEER_SELECT_ROUND_ROBIN;
-    p.hdr.abi_version = 2u << 16;
+    p.hdr.abi_version = (HUVM_ABI_VERSION_MAJOR + 1) << 16;
     CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_POLICY, p), HUVM_NV_ERR_NOT_COMPATIBLE);
     CHECK_EQ(p.error_field, HUVM_FIELD_HDR_ABI_VERSION);
     CHECK_EQ(p.rmStatus, HUVM_NV_ERR_NOT_COMPATIBLE);

@@ -42,6 +42,7 @@ TEST(policy_names)
     CHECK(strcmp(huvm_reason_name(HUVM_REASON_PEER), "peer") == 0);
     CHECK(strcmp(huvm_reason_name(HUVM_REASON_HYSTERESIS), "hysteresis") == 0);
     CHECK(strcmp(huvm_reason_name(HUVM_REASON_GIVEBACK), "giveback") == 0);
+    CHECK(strcmp(huvm_reason_name(HUVM_REASON_LENDER_BUSY), "lender_busy") == 0);
     CHECK(strcmp(huvm_reason_name(HUVM_REASON_COUNT), "unknown") == 0);
 }
 
@@ -250,6 +251,24 @@ TEST(policy_gpu_entries)
     CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(2, HUVM_FIELD_GPU_LEND_LIMIT)));
     p.gpus[2].role = HUVM_ROLE_BOTH;
     CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(2, HUVM_FIELD_GPU_LEND_LIMIT)));
+    /* a guest-traffic budget below one chunk per window, above the bound, or a non-zero pad: refused */
+    p = current();
+    p.gpus[1].lend_traffic_mbyte_per_s = HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S - 1;
+    CHECK(refused(&p, HUVM_NV_ERR_OUT_OF_RANGE, GF(1, HUVM_FIELD_GPU_LEND_TRAFFIC)));
+    p.gpus[1].lend_traffic_mbyte_per_s = (uint32_t)HUVM_MAX_MBYTE_PER_S + 1;
+    CHECK(refused(&p, HUVM_NV_ERR_OUT_OF_RANGE, GF(1, HUVM_FIELD_GPU_LEND_TRAFFIC)));
+    p.gpus[1].lend_traffic_mbyte_per_s = 0;
+    p.gpus[1].pad = 1;
+    CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_RESERVED));
+    /* the minimum budget is one chunk per window */
+    CHECK(HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000ULL >= HUVM_CHUNK_SIZE);
+    CHECK((HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S - 1) * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000ULL < HUVM_CHUNK_SIZE);
+    p.gpus[1].pad = 0;
+    p.gpus[1].lend_traffic_mbyte_per_s = HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S;
+    p.gpus[2].lend_traffic_mbyte_per_s = (uint32_t)HUVM_MAX_MBYTE_PER_S;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_policy_gpu(&core, 1)->lend_traffic_mbyte_per_s, HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S);
+    CHECK_EQ(core.policy.preset, HUVM_PRESET_CUSTOM);
     /* fine: reserve == memory, a one-chunk lend limit with a lender role, a harvester that lends nothing,
      * unlimited */
     p = current();

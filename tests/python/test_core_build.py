@@ -47,8 +47,8 @@ def test_abi_and_core_api_are_in_the_extension() -> None:
     b = load_build()
     assert "huvm_dispatch" in b.core_cdef()
     assert lib.HUVM_ABI_VERSION == (lib.HUVM_ABI_VERSION_MAJOR << 16) | lib.HUVM_ABI_VERSION_MINOR
-    assert ffi.sizeof("huvm_gpu_counters_t") == 8 * 29
-    assert ffi.sizeof("huvm_policy_t") == 56 + 16 * 40
+    assert ffi.sizeof("huvm_gpu_counters_t") == 8 * 30
+    assert ffi.sizeof("huvm_policy_t") == 56 + 16 * 48
     assert ffi.offsetof("HUVM_TEST_EVENT_PARAMS", "rmStatus") == ffi.sizeof("HUVM_TEST_EVENT_PARAMS") - 4
     core = ffi.new("huvm_core_t *")
     lib.huvm_core_init(core, lib.HUVM_BACKEND_SIM, lib.HUVM_PRESET_ATC22)

@@ -31,7 +31,7 @@
 /* HUVM_ABI_BEGIN */
 
 /* Versions. A tool and a module talk if their ABI major versions are equal; minor versions only add. */
-#define HUVM_ABI_VERSION_MAJOR          1
+#define HUVM_ABI_VERSION_MAJOR          2
 #define HUVM_ABI_VERSION_MINOR          0
 #define HUVM_ABI_VERSION                ((HUVM_ABI_VERSION_MAJOR << 16) | HUVM_ABI_VERSION_MINOR)
 #define HUVM_VERSION_MAJOR              0
@@ -48,6 +48,11 @@
 #define HUVM_PREFETCH_MAX_CHUNKS        64
 #define HUVM_PREFETCH_MAX_STRIDE        16
 #define HUVM_HYSTERESIS_MAX_MS          60000
+/* lend_traffic_mbyte_per_s is measured over this window (chosen on the tuning half of the scenario matrix,
+ * docs/policy.md); the smallest budget other than 0 moves one 2 MiB chunk per window (2097152 B / 20 ms =
+ * 104.9 MB/s, rounded up) */
+#define HUVM_LEND_TRAFFIC_WINDOW_MS     20
+#define HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S 105
 /* Bounds the core enforces on policy values and node descriptions (huvm_policy_validate,
  * huvm_core_set_node); the Python tools read every limit they show or check from here. */
 #define HUVM_PREEVICT_MAX_CHUNKS        65536u          /* 128 GiB reserve */
@@ -126,6 +131,7 @@
 #define HUVM_FIELD_GPU_FLAGS            4
 #define HUVM_FIELD_GPU_MEMORY           5
 #define HUVM_FIELD_GPU_FREE             6
+#define HUVM_FIELD_GPU_LEND_TRAFFIC     7
 
 /* Where an eviction goes, and why (the reason codes of huvm_decide_evict, also USDT/tracepoint args). */
 #define HUVM_REASON_PEER                0   /* a peer was chosen */
@@ -138,7 +144,9 @@
 #define HUVM_REASON_ALLOC_FAILED        7   /* the peer chunk allocation failed (reported by the glue) */
 #define HUVM_REASON_COPY_FAILED         8   /* the copy to the peer failed (reported by the glue) */
 #define HUVM_REASON_GIVEBACK            9   /* a lender reclaimed a harvested chunk (give-back) */
-#define HUVM_REASON_COUNT               10
+#define HUVM_REASON_LENDER_BUSY         10  /* every candidate with room is at its guest-traffic budget
+                                               (lend_traffic_mbyte_per_s) */
+#define HUVM_REASON_COUNT               11
 
 /* Per-GPU roles. */
 #define HUVM_ROLE_NONE                  0   /* neither evicts to peers nor lends */
@@ -273,6 +281,12 @@ typedef struct {
     uint32_t flags;                 /* HUVM_GPU_POLICY_* (other bits must be 0) */
     uint64_t lend_limit_bytes;      /* at most this many bytes of other GPUs' data here; HUVM_UNLIMITED */
     uint64_t lend_reserve_bytes;    /* a lender always keeps this much free for its own work */
+    uint32_t lend_traffic_mbyte_per_s; /* guests' data copied into or out of this GPU (evicted or prefetched
+                                       onto it, fetched or given back from it) at most this many MB/s over
+                                       HUVM_LEND_TRAFFIC_WINDOW_MS: while over it, it takes no new guests'
+                                       chunks; 0 = no budget, else HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S ..
+                                       HUVM_MAX_MBYTE_PER_S */
+    uint32_t pad;                   /* must be 0 */
 } huvm_gpu_policy_t;
 
 typedef struct {
@@ -321,7 +335,7 @@ typedef struct {
     uint64_t prefetch_local;        /* counter chunks: chunks prefetched host to this GPU */
     uint64_t prefetch_to_peer;      /* counter chunks: chunks prefetched host to a peer on this GPU's behalf */
     uint64_t giveback;              /* counter chunks: harvested chunks this lender gave back (to host) */
-    uint64_t host_reason[10];       /* counter chunks: evictions of this GPU that went to host, by reason */
+    uint64_t host_reason[11];       /* counter chunks: evictions of this GPU that went to host, by reason */
     uint64_t faults;                /* counter faults: replayable faults serviced for this GPU */
     uint64_t fault_batches;         /* counter batches: fault batches serviced for this GPU */
     uint64_t bytes_from_peer;       /* counter bytes: bytes copied into this GPU from peers */
@@ -426,9 +440,9 @@ typedef struct {
 HUVM_ABI_ASSERT(sizeof(huvm_hdr_t) == 16, "huvm_hdr_t");
 HUVM_ABI_ASSERT(sizeof(huvm_gpu_info_t) == 80, "huvm_gpu_info_t");
 HUVM_ABI_ASSERT(sizeof(huvm_link_t) == 16, "huvm_link_t");
-HUVM_ABI_ASSERT(sizeof(huvm_gpu_policy_t) == 40, "huvm_gpu_policy_t");
-HUVM_ABI_ASSERT(sizeof(huvm_policy_t) == 56 + 16 * 40, "huvm_policy_t");
-HUVM_ABI_ASSERT(sizeof(huvm_gpu_counters_t) == 8 * 29, "huvm_gpu_counters_t");
+HUVM_ABI_ASSERT(sizeof(huvm_gpu_policy_t) == 48, "huvm_gpu_policy_t");
+HUVM_ABI_ASSERT(sizeof(huvm_policy_t) == 56 + 16 * 48, "huvm_policy_t");
+HUVM_ABI_ASSERT(sizeof(huvm_gpu_counters_t) == 8 * 30, "huvm_gpu_counters_t");
 HUVM_ABI_ASSERT(sizeof(huvm_pair_counters_t) == 40, "huvm_pair_counters_t");
 HUVM_ABI_ASSERT(sizeof(huvm_va_space_info_t) == 88, "huvm_va_space_info_t");
 HUVM_ABI_ASSERT(HUVM_DEST_HOST == HUVM_MAX_GPUS, "host destination index");

@@ -209,6 +209,8 @@ def run_scenario(node: NodeConfig | str, tenants: Sequence[TenantSpec], policy: 
                     gpu_over.setdefault(t.gpu, {})["lend_reserve_bytes"] = t.lend_reserve_bytes
                 if t.lend_limit_bytes is not None:
                     gpu_over.setdefault(t.gpu, {})["lend_limit_bytes"] = t.lend_limit_bytes
+                if t.lend_traffic_mbyte_per_s is not None:
+                    gpu_over.setdefault(t.gpu, {})["lend_traffic_mbyte_per_s"] = t.lend_traffic_mbyte_per_s
             roles = _roles(tenants)
             if roles or policy_overrides or gpu_over:
                 sim.set_policy(roles=roles, overrides=policy_overrides, gpu_overrides=gpu_over)

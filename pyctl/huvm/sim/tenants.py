@@ -37,6 +37,7 @@ class TenantSpec:
     * ``role``: the GPU's huvm role ("harvester", "lender", "both", "none"); None keeps the preset's
       default (both for huvm and huvm-atc22). Ignored under stock and ideal.
     * ``lend_reserve_bytes`` / ``lend_limit_bytes``: the GPU's lending policy (None: preset default).
+    * ``lend_traffic_mbyte_per_s``: the GPU's guest-traffic budget (None: preset default, no budget).
     """
 
     gpu: int
@@ -50,6 +51,7 @@ class TenantSpec:
     role: str | None = None
     lend_reserve_bytes: int | None = None
     lend_limit_bytes: int | None = None
+    lend_traffic_mbyte_per_s: int | None = None
 
     @property
     def label(self) -> str:
