@@ -20,6 +20,9 @@
 
 #include "huvm_core.h"
 
+/* A guest-traffic budget (MB/s) for half the lenders: 2 % of an H100's 3.35 TB/s HBM. */
+#define BENCH_LEND_TRAFFIC 67000u
+
 /* ---- heap interposition ---- */
 extern void *__libc_malloc(size_t size);
 extern void *__libc_calloc(size_t n, size_t size);
@@ -103,6 +106,8 @@ static void setup(void)
             huvm_core_set_link(&core, i, j, &link);
     }
     huvm_policy_preset(HUVM_PRESET_HUVM, &core, &p);
+    for (i = 1; i < p.gpu_count; i += 2)
+        p.gpus[i].lend_traffic_mbyte_per_s = BENCH_LEND_TRAFFIC;  /* half the lenders with a budget */
     if (huvm_policy_apply(&core, &p, NULL) != HUVM_NV_OK)
         exit(2);
 }
@@ -123,6 +128,9 @@ static void make_variants(void)
             vstate[v][g].free_bytes = (x >> 20) % (60ULL << 30);            /* 0..60 GiB free of 80 */
             vstate[v][g].own_peak_bytes = (x >> 8) % (40ULL << 30);
             vstate[v][g].last_evict_ns = (x >> 60) == 0 ? now - 2000000 : 0; /* 1 in 16: recent */
+            /* 0..1.25x a budget's window: some budgeted lenders at it (the lender_busy path) */
+            vstate[v][g].guest_traffic_bytes =
+                (x >> 12) % ((uint64_t)BENCH_LEND_TRAFFIC * HUVM_LEND_TRAFFIC_WINDOW_MS * 1250);
         }
         memset(&vreq[v], 0, sizeof(vreq[v]));
         vreq[v].gpu = v & (GPUS - 1);
@@ -151,7 +159,7 @@ int main(void)
     unsigned long heap_before, heap_during;
     uint64_t t0, t1, sink = 0, max_ns = 100, median;
     const char *env = getenv("HUVM_BENCH_MAX_NS");
-    uint32_t b, i, r, peers_chosen = 0, hyst = 0;
+    uint32_t b, i, r, peers_chosen = 0, hyst = 0, busy = 0;
 
     if (env)
         max_ns = strtoull(env, NULL, 10);
@@ -186,6 +194,7 @@ int main(void)
                 sink += d.dst + d.reason;
                 peers_chosen += d.dst != HUVM_DEST_HOST;
                 hyst += d.reason == HUVM_REASON_HYSTERESIS;
+                busy += d.reason == HUVM_REASON_LENDER_BUSY;
             }
             t1 = now_ns();
             per[b] = t1 - t0;
@@ -202,10 +211,11 @@ int main(void)
     median = medians[RUNS / 2];
     printf("bench-core: eviction decision, 8-GPU node (huvm preset, 7 NVLink peers, %u varied inputs): "
            "median %.1f ns (runs %.1f..%.1f; p10 %.1f, p90 %.1f) over %u runs x %u x %u decisions after %u "
-           "warm-up batches, pinned; heap calls on the path: %lu; peer chosen %u, hysteresis %u of %u\n",
+           "warm-up batches, pinned; heap calls on the path: %lu; peer chosen %u, hysteresis %u, lender_busy %u "
+           "of %u\n",
            VARIANTS, (double)median / BATCH, (double)medians[0] / BATCH, (double)medians[RUNS - 1] / BATCH,
            (double)p10[RUNS / 2] / BATCH, (double)p90[RUNS / 2] / BATCH, RUNS, BATCHES, BATCH, WARMUP,
-           heap_during, peers_chosen, hyst, RUNS * BATCHES * BATCH);
+           heap_during, peers_chosen, hyst, busy, RUNS * BATCHES * BATCH);
     if (sink == 0)
         printf("(sink %llu)\n", (unsigned long long)sink);
     if (heap_during != 0) {
