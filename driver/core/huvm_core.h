@@ -180,6 +180,10 @@ uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder);
  * the part of it still inside (a sliding window from two fixed ones). A total below the last one (a counter
  * reset) starts over. */
 uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint64_t now_ns);
+/* huvm_gpu_state_t.guest_traffic_bytes of gpu at now_ns: huvm_traffic_update of its huvm_guest_traffic_total when
+ * its policy entry has a guest-traffic budget; otherwise 0, and *traffic starts over (the pair counters are not
+ * summed for a GPU without a budget; a window starts when one is set). */
+uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_t *traffic, uint64_t now_ns);
 /* A prefetched chunk of the GPU was touched (used = 1) or left unused (evicted, freed): count it in its
  * huvm_gpu_state_t.prefetch_used / prefetch_unused; both are halved once they reach
  * HUVM_PREFETCH_FEEDBACK_WINDOW together, so they describe the recent prefetches. */

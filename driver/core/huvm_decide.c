@@ -380,6 +380,19 @@ uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint
     return cur + (traffic->prev_bytes >> 10) * ((window - elapsed) * 1024 / window);
 }
 
+uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_t *traffic, uint64_t now_ns)
+{
+    const huvm_gpu_policy_t *e = core ? huvm_policy_gpu(core, gpu) : NULL;
+
+    if (!traffic)
+        return 0;
+    if (!e || e->lend_traffic_mbyte_per_s == 0) {
+        huvm_memset(traffic, 0, sizeof(*traffic));
+        return 0;
+    }
+    return huvm_traffic_update(traffic, huvm_guest_traffic_total(core, gpu), now_ns);
+}
+
 uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder)
 {
     if (!core || owner >= core->gpu_count || holder >= core->gpu_count || owner == holder)

@@ -30,8 +30,7 @@ static void refresh_state(huvm_sim_t *sim)
         sim->state[g].last_pressure_ns = sim->gpus[g].last_pressure_ns;
         sim->state[g].burst_chunks = sim->gpus[g].burst_chunks;
         sim->state[g].own_peak_bytes = sim->gpus[g].own_peak.bytes;
-        sim->state[g].guest_traffic_bytes = huvm_traffic_update(&sim->gpus[g].guest_traffic,
-                                                                huvm_guest_traffic_total(&sim->core, g), sim->now);
+        sim->state[g].guest_traffic_bytes = huvm_traffic_level(&sim->core, g, &sim->gpus[g].guest_traffic, sim->now);
         sim->state[g].prefetch_used = sim->gpus[g].pf_used;
         sim->state[g].prefetch_unused = sim->gpus[g].pf_unused;
     }

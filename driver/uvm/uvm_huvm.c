@@ -80,29 +80,22 @@ NvU64 uvm_huvm_gpu_free_bytes(uvm_gpu_t *gpu)
            uvm_pmm_gpu_free_user_root_bytes(&gpu->pmm, HUVM_FREE_ROOT_CHUNKS_COUNTED);
 }
 
-// GPU i's own memory use now (used less what it lends) folded into its recent peak, and, when its policy
-// entry has a guest-traffic budget, its guest traffic so far into its window: state->own_peak_bytes and
-// state->guest_traffic_bytes (the pair counters are summed only for a budgeted GPU; a window starts over when
-// a budget is set after a pause, as after a counter reset).
+// GPU i's own memory use now (used less what it lends) folded into its recent peak, and its guest traffic
+// into its window (huvm_traffic_level: only for a GPU with a budget): state->own_peak_bytes and
+// state->guest_traffic_bytes.
 // LOCKING: g_uvm_huvm.lock held (read or write); takes the slot's peak_lock (leaf).
 static void own_peak_traffic_update(NvU32 i, huvm_gpu_state_t *state)
 {
     uvm_huvm_slot_t *slot = &g_uvm_huvm.slots[i];
-    const huvm_gpu_policy_t *entry = huvm_policy_gpu(&g_uvm_huvm.core, i);
-    bool budgeted = entry && entry->lend_traffic_mbyte_per_s != 0;
     NvU64 mem = g_uvm_huvm.core.gpus[i].memory_bytes;
     NvU64 used = state->free_bytes < mem ? mem - state->free_bytes : 0;
     NvU64 lent = huvm_atomic64_read(&g_uvm_huvm.core.counters[i].lent_bytes);
-    NvU64 traffic_total = budgeted ? huvm_guest_traffic_total(&g_uvm_huvm.core, i) : 0;
     NvU64 now = NV_GETTIME();
 
     spin_lock(&slot->peak_lock);
     huvm_peak_update(&slot->own_peak, used > lent ? used - lent : 0, now);
     state->own_peak_bytes = slot->own_peak.bytes;
-    if (budgeted)
-        state->guest_traffic_bytes = huvm_traffic_update(&slot->guest_traffic, traffic_total, now);
-    else
-        memset(&slot->guest_traffic, 0, sizeof(slot->guest_traffic));
+    state->guest_traffic_bytes = huvm_traffic_level(&g_uvm_huvm.core, i, &slot->guest_traffic, now);
     spin_unlock(&slot->peak_lock);
 }
 

@@ -145,6 +145,7 @@ _FIELD_PATHS: dict[str, str] = {
 _GPU_FIELD_PATHS: dict[str, str] = {
     "LEND_LIMIT": "lend_limit_bytes",
     "LEND_RESERVE": "lend_reserve_bytes",
+    "LEND_TRAFFIC": "lend_traffic_mbyte_per_s",
     "MEMORY": "memory_bytes",
     "FREE": "free_bytes",
 }

@@ -64,6 +64,8 @@ class GpuPolicy(_Model):
     lend_reserve_bytes: int
     flags: list[str] = Field(default_factory=list,
                              description="per-GPU policy flags set (preevict-on-pressure, lend-above-peak, ...)")
+    lend_traffic_mbyte_per_s: int = Field(default=0, description="guests' traffic budget in MB/s (10^6 B/s); "
+                                                                 "0: no budget")
 
 
 class PolicyDoc(_Model):
@@ -219,11 +221,14 @@ class PolicyDiffDoc(_Doc):
 class PolicyKey(_Model):
     key: str = Field(description="as huvmctl policy set takes it (gpu.N.KEY for per-GPU keys)")
     scope: Literal["node", "gpu"]
-    type: Literal["enum", "bool", "int", "size", "flags"]
-    min: int | None = Field(description="int: the smallest value; size: in bytes")
-    max: int | None = Field(description="int: the largest value; size: in bytes, null when unlimited is the top")
+    type: Literal["enum", "bool", "int", "size", "flags", "rate"]
+    min: int | None = Field(description="int: the smallest value; size: in bytes; rate: in MB/s, the smallest "
+                                        "other than 0 when off_allowed")
+    max: int | None = Field(description="int: the largest value; size: in bytes, null when unlimited is the top; "
+                                        "rate: in MB/s")
     choices: list[str] | None = Field(description="enum: the names it takes; flags: the flag names (a set of them)")
     unlimited_allowed: bool
+    off_allowed: bool = Field(default=False, description="rate: 0 (off, no budget) is allowed besides min..max")
     help: str
 
 
@@ -424,10 +429,11 @@ def policy(p: Policy, info: NodeInfo | None = None) -> PolicyDoc:
         values[k] = bool(v) if spec.kind == "bool" else (
             abi.enum_names(spec.enum_prefix).get(v, str(v)).replace("_", "-") if spec.kind == "enum" else v)
     index = {g.uuid.lower(): g.index for g in info.gpus} if info else {}
-    assert set(GPU_KEYS) == {"role", "lend_limit", "lend_reserve", "flags"}
+    assert set(GPU_KEYS) == {"role", "lend_limit", "lend_reserve", "lend_traffic", "flags"}
     gpus = [GpuPolicy(index=index.get(g.uuid.lower()), uuid=g.uuid, role=g.role_name,
                       lend_limit_bytes=None if g.lend_limit_bytes == abi.UNLIMITED else g.lend_limit_bytes,
-                      lend_reserve_bytes=g.lend_reserve_bytes, flags=flag_names(KEYS["flags"], g.flags))
+                      lend_reserve_bytes=g.lend_reserve_bytes, flags=flag_names(KEYS["flags"], g.flags),
+                      lend_traffic_mbyte_per_s=g.lend_traffic_mbyte_per_s)
             for g in p.gpus]
     return PolicyDoc(generation=p.generation, preset=p.preset_name, gpus=gpus, **values)
 
@@ -508,13 +514,13 @@ def policy_keys() -> PolicyKeysDoc:
 
     keys = []
     for spec in KEYS.values():
-        ranged = spec.kind in ("int", "bytes")
+        ranged = spec.kind in ("int", "bytes", "rate")
         keys.append(PolicyKey(
             key=spec.name if spec.scope == "node" else f"gpu.N.{spec.name}", scope=spec.scope,
             type="size" if spec.kind == "bytes" else spec.kind, min=spec.lo if ranged else None,
             max=spec.hi if ranged and not (spec.unlimited and spec.hi == abi.UNLIMITED) else None,
             choices=list(spec.choices()) if spec.kind == "enum" else None, unlimited_allowed=spec.unlimited,
-            help=spec.help))
+            off_allowed=spec.off, help=spec.help))
     return PolicyKeysDoc.make(presets=list(preset_names()), keys=keys)
 
 

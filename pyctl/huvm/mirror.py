@@ -17,11 +17,11 @@ from typing import Any
 from . import abi
 from .errors import PolicyError, PolicyFileError, field_name, from_status
 from .info import NodeInfo
-from .policy import KEYS, Origin, Policy, Setting, format_value
+from .policy import KEYS, Origin, Policy, Setting, format_value, rate_range
 
 # Keys whose setting may be the one to blame when the core refuses the first one (file and line).
 _RELATED = {"prefetch_chunks": ("prefetch_mode",), "prefetch_stride": ("prefetch_chunks",),
-            "lend_limit": ("role",), "lend_reserve": ()}
+            "lend_limit": ("role",), "lend_reserve": (), "lend_traffic": ()}
 
 
 class Mirror:
@@ -105,6 +105,8 @@ class Mirror:
             return text, f"must be one of {', '.join(spec.choices())}"
         if spec.kind == "bool":
             return text, "must be true or false"
+        if spec.kind == "rate":  # 0 or lo..hi: no threshold to bisect
+            return text, f"must be {rate_range(spec)}"
         hi = (1 << 64) - 1 if spec.kind == "bytes" else 0xFFFFFFFF
         ok = self._accepted_near(put, value, hi)
         why = self._context(policy, key, name)
@@ -122,7 +124,8 @@ class Mirror:
         if name.startswith("gpus["):
             entry = int(name[5 : name.index("]")])
             sub = name.split(".", 1)[1]
-            if entry >= len(policy.gpus) or sub not in ("lend_limit_bytes", "lend_reserve_bytes"):
+            if entry >= len(policy.gpus) or sub not in ("lend_limit_bytes", "lend_reserve_bytes",
+                                                          "lend_traffic_mbyte_per_s"):
                 return None
 
             def put_gpu(v: int) -> bool:
@@ -189,7 +192,9 @@ class Mirror:
         name = field_name(error_field) or "policy"
         if name.startswith("gpus["):
             entry = int(name[5 : name.index("]")])
-            sub = name.split(".", 1)[1].removesuffix("_bytes")
+            field = name.split(".", 1)[1]
+            sub = next((k for k, s in KEYS.items() if s.scope == "gpu" and s.field == field),
+                       field.removesuffix("_bytes"))
             sel: str = str(entry)
             if entry < len(policy.gpus):
                 uuid = policy.gpus[entry].uuid.lower()

@@ -20,9 +20,9 @@ from typing import Annotated, Any, Literal
 from . import abi, header, schema
 from .errors import PolicyError, PolicyFileError
 from .info import NodeInfo
-from .units import format_size, parse_count, parse_size
+from .units import format_rate, format_size, parse_count, parse_rate, parse_size
 
-Kind = Literal["enum", "bool", "int", "bytes", "flags"]
+Kind = Literal["enum", "bool", "int", "bytes", "flags", "rate"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class KeySpec:
     lo: int = 0
     hi: int = 0xFFFFFFFF
     unlimited: bool = False  # bytes: "unlimited" allowed (HUVM_UNLIMITED)
+    off: bool = False  # rate: 0 ("off", "none": no budget) allowed besides lo..hi
 
     def choices(self) -> dict[str, int]:
         """Display name -> value for enums; name -> bit for flags."""
@@ -71,7 +72,10 @@ def _macro_value(m: re.Match[str]) -> str:
     if m.group(0) == "HUVM_UNLIMITED":
         return "or unlimited"
     value = abi.constants("HUVM_").get(m.group(0))
-    return str(value) if value is not None else m.group(0).removeprefix("HUVM_").lower().replace("_", " ")
+    if value is None:
+        return m.group(0).removeprefix("HUVM_").lower().replace("_", " ")
+    unit = next((u for suffix, u in (("_MS", " ms"), ("_MBYTE_PER_S", " MB/s")) if m.group(0).endswith(suffix)), "")
+    return f"{value}{unit}"
 
 
 def _specs() -> dict[str, KeySpec]:
@@ -101,6 +105,8 @@ def _specs() -> dict[str, KeySpec]:
         # at most the GPU's memory (the core checks against the node); HUVM_MAX_MEMORY_BYTES bounds any GPU
         KeySpec("lend_reserve", "bytes", "gpu", "lend_reserve_bytes", _help(gpu, "lend_reserve_bytes"),
                 hi=lib.HUVM_MAX_MEMORY_BYTES),
+        KeySpec("lend_traffic", "rate", "gpu", "lend_traffic_mbyte_per_s", _help(gpu, "lend_traffic_mbyte_per_s"),
+                lo=lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S, hi=lib.HUVM_MAX_MBYTE_PER_S, off=True),
         KeySpec("flags", "flags", "gpu", "flags", "", "HUVM_GPU_POLICY_", hi=lib.HUVM_GPU_POLICY_FLAGS_KNOWN),
     ]
     out = {}
@@ -116,7 +122,8 @@ def _specs() -> dict[str, KeySpec]:
 KEYS: dict[str, KeySpec] = _specs()
 NODE_KEYS: tuple[str, ...] = tuple(k for k, s in KEYS.items() if s.scope == "node")
 GPU_KEYS: tuple[str, ...] = tuple(k for k, s in KEYS.items() if s.scope == "gpu")
-_ALIASES = {"lend_limit_bytes": "lend_limit", "lend_reserve_bytes": "lend_reserve"}
+_ALIASES = {"lend_limit_bytes": "lend_limit", "lend_reserve_bytes": "lend_reserve",
+            "lend_traffic_mbyte_per_s": "lend_traffic"}
 
 
 def preset_names() -> dict[str, int]:
@@ -159,6 +166,7 @@ class GpuPolicy:
     lend_limit_bytes: int
     lend_reserve_bytes: int
     flags: int = 0
+    lend_traffic_mbyte_per_s: int = 0  # guests' traffic budget in MB/s; 0: none
 
     @property
     def role_name(self) -> str:
@@ -188,7 +196,7 @@ class Policy:
     def from_struct(cls, p: Any) -> Policy:
         gpus = tuple(
             GpuPolicy(abi.uuid_str(g.uuid), int(g.role), int(g.lend_limit_bytes), int(g.lend_reserve_bytes),
-                      int(g.flags))
+                      int(g.flags), int(g.lend_traffic_mbyte_per_s))
             for g in (p.gpus[i] for i in range(int(p.gpu_count)))
         )
         values: dict[str, Any] = {k: int(getattr(p, k)) for k in NODE_KEYS}
@@ -206,6 +214,7 @@ class Policy:
             abi.ffi.memmove(e.uuid, abi.uuid_bytes(g.uuid), 16)
             e.role, e.flags = g.role, g.flags
             e.lend_limit_bytes, e.lend_reserve_bytes = g.lend_limit_bytes, g.lend_reserve_bytes
+            e.lend_traffic_mbyte_per_s = g.lend_traffic_mbyte_per_s
 
     # -- views --
     @property
@@ -287,6 +296,8 @@ def format_value(spec: KeySpec, value: int) -> str:
         return "true" if value else "false"
     if spec.kind == "bytes":
         return "unlimited" if spec.unlimited and value == abi.UNLIMITED else format_size(value)
+    if spec.kind == "rate":
+        return "off" if spec.off and value == 0 else format_rate(value)
     return str(value)
 
 
@@ -335,7 +346,8 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
     From the command line (``origin`` without a file) the value is text in :mod:`huvm.units`' grammar:
     decimal integers (no ``+``, ``_``, ``0x``/``0b``), sizes with an IEC or SI unit. From a file (TOML) it
     keeps its TOML type, which must be the key's: an integer for int keys (``"16"`` is refused), a boolean
-    for bool keys, a string for enums, an integer or a size string for sizes."""
+    for bool keys, a string for enums, an integer or a size string for sizes, an integer (MB/s) or a rate
+    string for rates."""
     typed = origin is not None and origin.file is not None
     if spec.kind == "flags":
         try:
@@ -357,6 +369,13 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
         if text in ("0", "false", "no", "off"):
             return 0
         raise _error(f"expected a boolean (true/false), got {raw!r}", key, origin)
+    if spec.kind == "rate":
+        try:
+            value = rate_value(spec, raw)
+        except ValueError as exc:
+            text = str(raw).strip() if isinstance(raw, (int, str)) and not isinstance(raw, bool) else None
+            raise _error(str(exc), key, origin, text=text if str(exc).startswith("must be") else None) from None
+        return value
     if spec.kind == "int":
         if isinstance(raw, bool) or not isinstance(raw, (int, str)) or (typed and isinstance(raw, str)):
             raise _error(f"expected an integer, got {raw!r}", key, origin)
@@ -382,6 +401,27 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
     return value
 
 
+def rate_range(spec: KeySpec) -> str:
+    """A rate key's allowed values as a user would write them: "0 (off) or 105MB/s..16777216MB/s"."""
+    return ("0 (off) or " if spec.off else "") + f"{format_rate(spec.lo)}..{format_rate(spec.hi)}"
+
+
+def rate_value(spec: KeySpec, raw: object) -> int:
+    """A rate key's value in MB/s: an integer (MB/s), a rate string (``"18GB/s"``, :func:`huvm.units.parse_rate`)
+    or ``off``/``none``; ValueError (one line, ``must be ...`` when out of range) otherwise."""
+    if isinstance(raw, str) and spec.off and raw.strip().lower() in ("off", "none"):
+        return 0
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise ValueError(f"expected a rate (MB/s, or e.g. \"18GB/s\", or off), got {raw!r}")
+    if isinstance(raw, str) and raw.strip().startswith("-"):
+        value = -1
+    else:
+        value = parse_rate(raw) if isinstance(raw, str) else raw
+    if (value == 0 and spec.off) or spec.lo <= value <= spec.hi:
+        return value
+    raise ValueError(f"must be {rate_range(spec)}")
+
+
 def value_type(spec: KeySpec) -> Any:
     """The key's value in a file (TOML), as a :mod:`huvm.schema` type that gives the ABI number: a string of
     its choices for enums, true/false for booleans, an integer in its range, a size (or "unlimited")."""
@@ -405,6 +445,14 @@ def value_type(spec: KeySpec) -> Any:
         return Annotated[bool, AfterValidator(int)]
     if spec.kind == "int":
         return Annotated[int, Field(ge=spec.lo, le=spec.hi)]
+    if spec.kind == "rate":
+        def rate(raw: Any) -> int:
+            try:
+                return rate_value(spec, raw)
+            except ValueError as exc:
+                raise ValueError(f"{raw}: {exc}" if str(exc).startswith("must be") else str(exc)) from None
+
+        return Annotated[Any, AfterValidator(rate)]
 
     def size(raw: Any) -> Any:
         if isinstance(raw, str) and spec.unlimited and raw.strip().lower() in ("unlimited", "inf", "none"):
@@ -505,11 +553,12 @@ def describe_keys() -> list[dict[str, Any]]:
     """For `huvmctl policy keys` and docs: every key with type, range/choices and help."""
     out = []
     for spec in KEYS.values():
-        ranged = spec.kind == "int"
+        ranged = spec.kind in ("int", "rate")
         out.append({
             "key": spec.name if spec.scope == "node" else f"gpu.N.{spec.name}",
             "scope": spec.scope,
             "type": {"bytes": "size"}.get(spec.kind, spec.kind),
+            "off_allowed": spec.off,
             "min": spec.lo if ranged else None,
             "max": spec.hi if ranged else None,
             "choices": list(spec.choices()) if spec.kind in ("enum", "flags") else None,

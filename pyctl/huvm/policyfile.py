@@ -10,6 +10,7 @@ Format::
     role = "harvester"
     lend_limit = "8GiB"          # bytes, or a size with a unit, or "unlimited"
     lend_reserve = "1GiB"
+    lend_traffic = "18GB/s"      # MB/s, or a rate with a decimal unit (MB/s, GB/s, TB/s), or "off"
 
 ``generation`` (written by ``save``) is ignored on load, and so is ``preset = "custom"`` (a saved policy
 lists every value); ``index`` in a [gpu."GPU-..."] table is a comment.

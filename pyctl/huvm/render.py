@@ -19,7 +19,7 @@ def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapsho
     for col in ("gpu", "uuid", "name", "memory", "free"):
         t.add_column(col, justify="right" if col in ("gpu", "memory", "free") else "left")
     if policy:
-        for col in ("role", "lend limit", "lend reserve", "flags"):
+        for col in ("role", "lend limit", "lend reserve", "lend traffic", "flags"):
             t.add_column(col)
     if stats:
         t.add_column("lent", justify="right")
@@ -30,7 +30,8 @@ def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapsho
             e = policy.gpu_by_uuid(g.uuid)
             row += ([e.role_name, format_value(KEYS["lend_limit"], e.lend_limit_bytes),
                      format_value(KEYS["lend_reserve"], e.lend_reserve_bytes),
-                     format_value(KEYS["flags"], e.flags)] if e else ["-", "-", "-", "-"])
+                     format_value(KEYS["lend_traffic"], e.lend_traffic_mbyte_per_s),
+                     format_value(KEYS["flags"], e.flags)] if e else ["-"] * 5)
         if stats:
             c = next((x for x in stats.gpus if x.gpu == g.index), None)
             row += ([human_bytes(c.scalar("lent_bytes")), human_bytes(c.scalar("harvested_bytes"))]

@@ -15,6 +15,12 @@ count is refused as out of range rather than as a malformed number); no ``+``, `
 
 Printing uses the same units: :func:`format_size` (exact, ``8GiB``, else bytes) and :func:`human_bytes`
 (``1.5 GiB``, for tables), so everything the tools print can be read back.
+
+Rates (:func:`parse_rate`, :func:`format_rate`), in whole MB/s as the ABI's ``*_mbyte_per_s`` fields hold
+them: a bare number is MB/s (``18000``), else a number with exactly one of the decimal units ``MB/s``
+``GB/s`` ``TB/s`` (MB = 10^6 bytes, as for the ABI's link and PCIe bandwidths); a decimal fraction is
+allowed when the result is a whole number of MB/s (``1.5GB/s``), one space may separate number and unit.
+Binary units (``GiB/s``) and bits (``Gb/s``, ``Gbps``) are refused with a message saying what to write.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ IEC = ("TiB", "GiB", "MiB", "KiB")
 _SIZE_RE = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?) ?(?P<unit>[A-Za-z]*)$")
 _COUNT_RE = re.compile(r"^-?[0-9]+$")
 _EXAMPLES = "e.g. 4096, 512MiB, 8GiB, 8GB"
+
+#: rate unit -> MB/s (10^6 bytes per second); the only rate units accepted or printed.
+RATE_UNITS: dict[str, int] = {"": 1, "MB/s": 1, "GB/s": 1000, "TB/s": 1000**2}
+_RATE_RE = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?) ?(?P<unit>[A-Za-z/]*)$")
+_RATE_EXAMPLES = "e.g. 18000 (MB/s), 500MB/s, 18GB/s"
 
 
 _PREFIXES: dict[str, tuple[str, str, int, int]] = {
@@ -70,6 +81,31 @@ def parse_count(text: str) -> int:
     if not _COUNT_RE.match(s):
         raise ValueError(f"not a decimal integer: {text!r}")
     return int(s)
+
+
+def parse_rate(text: str) -> int:
+    """"18GB/s" -> 18000, "500 MB/s" -> 500, "18000" -> 18000 (MB/s); ValueError (one line) otherwise."""
+    s = text.strip()
+    m = _RATE_RE.match(s)
+    if m is None:
+        raise ValueError(f"not a rate: {text!r} ({_RATE_EXAMPLES})")
+    unit = m.group("unit")
+    if unit not in RATE_UNITS:
+        units = ", ".join(u for u in RATE_UNITS if u)
+        raise ValueError(f"not a rate: {text!r}: unknown unit {unit!r} (units: {units}; decimal, MB = 10^6 bytes)")
+    value = Fraction(m.group("num")) * RATE_UNITS[unit]
+    if value.denominator != 1:
+        raise ValueError(f"not a whole number of MB/s: {text!r}")
+    return int(value)
+
+
+def format_rate(mbyte_per_s: int) -> str:
+    """The largest unit that is exact ("18GB/s", "1500MB/s"): what :func:`parse_rate` reads back."""
+    for unit in ("TB/s", "GB/s"):
+        mult = RATE_UNITS[unit]
+        if mbyte_per_s >= mult and mbyte_per_s % mult == 0:
+            return f"{mbyte_per_s // mult}{unit}"
+    return f"{mbyte_per_s}MB/s"
 
 
 def format_size(n: int) -> str:

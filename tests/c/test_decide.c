@@ -391,6 +391,27 @@ TEST(decide_traffic_window)
     /* a clock behind the window starts over too */
     CHECK_EQ(huvm_traffic_update(&t, 2 * CHUNK, t0), 0);
     CHECK_EQ(huvm_traffic_update(NULL, CHUNK, t0), 0);
+
+    /* huvm_traffic_level: the pair counters' window for a GPU with a budget, 0 and a fresh window without */
+    {
+        huvm_policy_t p = core.policy;
+
+        t.start_ns = 0;
+        CHECK_EQ(huvm_traffic_level(&core, 1, &t, t0), 0);          /* no budget: nothing kept */
+        CHECK_EQ(t.start_ns, 0);
+        p.generation = 0;
+        p.gpus[1].lend_traffic_mbyte_per_s = HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S;
+        CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+        CHECK_EQ(huvm_traffic_level(&core, 1, &t, t0), 0);          /* the window starts */
+        huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, 2 * CHUNK, 0);
+        CHECK_EQ(huvm_traffic_level(&core, 1, &t, t0 + ms), 2 * CHUNK);
+        p.gpus[1].lend_traffic_mbyte_per_s = 0;
+        CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+        CHECK_EQ(huvm_traffic_level(&core, 1, &t, t0 + 2 * ms), 0);
+        CHECK_EQ(t.start_ns, 0);
+        CHECK_EQ(huvm_traffic_level(&core, 1, NULL, t0), 0);
+        CHECK_EQ(huvm_traffic_level(NULL, 1, &t, t0), 0);
+    }
 }
 
 TEST(decide_admit_lend_direct)

@@ -67,6 +67,15 @@ steps = 0
 """
 
 
+def lender_budget_experiment(lend_traffic: str | None) -> str:
+    """A one-policy ("huvm") experiment where GPU 0's BFS harvester, squeezed by a static footprint, evicts
+    to GPU 1's idle lender; lend_traffic: that lender tenant's guest-traffic budget (None: the key left out)."""
+    budget = f'lend_traffic = "{lend_traffic}"\n' if lend_traffic is not None else ""
+    return small_experiment().replace('policies = ["stock", "huvm"]', 'policies = ["huvm"]').replace(
+        "[[tenant]]\ngpu = 1\n", '[[tenant]]\ngpu = 0\ntrace = ""\nstatic = "2540MiB"\n[[tenant]]\ngpu = 1\n'
+    ) + 'role = "lender"\n' + budget
+
+
 def usdt_scenario() -> tuple[Any, list[Any]]:
     """A small simulated node where every kind of movement happens (evictions to peers and host, pre-eviction,
     fetch-back, give-back, prefetch): 3 GPUs of 256 MiB, a streaming harvester, a lender with a static

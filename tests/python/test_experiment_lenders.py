@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from huvm import experiment
+import pytest
+from huvm import abi, experiment
+from huvm.errors import ConfigError
 from huvm.experiment.spec import load
+from huvm_testing import lender_budget_experiment
 
 EXP = """
 [experiment]
@@ -77,3 +80,35 @@ def test_lender_cost_is_measured_against_running_alone(tmp_path: Path) -> None:
     report = (out / "report.md").read_text()
     assert "lender slowdown" in report and "harvester speedup" in report and "(spiky)" in report
     assert (out / "plots/harvest_and_lend.png") in files
+
+
+def _host_reasons(res: experiment.ExperimentResult, gpu: int) -> dict[str, int]:
+    (run,) = res.runs
+    return {c.metric.removeprefix("host_reason."): c.value for c in run.counters
+            if c.gpu == gpu and c.scope == "gpu" and c.metric.startswith("host_reason.")}
+
+
+def test_lender_traffic_budget_reaches_the_simulated_node(tmp_path: Path) -> None:
+    """A lender tenant's lend_traffic: the run's policy carries it, and the smallest budget there is turns
+    the harvester's evictions to host with reason lender_busy; without the key none is lender_busy."""
+    f = tmp_path / "exp.toml"
+    lo = abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
+    f.write_text(lender_budget_experiment(f"{lo}MB/s"))
+    spec = load(f)
+    assert dict(spec.tenants[2].gpu_settings)["lend_traffic"] == f"{lo}MB/s"
+    res = experiment.run(spec)
+    assert res.runs[0].policy_settings["gpu.1.lend_traffic"] == f"{lo}MB/s"
+    busy = _host_reasons(res, 0)
+    f.write_text(lender_budget_experiment(None))
+    free = _host_reasons(experiment.run(load(f)), 0)
+    assert busy["lender_busy"] > 0 and free["lender_busy"] == 0
+    assert sum(busy.values()) > sum(free.values())  # chunks the lender would have taken went to host
+
+
+def test_lender_traffic_budget_out_of_range_names_the_tenant_key(tmp_path: Path) -> None:
+    f = tmp_path / "exp.toml"
+    f.write_text(lender_budget_experiment("50MB/s"))
+    with pytest.raises(ConfigError) as info:
+        experiment.run(load(f))
+    assert info.value.key == "tenant[2].lend_traffic" and info.value.line == 20
+    assert "50MB/s: must be 0 (off) or" in str(info.value) and "\n" not in str(info.value)

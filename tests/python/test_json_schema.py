@@ -48,7 +48,8 @@ def validate(doc: dict[str, Any]) -> None:
         ((*SIM, "--sim-config", EXAMPLE, "stats", "0.01", "2"), "stats-interval"),
         ((*SIM, "va-spaces"), "va-spaces"),
         ((*SIM, "topology"), "topology"),
-        ((*SIM, "policy", "set", "prefetch_chunks=8", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB"), "policy-change"),
+        ((*SIM, "policy", "set", "prefetch_chunks=8", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
+          "gpu.1.lend_traffic=18GB/s"), "policy-change"),
         ((*SIM, "policy", "preset", "stock", "--dry-run"), "policy-change"),
         ((*SIM, "policy", "apply", "{policy}"), "policy-change"),
         ((*SIM, "policy", "diff", "{policy}"), "policy-diff"),
@@ -78,9 +79,11 @@ def test_schema_rules(capsys: pytest.CaptureFixture[str]) -> None:
     assert isinstance(gpu["memory_bytes"], int) and gpu["flags"] == ["present", "replayable_faults", "pma_eviction"]
     entry = status["policy"]["gpus"][0]
     assert entry["lend_limit_bytes"] is None and isinstance(entry["lend_reserve_bytes"], int)  # unlimited: null
+    assert entry["lend_traffic_mbyte_per_s"] == 0  # a rate in MB/s; 0: no budget
     counters = status["stats"]["gpus"][0]
     assert "evict_to_peer_chunks" in counters["counters"] and "from_peer_bytes" in counters["counters"]
     assert isinstance(counters["host_reason_chunks"], dict) and "no_peer" in counters["host_reason_chunks"]
+    assert "lender_busy" in counters["host_reason_chunks"]  # every HUVM_REASON_* by its core name
 
 
 def test_a_wrong_document_is_refused() -> None:
@@ -132,14 +135,19 @@ def test_watch_events_follow_the_schema(capsys: pytest.CaptureFixture[str], monk
 
 def test_policy_changes_carry_typed_values(capsys: pytest.CaptureFixture[str]) -> None:
     (doc,) = docs(capsys, *SIM, "policy", "set", "--dry-run", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
-                  "nvlink_only=false")
+                  "nvlink_only=false", "gpu.2.lend_traffic=1.5TB/s")
     changes = {c["key"]: (c["old"], c["new"]) for c in doc["changes"]}
     assert changes["gpu.1.lend_limit_bytes"] == (None, 8 << 30)  # unlimited -> 8 GiB, in bytes
     assert changes["gpu.1.role"][1] == "lender" and changes["nvlink_only"] == (True, False)
+    assert changes["gpu.2.lend_traffic_mbyte_per_s"] == (0, 1_500_000)  # a rate: in MB/s, 0 for no budget
     (keys,) = docs(capsys, "policy", "keys")
     by_key = {k["key"]: k for k in keys["keys"]}
     assert by_key["gpu.N.lend_limit"]["type"] == "size" and by_key["gpu.N.lend_limit"]["max"] is None
     assert by_key["preevict_chunks"]["max"] == jsonout.abi.lib.HUVM_PREEVICT_MAX_CHUNKS
+    traffic = by_key["gpu.N.lend_traffic"]
+    assert (traffic["type"], traffic["min"], traffic["max"], traffic["off_allowed"]) == (
+        "rate", jsonout.abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S, jsonout.abi.lib.HUVM_MAX_MBYTE_PER_S, True)
+    assert not by_key["gpu.N.lend_limit"]["off_allowed"]
 
 
 def test_every_kind_is_tested_and_every_verb_prints_through_the_models() -> None:

@@ -14,6 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 
+#: the budget's range as refusals word it, from the ABI's constants
+TRAFFIC_RANGE = (f"0 (off) or {abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S}MB/s..{abi.lib.HUVM_MAX_MBYTE_PER_S}MB/s"
+                 .replace("(", r"\(").replace(")", r"\)").replace(".", r"\."))
+
+
 @pytest.fixture
 def fake() -> CoreNode:
     return CoreNode(gpu_count=4, memory_bytes=16 << 30)
@@ -61,6 +66,36 @@ def test_gpu_flags_by_name(node: Node) -> None:
     assert ("gpu.1.flags", "none", "preevict-on-pressure,lend-above-peak,prefetch-feedback") in after.diff(huvm, info)
 
 
+def test_lend_traffic_rates(node: Node) -> None:
+    """gpu.N.lend_traffic: MB/s bare, or a decimal rate unit; off/none/0 for no budget; shown in the largest
+    exact unit, and reaching the module's entry as lend_traffic_mbyte_per_s."""
+    lo = abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
+    _, after = node.set(["gpu.1.lend_traffic=18GB/s", "gpu.2.lend_traffic=500 MB/s", f"gpu.3.lend_traffic={lo}"])
+    assert [g.lend_traffic_mbyte_per_s for g in after.gpus] == [0, 18000, 500, lo]
+    s = after.settings(node.info())
+    assert (s["gpu.0.lend_traffic"], s["gpu.1.lend_traffic"], s["gpu.2.lend_traffic"]) == ("off", "18GB/s", "500MB/s")
+    assert node.get_policy() == after  # what the module holds
+    _, after = node.set(["gpu.1.lend_traffic=off", "gpu.2.lend_traffic=none", "gpu.3.lend_traffic=0"])
+    assert all(g.lend_traffic_mbyte_per_s == 0 for g in after.gpus)
+    _, after = node.set([f"gpu.all.lend_traffic_mbyte_per_s={abi.lib.HUVM_MAX_MBYTE_PER_S}"])  # the struct field
+    assert all(g.lend_traffic_mbyte_per_s == abi.lib.HUVM_MAX_MBYTE_PER_S for g in after.gpus)
+
+
+def test_lend_traffic_round_trip_on_the_simulated_node() -> None:
+    """`huvmctl policy set gpu.1.lend_traffic=18GB/s` on the simulator: the C simulator's own policy holds
+    18000 MB/s for GPU 1, and reading the policy back shows 18GB/s."""
+    from huvm.simbackend import SimBackend
+
+    backend = SimBackend.from_config("aws-p3.8xlarge")
+    with Node(backend) as n:
+        n.set(["gpu.1.lend_traffic=18GB/s"])
+        got = n.get_policy()
+        assert got.settings(n.info())["gpu.1.lend_traffic"] == "18GB/s"
+        assert got.gpus[1].lend_traffic_mbyte_per_s == 18000
+        raw = backend.node.get_policy()
+        assert [int(raw.gpus[i].lend_traffic_mbyte_per_s) for i in range(4)] == [0, 18000, 0, 0]
+
+
 def test_gpu_by_uuid_prefix(node: Node) -> None:
     uuid = node.info().gpus[2].uuid
     _, after = node.set([f"gpu[{uuid[:12]}].role=harvester"])
@@ -94,6 +129,15 @@ def test_gpu_by_uuid_prefix(node: Node) -> None:
         ("gpu.0.flags=turbo", "unknown flag 'turbo'"),          # flags: names only
         ("gpu.0.flags=1", "unknown flag '1'"),
         ("flags=none", "per-GPU key"),
+        ("gpu.0.lend_traffic=50", f"gpu.0.lend_traffic=50: must be {TRAFFIC_RANGE}"),  # rates: 0 or MIN..MAX
+        ("gpu.0.lend_traffic=104MB/s", f"gpu.0.lend_traffic=104MB/s: must be {TRAFFIC_RANGE}"),
+        ("gpu.0.lend_traffic=17TB/s", f"gpu.0.lend_traffic=17TB/s: must be {TRAFFIC_RANGE}"),
+        ("gpu.0.lend_traffic=-1", f"gpu.0.lend_traffic=-1: must be {TRAFFIC_RANGE}"),
+        ("gpu.0.lend_traffic=18GiB/s", "unknown unit 'GiB/s'"),            # rates are decimal, MB = 10^6 B
+        ("gpu.0.lend_traffic=8Gbps", "unknown unit 'Gbps'"),
+        ("gpu.0.lend_traffic=fast", "not a rate"),
+        ("gpu.0.lend_traffic=0.5MB/s", "not a whole number of MB/s"),
+        ("lend_traffic=off", "per-GPU key"),
     ],
 )
 def test_bad_input_refused_before_sending(node: Node, fake: CoreNode, item: str, match: str) -> None:
@@ -190,6 +234,26 @@ def test_module_refusal_is_typed_and_atomic(node: Node) -> None:
     assert node.get_policy() == current  # nothing half-applied
 
 
+def test_lend_traffic_refused_by_the_core_is_named(node: Node) -> None:
+    """A budget under HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S sent past the local checks: the module's refusal
+    names gpus[1].lend_traffic_mbyte_per_s; the local mirror of the core words it as huvmctl's key."""
+    from dataclasses import replace
+
+    from huvm.mirror import Mirror
+
+    current = node.get_policy()
+    gpus = list(current.gpus)
+    gpus[1] = replace(gpus[1], lend_traffic_mbyte_per_s=abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S - 1)
+    bad = replace(current, gpus=tuple(gpus))
+    with pytest.raises(InvalidValue) as info:
+        node.set_policy(bad)
+    assert info.value.field == "gpus[1].lend_traffic_mbyte_per_s"
+    assert node.get_policy() == current
+    with pytest.raises(PolicyError, match=rf"^gpu\.1\.lend_traffic=104MB/s: must be {TRAFFIC_RANGE}$") as err:
+        Mirror(node.info(), current).validate(bad)
+    assert err.value.key == "gpu.1.lend_traffic"
+
+
 def write(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "policy.toml"
     p.write_text(text)
@@ -204,6 +268,10 @@ prefetch_chunks = 8
 
 [gpu.0]
 role = "harvester"
+lend_traffic = "18GB/s"
+
+[gpu.1]
+lend_traffic = 500
 
 [gpu.all]
 lend_reserve = "1GiB"
@@ -214,6 +282,7 @@ flags = ["lend-above-peak"]
     before, after = node.apply(pf.settings, preset=pf.preset)
     assert after.prefetch_chunks == 8 and after.prefetch_stride == 2  # from the preset
     assert after.gpus[0].role_name == "harvester"
+    assert [g.lend_traffic_mbyte_per_s for g in after.gpus] == [18000, 500, 0, 0]
     assert all(g.flags == abi.lib.HUVM_GPU_POLICY_LEND_ABOVE_PEAK for g in after.gpus)
     saved = tmp_path / "saved.toml"
     policyfile.save(saved, after, info)
@@ -239,6 +308,9 @@ flags = ["lend-above-peak"]
         ("[tuning]\nx = 1\n", 1, "tuning", "unknown table"),
         ("[gpu.0]\nflags = [\"lend-above-peak\", \"warp\"]\n", 2, "gpu.0.flags", "unknown flag 'warp'"),
         ("[gpu.0]\nflags = 3\n", 2, "gpu.0.flags", "expected flag names"),
+        ("[gpu.1]\nlend_traffic = 50\n", 2, "gpu.1.lend_traffic", f"50: must be {TRAFFIC_RANGE}"),
+        ("[gpu.1]\nlend_traffic = \"18GiB/s\"\n", 2, "gpu.1.lend_traffic", "unknown unit 'GiB/s'"),
+        ("[gpu.1]\nlend_traffic = true\n", 2, "gpu.1.lend_traffic", "expected a rate"),
     ],
 )
 def test_policy_file_errors_name_file_line_key(node: Node, fake: CoreNode, tmp_path: Path, text: str,
@@ -276,6 +348,8 @@ def test_format_parse_round_trip(key: str, data: st.DataObject) -> None:
         value = data.draw(st.one_of(st.integers(0, 1 << 50), st.integers(0, 1 << 20).map(lambda n: n << 20)))
         if spec.unlimited and data.draw(st.booleans()):
             value = abi.UNLIMITED
+    elif spec.kind == "rate":
+        value = data.draw(st.one_of(st.just(0), st.integers(spec.lo, spec.hi)))
     else:
         value = data.draw(st.integers(spec.lo, min(spec.hi, 1 << 20)))
     assert parse_value(spec, format_value(spec, value), key) == value

@@ -206,6 +206,32 @@ async def test_editor_refuses_out_of_range_value_naming_the_field_and_keeps_the_
         assert app.policy is not None and app.policy.generation == 2
 
 
+async def test_editor_lend_traffic_with_its_range() -> None:
+    """The guest-traffic budget is edited like lend_reserve: shown as huvm prints it (off, 18GB/s), its range
+    from the ABI in the help, a value in the gap between 0 and the smallest budget refused before sending."""
+    lo, hi = abi.define("HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S"), abi.define("HUVM_MAX_MBYTE_PER_S")
+    fake = FakeSource()
+    app = HuvmTop(fake, interval=5)
+    async with app.run_test(size=(160, 60)) as pilot:
+        editor = await open_editor(app, pilot)
+        names = [str(w.render()) for w in editor.query(".row .name")]
+        helps = {n: str(h.render()) for n, h in zip(names, list(editor.query(".row .help")), strict=True)}
+        assert helps["gpu.1.lend_traffic"].startswith(f"0 (off) or {lo}MB/s..{hi}MB/s: ")
+        assert editor.query_one("#g1-lend_traffic_mbyte_per_s", Input).value == "off"
+        inp = editor.query_one("#g1-lend_traffic_mbyte_per_s", Input)
+        inp.value = f"{lo - 1}"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert status_text(editor).startswith(f"not sent: gpu.1.lend_traffic: '{lo - 1}': must be 0 (off) or {lo}MB/s")
+        assert inp.has_class("-invalid") and fake.sent == []
+        inp.value = "18GB/s"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: len(fake.sent) == 1)
+        assert [g.lend_traffic_mbyte_per_s for g in fake.sent[0].gpus] == [0, 18000, 0, 0]
+        await until(pilot, lambda: status_text(editor).startswith("applied: generation 2"))
+        assert fake.get_policy().gpus[1].lend_traffic_mbyte_per_s == 18000
+
+
 async def test_editor_shows_the_core_refusal_without_losing_the_edit() -> None:
     fake = FakeSource(memory_gib=16)
     app = HuvmTop(fake, interval=5)

@@ -29,6 +29,7 @@ def test_record_round_trips_snapshots(tmp_path: Path) -> None:
     rec = Recorder(path)
     fake = FakeSource()
     info, policy = fake.open(), fake.get_policy()
+    policy.gpus[1].lend_traffic_mbyte_per_s = 18000  # every per-GPU field is kept
     rec.header(info, policy)
     snaps = [fake.snapshot() for _ in range(3)]
     for s in snaps:

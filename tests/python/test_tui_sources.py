@@ -115,6 +115,30 @@ async def test_editor_over_the_core_refuses_with_the_field_named() -> None:
         assert inp.value == "64GiB" and inp.has_class("-invalid")
 
 
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_editor_sets_lend_traffic_on_the_core() -> None:
+    """The editor's budget reaches the policy core (huvm_gpu_policy_t.lend_traffic_mbyte_per_s) and is read
+    back from it."""
+    src = LiveSource(node=Node(CoreNode(4)))
+    app = HuvmTop(src, interval=5)
+    async with app.run_test(size=(160, 60)) as pilot:
+        while app.policy is None:
+            await pilot.pause(0.02)
+        await pilot.press("p")
+        while not isinstance(app.screen, PolicyEditor):
+            await pilot.pause(0.02)
+        editor = app.screen
+        await pilot.pause()
+        editor.query_one("#g2-lend_traffic_mbyte_per_s", Input).value = "2.5GB/s"
+        await pilot.press("ctrl+s")
+        while "applied" not in str(editor.query_one("#policy-error", Static).render()):
+            await pilot.pause(0.02)
+        assert src.node is not None
+        assert [g.lend_traffic_mbyte_per_s for g in src.node.get_policy().gpus] == [0, 0, 2500, 0]
+        assert src.get_policy().gpus[2].lend_traffic_mbyte_per_s == 2500
+
+
 def _moving(src: SimSource, key: str = "evict_to_peer") -> float:
     a = src.snapshot()
     deadline = time.monotonic() + 10

@@ -1,12 +1,12 @@
-"""The one grammar of sizes and counts (huvm.units): what it accepts, what it refuses and why, and that
-every size huvm prints reads back."""
+"""The one grammar of sizes, counts and rates (huvm.units): what it accepts, what it refuses and why, and that
+every size and rate huvm prints reads back."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-from huvm.units import UNITS, format_size, human_bytes, parse_count, parse_size
+from huvm.units import UNITS, format_rate, format_size, human_bytes, parse_count, parse_rate, parse_size
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -50,3 +50,32 @@ def test_printed_sizes_read_back() -> None:
         assert parse_size(format_size(n)) == n
         number, unit = human_bytes(n).split(" ")
         assert unit in UNITS and abs(float(number) * UNITS[unit] - n) <= 0.0501 * UNITS[unit]  # one decimal
+
+
+@pytest.mark.parametrize(("text", "mbyte_per_s"), [
+    ("18000", 18000), ("18GB/s", 18000), ("18000MB/s", 18000), ("500 MB/s", 500), ("1.5GB/s", 1500),
+    ("2TB/s", 2_000_000), ("0.105GB/s", 105), (" 105MB/s ", 105), ("0", 0),
+])
+def test_rates_accepted(text: str, mbyte_per_s: int) -> None:
+    assert parse_rate(text) == mbyte_per_s
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("18GiB/s", "unknown unit 'GiB/s'"), ("18Gb/s", "unknown unit 'Gb/s'"), ("18Gbps", "unknown unit 'Gbps'"),
+    ("18gb/s", "unknown unit 'gb/s'"), ("18GB", "unknown unit 'GB'"), ("18 G", "unknown unit 'G'"),
+    ("1e3", "not a rate"), ("-5", "not a rate"), ("18_000", "not a rate"), ("", "not a rate"),
+    ("GB/s", "not a rate"), ("0.5MB/s", "not a whole number of MB/s"), ("1.0001GB/s", "not a whole number"),
+])
+def test_rates_refused(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match="^not a") as exc:
+        parse_rate(text)
+    assert why in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_printed_rates_read_back() -> None:
+    assert (format_rate(18000), format_rate(1500), format_rate(2_000_000), format_rate(105)) == \
+        ("18GB/s", "1500MB/s", "2TB/s", "105MB/s")
+    r = random.Random(18)
+    for n in [1, 999, 1000, 1 << 24, *(r.randrange(1 << 24) for _ in range(200)),
+              *(r.randrange(99) * 1000 for _ in range(50))]:
+        assert parse_rate(format_rate(n)) == n

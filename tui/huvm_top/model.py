@@ -65,6 +65,7 @@ class GpuPolicy:
     lend_limit_bytes: int
     lend_reserve_bytes: int
     flags: int = 0  # HUVM_GPU_POLICY_* (set by presets; not edited here)
+    lend_traffic_mbyte_per_s: int = 0  # guests' traffic budget, MB/s; 0: none
 
 
 @dataclass
@@ -79,7 +80,8 @@ class PolicyState:
         return PolicyState(
             self.generation,
             dict(self.node),
-            [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, g.flags) for g in self.gpus],
+            [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, g.flags, g.lend_traffic_mbyte_per_s)
+             for g in self.gpus],
         )
 
 

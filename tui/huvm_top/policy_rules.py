@@ -25,7 +25,7 @@ class FieldSpec:
 
     name: str
     key: str
-    kind: str  # enum, bool, int, bytes
+    kind: str  # enum, bool, int, bytes, flags, rate
     help: str
     lo: int
     hi: int
@@ -42,6 +42,10 @@ class FieldSpec:
     @property
     def is_bytes(self) -> bool:
         return self.kind == "bytes"
+
+    @property
+    def is_rate(self) -> bool:
+        return self.kind == "rate"
 
     @property
     def huvm(self) -> hp.KeySpec:
@@ -64,7 +68,7 @@ def node_specs() -> tuple[FieldSpec, ...]:
 
 @cache
 def gpu_specs() -> tuple[FieldSpec, ...]:
-    """Fields of one per-GPU entry: role, lend_limit_bytes, lend_reserve_bytes."""
+    """Fields of one per-GPU entry: role, lend_limit_bytes, lend_reserve_bytes, lend_traffic_mbyte_per_s, flags."""
     return tuple(_spec(hp.KEYS[k]) for k in hp.GPU_KEYS)
 
 
@@ -93,10 +97,18 @@ def format_value(s: FieldSpec, value: int) -> str:
     return hp.format_value(s.huvm, value)
 
 
+def rate_range(s: FieldSpec) -> str:
+    """A rate field's allowed values as huvm writes them (``0 (off) or 105MB/s..16777216MB/s``)."""
+    return hp.rate_range(s.huvm)
+
+
 def check_value(s: FieldSpec, value: int) -> str | None:
     """Why ``value`` is refused for this field, or None."""
     if s.is_enum and not 0 <= value < len(s.choices):
         return f"{value} is not one of {', '.join(s.choices)}"
+    if s.is_rate:
+        ok = (value == 0 and s.huvm.off) or s.lo <= value <= s.hi
+        return None if ok else f"{value} MB/s is not {rate_range(s)}"
     if not s.lo <= value <= s.hi:
         return f"{value} is out of range [{s.lo}, {s.hi}]"
     return None

@@ -42,7 +42,8 @@ def _node(info: NodeInfo) -> dict[str, Any]:
 def _policy(p: PolicyState) -> dict[str, Any]:
     return {"generation": p.generation, "node": p.node,
             "gpus": [{"uuid": g.uuid, "role": g.role, "lend_limit_bytes": g.lend_limit_bytes,
-                      "lend_reserve_bytes": g.lend_reserve_bytes, "flags": g.flags} for g in p.gpus]}
+                      "lend_reserve_bytes": g.lend_reserve_bytes, "flags": g.flags,
+                      "lend_traffic_mbyte_per_s": g.lend_traffic_mbyte_per_s} for g in p.gpus]}
 
 
 def _snap(s: Snapshot) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import argparse
 from .. import jsonout, policyfile, render
 from ..client import Node
 from ..policy import Policy, describe_keys, parse_assignments, preset_names
+from ..units import format_rate
 from .common import open_node, out, print_json
 
 
@@ -100,6 +101,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
             values = " | ".join(k["choices"])
         elif k["type"] == "size":
             values = "size or unlimited" if k["unlimited_allowed"] else "size"
+        elif k["type"] == "rate":
+            values = ("0 (off) or " if k["off_allowed"] else "") + f"{format_rate(k['min'])}..{format_rate(k['max'])}"
         else:
             values = f"{k['min']}..{k['max']}" if k["type"] == "int" else "true|false"
         t.add_row(k["key"], k["type"], values, k["help"])
@@ -111,6 +114,7 @@ EXAMPLES = """examples:
   huvmctl policy show
   huvmctl policy set prefetch_chunks=16 prefetch_stride=2 peer_select=fewest-lent
   huvmctl policy set gpu.0.role=harvester gpu.1.lend_limit=8GiB gpu.all.lend_reserve=1GiB
+  huvmctl policy set gpu.1.lend_traffic=18GB/s     # guests' traffic budget; gpu.1.lend_traffic=off: none
   huvmctl policy preset huvm-atc22 --dry-run
   huvmctl policy save current.toml && huvmctl policy diff tuned.toml && huvmctl policy apply tuned.toml
 """

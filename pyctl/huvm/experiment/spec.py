@@ -21,7 +21,7 @@
     start_ms = 0
     managed = true                                 # UVM managed (evictable); false: cudaMalloc
     role = "harvester"                             # optional, its GPU's policy (not under stock/ideal):
-    lend_reserve = "1GiB"                          #   role, lend_limit, lend_reserve
+    lend_reserve = "1GiB"                          #   role, lend_limit, lend_reserve, lend_traffic, flags
 
     [policy.tuned]                                 # a policy file's keys, in a table
     preset = "huvm"
@@ -174,7 +174,7 @@ class _Tenant(FileModel):
     cwd: str | None = None
 
 
-#: one ``[[tenant]]``: its own keys, plus its GPU's policy keys (role, lend_limit, lend_reserve)
+#: one ``[[tenant]]``: its own keys, plus its GPU's policy keys (role, lend_limit, lend_reserve, lend_traffic, flags)
 TenantTable: type[_Tenant] = create_model(  # type: ignore[call-overload]
     "TenantTable", __base__=_Tenant, **{k: (value_type(KEYS[k]) | None, None) for k in GPU_KEYS})
 
@@ -199,7 +199,7 @@ class TenantSpec:
     start_ns: int = 0
     line: int | None = None
     managed: bool = True
-    gpu_settings: tuple[tuple[str, Any], ...] = ()  # (role|lend_limit|lend_reserve, value) for its GPU
+    gpu_settings: tuple[tuple[str, Any], ...] = ()  # (a per-GPU policy key: role, lend_traffic..., value)
     index: int = 0  # position among the [[tenant]] tables
     # local nodes: argv, the GPUs it sees (gpu is the first), extra environment, working directory (absolute)
     command: tuple[str, ...] = ()

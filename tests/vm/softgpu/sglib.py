@@ -397,6 +397,7 @@ class HuvmEvent:
     va: int
     uvm_gpu: int
     uvm_peer: int
+    ts_ns: int = 0      # the ftrace record's time stamp (trace_clock "local": per CPU, in step to a µs or so)
 
 
 class TraceRecorder:
@@ -423,11 +424,13 @@ class TraceRecorder:
             for line in f:
                 if line.startswith("#") or " huvm_" not in line:
                     continue
-                _, _, args = line.partition(": huvm_")
+                head, _, args = line.partition(": huvm_")
                 name, _, rest = args.partition(": ")
                 kv = dict(item.split("=", 1) for item in rest.split())
+                sec, _, usec = head.split()[-1].partition(".")     # "<task>-<pid> [cpu] flags 12.345678"
+                ts_ns = int(sec) * 1_000_000_000 + int(usec.ljust(9, "0")[:9])
                 out.append(HuvmEvent(name, int(kv["gpu"]), int(kv["peer"]), int(kv["reason"]), int(kv["bytes"]),
-                                     int(kv["va"], 16), int(kv["uvm_gpu"]), int(kv["uvm_peer"])))
+                                     int(kv["va"], 16), int(kv["uvm_gpu"]), int(kv["uvm_peer"]), ts_ns))
         return out
 
     def lost(self) -> int:

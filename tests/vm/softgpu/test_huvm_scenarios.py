@@ -18,6 +18,8 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
   gauges equal the residency, no byte is lost.
 - ``stock-equals-upstream``: the ``stock`` preset on the patched module, the same 1.5x working set: UVM
   evicts to the host only, no peer counter moves, data intact.
+- ``lend-traffic``: the evict-to-peer workload with one lender whose guest-traffic budget is the smallest the
+  ABI takes: it takes a chunk per 20 ms window at most, the rest goes to host (reason lender_busy).
 - ``fetch-back``: harvested data comes back to GPU0, 64 KiB of a block (partial: the peer keeps the chunk) and a
   whole block (the chunk is released), then a block from host: every copy is one ``huvm:huvm_fetch`` event
   whose bytes equal the pages UVM moved and the counters; ftrace and bcc agree; events carry UVM's GPU ids.
@@ -245,6 +247,72 @@ def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kms
     assert st3.gpus[owner].scalar("harvested_bytes") == 0, "harvested gauge not back to 0 after the data left"
     bad_log = _bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+
+
+# ---- lend-traffic -----------------------------------------------------------------------------------------------
+
+@_scenario("lend-traffic")
+def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    """A lender's guest-traffic budget on the patched module: the huvm preset with GPU1 the only lender and its
+    budget the smallest the ABI takes (105 MB/s: one 2 MiB chunk per 20 ms window), then the evict-to-peer
+    workload. GPU1 takes guests' chunks at most one per window: consecutive evictions onto it are a window or
+    more apart (the huvm_evict events' time stamps), the ones in between go to the host with reason
+    lender_busy although GPU1 had room, and counters, residency and data agree. Without a budget the same
+    workload sends nothing to the host (test_evict_to_peer)."""
+    from huvm import abi
+
+    lib = abi.lib
+    s, node = session, huvm_node
+    assert len(s.gpus) >= 2, "lend-traffic needs at least 2 GPUs"
+    g0, lender = s.gpus[0], s.gpus[1]
+    slot = _slots(node, s)
+    owner, holder = slot[g0.index], slot[lender.index]
+    budget = int(lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S)
+    window_ns = int(lib.HUVM_LEND_TRAFFIC_WINDOW_MS) * 1_000_000
+
+    node.apply_preset("huvm")
+    _, policy = node.set([f"gpu.{holder}.lend_traffic={budget}MB/s"]
+                         + [f"gpu.{slot[o.index]}.role=harvester" for o in s.gpus[2:]])
+    entry = policy.gpu_by_uuid(lender.uuid_str)
+    assert entry is not None and entry.lend_traffic_mbyte_per_s == budget, entry
+    print(f"lend-traffic: policy {policy.preset_name}, {lender.name} lends at most {budget} MB/s of guests' "
+          f"traffic; roles " + ",".join(g.role_name for g in policy.gpus))
+
+    seed = 0x1E_7D
+    st0 = node.stats()
+    with sglib.TraceRecorder() as rec:
+        r, size, blocks = _oversubscribe(s, managed, g0, seed)
+        _settled_stats(node, owner)
+        events = [e for e in rec.events() if e.name in ("evict", "preevict") and e.gpu == owner]
+        lost = rec.lost()
+    st1 = node.stats()
+    counts, odd = sglib.blocks_by_place(s, r.base, size)
+    d = st1.delta(st0)
+    g = d.gpus[owner]
+    busy = g["host_reason"][lib.HUVM_REASON_LENDER_BUSY]
+    on_lender = counts.get(f"GPU{lender.index}", 0)
+    onto = sorted(e.ts_ns for e in events if e.peer == holder)
+    gaps = [b - a for a, b in zip(onto, onto[1:])]
+    print(f"lend-traffic: {blocks} blocks of {g0.name}: residency {counts}; evict_to_peer +{g['evict_to_peer']}, "
+          f"evict_to_host +{g['evict_to_host']} (lender_busy {busy}, reasons {g['host_reason']}); events "
+          f"{len(events)} ({len(onto)} onto {lender.name}), smallest gap {min(gaps, default=0) / 1e6:.1f} ms")
+    sglib.perf("lend_traffic_lender_busy", busy, "chunks", to_peer=g["evict_to_peer"], to_host=g["evict_to_host"])
+
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert not odd, f"blocks split between processors: {odd[:8]}"
+    assert lost == 0, f"the trace buffer dropped {lost} events"
+    # the budget turned evictions away that GPU1 had room for, and let others through
+    assert busy > 0, f"no eviction was refused by the budget: reasons {g['host_reason']}"
+    assert g["evict_to_peer"] > 0 and on_lender == g["evict_to_peer"], (counts, g["evict_to_peer"])
+    assert g["host_reason"][lib.HUVM_REASON_PEER_FULL] == 0, f"GPU1 was full: {g['host_reason']}"
+    assert counts.get("cpu", 0) == g["evict_to_host"], f"host blocks {counts.get('cpu', 0)} != {g['evict_to_host']}"
+    assert len(onto) == g["evict_to_peer"], f"{len(onto)} evict events onto GPU1, counters {g['evict_to_peer']}"
+    # the rate: after a chunk the lender takes the next one only once the window holding it has passed (the
+    # sliding window keeps all but 1/1024 of the last window's traffic; the stamps are per-CPU clocks)
+    assert all(gap >= window_ns * 9 // 10 for gap in gaps), f"chunks onto GPU1 {[x / 1e6 for x in gaps]} ms apart"
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
 
 
 # ---- shared workload -----------------------------------------------------------------------------------------

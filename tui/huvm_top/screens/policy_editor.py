@@ -1,4 +1,5 @@
-"""Policy editor: node-wide settings and per-GPU role / lending limit / reserve, with a preset switcher.
+"""Policy editor: node-wide settings and per-GPU role / lending limit / reserve / guest-traffic budget, with a
+preset switcher.
 
 Nothing is sent until ctrl+s. Values are parsed and checked first (:mod:`huvm_top.policy_rules`, then the
 source's library checks); a refusal, local or by the core, names the field, marks it and leaves every edit
@@ -19,7 +20,15 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from huvm_top import abi
 from huvm_top.model import FieldError, NodeInfo, PolicyRefused, PolicyState, SourceError
-from huvm_top.policy_rules import FieldSpec, check_policy, format_value, gpu_specs, node_specs, parse_value
+from huvm_top.policy_rules import (
+    FieldSpec,
+    check_policy,
+    format_value,
+    gpu_specs,
+    node_specs,
+    parse_value,
+    rate_range,
+)
 from huvm_top.screens.preset_confirm import gpu_key
 from huvm_top.sources.base import StatsSource
 
@@ -94,6 +103,8 @@ class PolicyEditor(Screen[PolicyState | None]):
             return f"{' | '.join(s.choices)}: {s.help}"
         if s.is_bool:
             return f"on | off: {s.help}"
+        if s.is_rate:
+            return f"{rate_range(s)}: {s.help} (e.g. 18GB/s, off)"
         return f"{format_value(s, s.lo)}..{format_value(s, s.hi)}: {s.help}" + (
             " (e.g. 8GiB)" if s.is_bytes else "")
 
