@@ -11,6 +11,7 @@ from huvm.sim.errors import SimConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "policy.md"
+CHUNK = 2 << 20
 
 
 def test_halves_split_the_matrix_and_each_covers_every_dimension() -> None:
@@ -66,6 +67,39 @@ def test_smoke_evaluate_two_scenarios() -> None:
 def test_bad_variants_are_refused(text: str, match: str) -> None:
     with pytest.raises(SimConfigError, match=match):
         M.parse_variant(text)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("x=lender.role:1", "a lender key is one of"),
+    ("x=lender.lend_reserve_bytes:101%", "out of range"),
+    ("x=lender.lend_reserve_bytes:-1", "out of range"),
+    ("x=lender.lend_traffic_mbyte_per_s:5%", "not a value of lender.lend_traffic_mbyte_per_s"),
+    ("x=lender.lend_limit_bytes:lots", "not a value of lender.lend_limit_bytes")])
+def test_bad_lender_keys_are_refused(text: str, match: str) -> None:
+    with pytest.raises(SimConfigError, match=match):
+        M.parse_variant(text)
+
+
+def test_lender_keys_reach_the_lenders_at_work_only() -> None:
+    """``lender.FIELD`` sets the lending key on the GPUs of the lenders at work, not on the idle lender nor the
+    harvester; a percentage is of the lender GPU's memory, in whole chunks."""
+    v = M.parse_variant("x=gpu.flags:5,lender.lend_limit_bytes:2097152,lender.lend_reserve_bytes:60%")
+    assert dict(v.overrides) == {"gpu.flags": 5}
+    assert v.lender_overrides == (("lend_limit_bytes", 2097152, False), ("lend_reserve_bytes", 60, True))
+    sc = next(s for s in M.scenarios("evaluation") if s.name == "h100/pagerank-twitter/3/spiky")
+    working = {sc.tenants[i].gpu for i in sc.lenders}
+    assert working == {1, 3}
+    plain = M._run(sc, M.Variant("huvm", "huvm")).stats["gpus"]
+    res = M._run(sc, v).stats["gpus"]
+    for g in working:
+        assert plain[g]["lent_peak_bytes"] > 2 * CHUNK
+        assert res[g]["lent_peak_bytes"] <= CHUNK          # the limit: one chunk
+    assert res[2]["lent_peak_bytes"] > 2 * CHUNK           # the idle lender keeps lending
+    gpu = sc.node.gpus[1]
+    mem = gpu.memory_bytes - gpu.reserved_bytes
+    tenants = {t.gpu: t for t in M._lender_tenants(sc, v)}
+    assert tenants[1].lend_reserve_bytes == mem * 60 // 100 // CHUNK * CHUNK
+    assert tenants[2].lend_reserve_bytes is None and tenants[0].lend_reserve_bytes is None
 
 
 def test_variants_take_enum_names() -> None:

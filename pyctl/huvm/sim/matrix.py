@@ -250,6 +250,13 @@ class Variant:
     preset: str
     overrides: tuple[tuple[str, int], ...] = ()
     lender_slowdown: float | None = None
+    #: the lending keys of the lenders at work only (``lender.FIELD``): (field, value, value is a % of the
+    #: lender GPU's memory)
+    lender_overrides: tuple[tuple[str, int, bool], ...] = ()
+
+
+#: per-GPU fields a ``lender.`` variant key may set on the lenders at work (the tenants' lending keys)
+LENDER_FIELDS: tuple[str, ...] = ("lend_reserve_bytes", "lend_limit_bytes", "lend_traffic_mbyte_per_s")
 
 
 def lend_traffic_for(hbm_mbyte_per_s: int, max_slowdown: float) -> int:
@@ -275,8 +282,9 @@ EVAL_VARIANTS: tuple[Variant, ...] = tuple(Variant(p, p) for p in POLICIES) + (
 
 def parse_variant(text: str) -> Variant:
     """``NAME=FIELD:VALUE[,FIELD:VALUE...]`` on the huvm preset, or ``NAME=PRESET/FIELD:VALUE,...``;
-    ``gpu.FIELD`` sets a per-GPU field on every GPU; values are integers or the ABI's enum names
-    (``fewest-lent``)."""
+    ``gpu.FIELD`` sets a per-GPU field on every GPU, ``lender.FIELD`` one of :data:`LENDER_FIELDS` on the GPUs
+    of the lenders at work only (a ``*_bytes`` value may be ``N%`` of the GPU's memory); values are integers
+    or the ABI's enum names (``fewest-lent``)."""
     from .. import abi
 
     if "=" not in text:
@@ -286,10 +294,14 @@ def parse_variant(text: str) -> Variant:
     if "/" in spec:
         preset, spec = spec.split("/", 1)
     over: list[tuple[str, int]] = []
+    lender: list[tuple[str, int, bool]] = []
     for item in filter(None, spec.split(",")):
         if ":" not in item:
             raise SimConfigError(f"variant {text!r}: {item!r} is not FIELD:VALUE", field="variant")
         f, v = item.split(":", 1)
+        if f.startswith("lender."):
+            lender.append(_lender_item(text, f[7:], v))
+            continue
         try:
             value = int(v, 0)
         except ValueError:
@@ -299,7 +311,21 @@ def parse_variant(text: str) -> Variant:
                 raise SimConfigError(f"variant {text!r}: {v!r} is not a value of {f}", field="variant") from None
             value = names[v]
         over.append((f, value))
-    return Variant(name.strip(), preset.strip(), tuple(over))
+    return Variant(name.strip(), preset.strip(), tuple(over), lender_overrides=tuple(lender))
+
+
+def _lender_item(text: str, f: str, v: str) -> tuple[str, int, bool]:
+    if f not in LENDER_FIELDS:
+        raise SimConfigError(f"variant {text!r}: lender.{f}: a lender key is one of {', '.join(LENDER_FIELDS)}",
+                             field="variant")
+    pct = v.endswith("%") and f.endswith("_bytes")
+    try:
+        value = int(v[:-1] if pct else v, 0)
+    except ValueError:
+        raise SimConfigError(f"variant {text!r}: {v!r} is not a value of lender.{f}", field="variant") from None
+    if value < 0 or (pct and value > 100):
+        raise SimConfigError(f"variant {text!r}: lender.{f}: {v!r} is out of range", field="variant")
+    return f, value, pct
 
 
 @dataclass(frozen=True)
@@ -396,16 +422,32 @@ def _alone(sc: Scenario, idx: int, horizon_ns: int) -> TenantResult:
     return run_scenario(sc.node, tenants, "stock", sample_interval_ns=0).tenants[0]
 
 
+def _lender_tenants(sc: Scenario, v: Variant) -> tuple[TenantSpec, ...]:
+    """The scenario's tenants with the variant's lending keys on the lenders at work (the budget of
+    ``lender_slowdown``, then ``lender.FIELD`` values); the others as they are."""
+    keys: dict[str, int] = {}
+    if v.lender_slowdown is not None:
+        # an operator budgets the GPUs whose tenants' speed matters: the lenders with work, not idle ones
+        keys["lend_traffic_mbyte_per_s"] = lend_traffic_for(_hbm_mbyte_per_s(sc.node), v.lender_slowdown)
+    if not keys and not v.lender_overrides:
+        return sc.tenants
+
+    def lending(t: TenantSpec) -> TenantSpec:
+        spec = sc.node.gpus[t.gpu]
+        mem = spec.memory_bytes - spec.reserved_bytes       # what the GPU gives UVM: the core's memory
+        k = keys | {f: (mem * x // 100 // CHUNK_BYTES * CHUNK_BYTES if pct else x)
+                    for f, x, pct in v.lender_overrides}
+        return replace(t, lend_reserve_bytes=k.get("lend_reserve_bytes", t.lend_reserve_bytes),
+                       lend_limit_bytes=k.get("lend_limit_bytes", t.lend_limit_bytes),
+                       lend_traffic_mbyte_per_s=k.get("lend_traffic_mbyte_per_s", t.lend_traffic_mbyte_per_s))
+
+    return tuple(lending(t) if i in sc.lenders else t for i, t in enumerate(sc.tenants))
+
+
 def _run(sc: Scenario, v: Variant) -> SimResult:
     node = {k: x for k, x in v.overrides if not k.startswith("gpu.")}
     gpu = {k[4:]: x for k, x in v.overrides if k.startswith("gpu.")}
-    tenants = sc.tenants
-    if v.lender_slowdown is not None:
-        # an operator budgets the GPUs whose tenants' speed matters: the lenders with work, not idle ones
-        rate = lend_traffic_for(_hbm_mbyte_per_s(sc.node), v.lender_slowdown)
-        tenants = tuple(replace(t, lend_traffic_mbyte_per_s=rate) if i in sc.lenders else t
-                        for i, t in enumerate(tenants))
-    return run_scenario(sc.node, tenants, v.preset, policy_overrides=node or None,
+    return run_scenario(sc.node, _lender_tenants(sc, v), v.preset, policy_overrides=node or None,
                         gpu_policy_overrides=gpu or None, sample_interval_ns=0)
 
 
