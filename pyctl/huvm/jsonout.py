@@ -255,6 +255,8 @@ class TopologyGpu(_Model):
     pcie_gen: int | None
     pcie_width: int | None
     nvlinks: list[NvLinkState]
+    hbm_mbyte_per_s: int | None = Field(description="peak memory bandwidth in MB/s from NVML (bus width x max "
+                                                    "memory clock x 2 / 8); null without NVML")
 
 
 class TopologyLink(_Model):
@@ -270,6 +272,27 @@ class TopologyDoc(_Doc):
     gpus: list[TopologyGpu]
     links: list[TopologyLink]
     notes: list[str]
+
+
+class LenderBudgetRow(_Model):
+    gpu: int
+    uuid: str
+    hbm_mbyte_per_s: int
+    hbm_source: Literal["nvml", "given"] = Field(description="nvml: from the GPU; given: --hbm")
+    lend_traffic_mbyte_per_s: int = Field(description="the budget set (or that would be, with --dry-run)")
+
+
+class LenderBudgetDoc(_Doc):
+    """``policy lender-budget``: the budgets for a slowdown target, and the policy change that applies them."""
+
+    kind: Literal["lender-budget"] = Field(json_schema_extra={"const": "lender-budget"})
+    max_slowdown: float = Field(description="the target, a share (0.02: 2 %)")
+    share: float = Field(description="of each GPU's HBM bandwidth guests' copies may take: 1 - 1 / (1 + target)")
+    budgets: list[LenderBudgetRow]
+    applied: bool = Field(description="false for --dry-run: nothing was sent")
+    generation: int
+    preset: str
+    changes: list[PolicyChange]
 
 
 class SimPreset(_Model):
@@ -379,7 +402,7 @@ class WatchEventDoc(_Doc):
 
 DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsTenantsDoc, StatsIntervalDoc,
                                      VaSpacesDoc, PolicyChangeDoc, PolicyDiffDoc, PolicyKeysDoc, TopologyDoc,
-                                     SimPresetsDoc,
+                                     SimPresetsDoc, LenderBudgetDoc,
                                      ExperimentDoc, ExperimentCompareDoc, TraceInfoDoc, TraceRecordDoc,
                                      WatchEventDoc)
 #: any document, told apart by ``kind``
@@ -530,7 +553,7 @@ def topology(topo: Any) -> TopologyDoc:
         nvml=topo.nvml, notes=list(topo.notes),
         gpus=[TopologyGpu(index=g.index, uuid=g.uuid, name=g.name, memory_bytes=g.memory_bytes,
                           pcie_mbyte_per_s=g.pcie_mbyte_per_s, nvml_index=g.nvml_index, pci_bus_id=g.pci_bus_id,
-                          pcie_gen=g.pcie_gen, pcie_width=g.pcie_width,
+                          pcie_gen=g.pcie_gen, pcie_width=g.pcie_width, hbm_mbyte_per_s=g.hbm_mbyte_per_s,
                           nvlinks=[NvLinkState(link=n.link, active=n.active, remote_bus_id=n.remote_bus_id)
                                    for n in g.nvlinks]) for g in topo.gpus],
         links=[TopologyLink(gpu=a, peer=b, label=label, mbyte_per_s=mbps) for a, b, label, mbps in topo.links])

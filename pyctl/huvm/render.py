@@ -6,12 +6,13 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from .budget import LenderBudget
 from .info import NodeInfo
 from .metrics import GPU_METRICS, PAIR_METRICS
 from .policy import GPU_KEYS, KEYS, NODE_KEYS, Policy, format_value
 from .stats import StatsDelta, StatsSnapshot
 from .topology import Topology
-from .units import human_bytes
+from .units import format_rate, human_bytes
 
 
 def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapshot | None = None) -> Table:
@@ -60,14 +61,33 @@ def links_table(info: NodeInfo) -> Table:
 
 def topology_table(topo: Topology) -> Table:
     t = Table(title="Topology", title_justify="left")
-    for col in ("gpu", "uuid", "name", "memory", "nvml", "pci bus", "pcie", "nvlinks"):
+    for col in ("gpu", "uuid", "name", "memory", "hbm", "nvml", "pci bus", "pcie", "nvlinks"):
         t.add_column(col)
     for g in topo.gpus:
         pcie = f"gen{g.pcie_gen} x{g.pcie_width}" if g.pcie_gen else "-"
         active = sum(1 for lk in g.nvlinks if lk.active)
         t.add_row(str(g.index), g.uuid, g.name, human_bytes(g.memory_bytes),
+                  "-" if g.hbm_mbyte_per_s is None else format_rate(g.hbm_mbyte_per_s),
                   "-" if g.nvml_index is None else str(g.nvml_index), g.pci_bus_id or "-", pcie,
                   f"{active} active" if g.nvlinks else "-")
+    return t
+
+
+def lender_budget_table(budgets: Sequence[LenderBudget], info: NodeInfo, policy: Policy,
+                        max_slowdown: float) -> Table:
+    """``policy lender-budget``: each GPU's HBM bandwidth, the share guests may take and the budget."""
+    share = budgets[0].share if budgets else 0.0
+    t = Table(title=f"Lender budgets for at most {max_slowdown:.2%} slowdown (guests' copies: {share:.2%} of "
+                    "the HBM bandwidth)", title_justify="left")
+    for col in ("gpu", "uuid", "role", "hbm", "from", "lend_traffic now", "lend_traffic"):
+        t.add_column(col)
+    entries = {e.uuid.lower(): e for e in policy.gpus}
+    for b in budgets:
+        e = entries.get(b.uuid.lower())
+        now = "-" if e is None else format_value(KEYS["lend_traffic"], e.lend_traffic_mbyte_per_s)
+        role = "-" if e is None else e.role_name
+        t.add_row(str(b.gpu), b.uuid, role, format_rate(b.hbm_mbyte_per_s), b.hbm_source, now,
+                  format_rate(b.lend_traffic_mbyte_per_s))
     return t
 
 

@@ -1,9 +1,9 @@
 """Topology: the node's GPUs by UUID with what NVML adds (index, PCIe, NVLink), degrading without NVML.
 
 The huvm module's GET_INFO is the base (UUIDs, memory, the peer link matrix). NVML (``pynvml`` from
-``nvidia-ml-py``) adds the NVML index, PCIe bus id, generation and width, and per-link NVLink state for GPUs
-it can match by UUID. Without NVML (no driver, no GPU, the simulated node) every NVML field is None and
-``notes`` says why; nothing fails.
+``nvidia-ml-py``) adds the NVML index, PCIe bus id, generation and width, per-link NVLink state and the peak
+memory (HBM) bandwidth for GPUs it can match by UUID. Without NVML (no driver, no GPU, the simulated node)
+every NVML field is None and ``notes`` says why; nothing fails.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class GpuTopology:
     pcie_gen: int | None = None
     pcie_width: int | None = None
     nvlinks: tuple[NvLink, ...] = ()
+    hbm_mbyte_per_s: int | None = None      # peak memory bandwidth, MB/s (hbm_mbyte_per_s())
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,17 @@ def _text(v: Any) -> str | None:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def hbm_mbyte_per_s(bus_width_bits: int | None, max_mem_clock_mhz: int | None) -> int | None:
+    """Peak memory bandwidth in MB/s from NVML's memory bus width (bits, ``nvmlDeviceGetMemoryBusWidth``) and
+    maximum memory clock (MHz, ``nvmlDeviceGetMaxClockInfo(h, NVML_CLOCK_MEM)``; NVIDIA's NVML API reference,
+    "Device Queries"): two transfers per clock, bits to bytes. Checks against NVIDIA's data sheets: V100 SXM2
+    4096 x 877 -> 898,048 (900 GB/s), A100 40 GB 5120 x 1215 -> 1,555,200 (1,555 GB/s), H100 SXM 5120 x 2619
+    -> 3,352,320 (3.35 TB/s). None when either is unknown or not positive."""
+    if not bus_width_bits or not max_mem_clock_mhz or bus_width_bits <= 0 or max_mem_clock_mhz <= 0:
+        return None
+    return int(bus_width_bits) * int(max_mem_clock_mhz) * 2 // 8
+
+
 def discover(info: NodeInfo, nvml_module: ModuleType | None = None) -> Topology:
     """Topology of the node; nvml_module overrides ``import pynvml`` (tests pass a fake)."""
     links = tuple((lk.a, lk.b, lk.short, lk.mbyte_per_s) for lk in info.links if lk.a < lk.b)
@@ -111,11 +123,14 @@ def discover(info: NodeInfo, nvml_module: ModuleType | None = None) -> Topology:
                 continue
             remote = _q(nvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
             nvlinks.append(NvLink(link, bool(state), _text(getattr(remote, "busId", None))))
+        clock_mem = getattr(nvml, "NVML_CLOCK_MEM", 2)
+        hbm = hbm_mbyte_per_s(_q(getattr(nvml, "nvmlDeviceGetMemoryBusWidth", None), h),
+                              _q(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), h, clock_mem))
         gpus.append(GpuTopology(
             g.index, g.uuid, g.name, g.memory_bytes, g.pcie_mbyte_per_s, idx,
             _text(getattr(pci, "busId", None)),
             _q(nvml.nvmlDeviceGetCurrPcieLinkGeneration, h), _q(nvml.nvmlDeviceGetCurrPcieLinkWidth, h),
-            tuple(nvlinks)))
+            tuple(nvlinks), hbm))
     if nvml is not None:
         _q(nvml.nvmlShutdown)
     return Topology(tuple(gpus), links, nvml is not None, tuple(notes))

@@ -53,6 +53,7 @@ def validate(doc: dict[str, Any]) -> None:
         ((*SIM, "policy", "preset", "stock", "--dry-run"), "policy-change"),
         ((*SIM, "policy", "apply", "{policy}"), "policy-change"),
         ((*SIM, "policy", "diff", "{policy}"), "policy-diff"),
+        ((*SIM, "policy", "lender-budget", "1", "--max-slowdown", "2%", "--hbm", "900GB/s"), "lender-budget"),
         (("policy", "keys"), "policy-keys"),
         (("sim", "presets"), "sim-presets"),
         (("sim", "run", "{experiment}"), "experiment"),

@@ -1,10 +1,10 @@
-"""huvmctl policy show | set | preset | apply | diff | save | keys."""
+"""huvmctl policy show | set | preset | apply | diff | save | keys | lender-budget."""
 
 from __future__ import annotations
 
 import argparse
 
-from .. import jsonout, policyfile, render
+from .. import budget, jsonout, policyfile, render
 from ..client import Node
 from ..policy import Policy, describe_keys, parse_assignments, preset_names
 from ..units import format_rate
@@ -86,6 +86,39 @@ def cmd_save(args: argparse.Namespace) -> int:
         return 0
 
 
+def cmd_lender_budget(args: argparse.Namespace) -> int:
+    target = budget.parse_slowdown(args.max_slowdown)
+    hbm = budget.parse_hbm(args.hbm) if args.hbm is not None else None
+    with open_node(args) as node:
+        info = node.info()
+        topo = None
+        if hbm is None:
+            from ..topology import discover
+
+            topo = discover(info)
+        budgets = budget.plan(info, args.gpus, target, hbm_mbyte_per_s=hbm, topology=topo)
+        before, new = node.plan(budget.settings(budgets, info), info=info)
+        after = new if args.dry_run else node.set_policy(new)
+        if args.json:
+            print_json(jsonout.dump(jsonout.LenderBudgetDoc.make(
+                max_slowdown=target, share=budgets[0].share,
+                budgets=[jsonout.LenderBudgetRow(gpu=b.gpu, uuid=b.uuid, hbm_mbyte_per_s=b.hbm_mbyte_per_s,
+                                                 hbm_source=b.hbm_source,
+                                                 lend_traffic_mbyte_per_s=b.lend_traffic_mbyte_per_s)
+                         for b in budgets],
+                applied=not args.dry_run, generation=after.generation, preset=after.preset_name,
+                changes=jsonout.changes(before, after, info))))
+            return 0
+        out.print(render.lender_budget_table(budgets, info, before, target))
+        if not before.diff(after, info):
+            out.print("no change: the budgets are already set")
+        elif args.dry_run:
+            out.print("dry run: nothing sent")
+        else:
+            out.print(f"applied: generation {after.generation}, preset {after.preset_name}")
+        return 0
+
+
 def cmd_keys(args: argparse.Namespace) -> int:
     if args.json:
         print_json(jsonout.dump(jsonout.policy_keys()))
@@ -115,6 +148,7 @@ EXAMPLES = """examples:
   huvmctl policy set prefetch_chunks=16 prefetch_stride=2 peer_select=fewest-lent
   huvmctl policy set gpu.0.role=harvester gpu.1.lend_limit=8GiB gpu.all.lend_reserve=1GiB
   huvmctl policy set gpu.1.lend_traffic=18GB/s     # guests' traffic budget; gpu.1.lend_traffic=off: none
+  huvmctl policy lender-budget 1 3 --max-slowdown 2%   # the budget from a slowdown target and NVML's HBM
   huvmctl policy preset huvm-atc22 --dry-run
   huvmctl policy save current.toml && huvmctl policy diff tuned.toml && huvmctl policy apply tuned.toml
 """
@@ -126,7 +160,8 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                                    "range, contradictions) and validated by the policy core before it is "
                                    "sent, then applied atomically by the module.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ps = p.add_subparsers(dest="policy_cmd", metavar="{show,set,preset,apply,diff,save,keys}", required=True)
+    ps = p.add_subparsers(dest="policy_cmd", metavar="{show,set,preset,apply,diff,save,keys,lender-budget}",
+                          required=True)
     q = ps.add_parser("show", parents=parents, help="the policy now in force")
     q.add_argument("--toml", action="store_true", help="print as a policy file")
     q.set_defaults(func=cmd_show)
@@ -150,3 +185,16 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     q.set_defaults(func=cmd_save)
     q = ps.add_parser("keys", parents=parents, help="list the settable keys")
     q.set_defaults(func=cmd_keys)
+    q = ps.add_parser("lender-budget", parents=parents,
+                      help="set lenders' guest-traffic budget (gpu.N.lend_traffic) for a slowdown target",
+                      description="Set each GPU's guest-traffic budget so that guests' copies take at most the "
+                                  "share 1 - 1/(1 + target) of its HBM bandwidth (a memory-bound lender then "
+                                  "runs at most target slower; docs/policy.md, 'Lender target'). The HBM "
+                                  "bandwidth comes from NVML (bus width x max memory clock) or --hbm. All "
+                                  "GPUs are set in one policy change, or none.")
+    q.add_argument("gpus", nargs="+", metavar="GPU", help="an index, a UUID (or a unique prefix) or all")
+    q.add_argument("--max-slowdown", required=True, metavar="SHARE",
+                   help="the lender's target slowdown: 2%% or 0.02")
+    q.add_argument("--hbm", metavar="RATE", help="HBM bandwidth of every GPU named (900GB/s); default: NVML's")
+    q.add_argument("-n", "--dry-run", action="store_true", help="compute and show, send nothing")
+    q.set_defaults(func=cmd_lender_budget)

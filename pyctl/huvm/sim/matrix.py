@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any, cast
 
+from ..budget import lend_traffic_for
 from .config import CHUNK_BYTES, MIB, NodeConfig
 from .errors import SimConfigError
 from .scenario import SimResult, TenantResult, run_scenario
@@ -257,17 +258,6 @@ class Variant:
 
 #: per-GPU fields a ``lender.`` variant key may set on the lenders at work (the tenants' lending keys)
 LENDER_FIELDS: tuple[str, ...] = ("lend_reserve_bytes", "lend_limit_bytes", "lend_traffic_mbyte_per_s")
-
-
-def lend_traffic_for(hbm_mbyte_per_s: int, max_slowdown: float) -> int:
-    """The guest-traffic budget (``lend_traffic_mbyte_per_s``) that keeps a memory-bound lender within
-    ``max_slowdown`` (0.02: 2 %): guests' copies may take the share s of its HBM time with 1 / (1 - s) =
-    1 + max_slowdown, so s = 1 - 1 / (1 + max_slowdown) (1.96 % for 2 %), of the HBM's MB/s; at least the
-    ABI's smallest budget."""
-    from .. import abi
-
-    share = 1 - 1 / (1 + max_slowdown)
-    return max(int(hbm_mbyte_per_s * share), int(abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S))
 
 
 def _hbm_mbyte_per_s(node: NodeConfig) -> int:
