@@ -28,7 +28,10 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
 from __future__ import annotations
 
 import errno
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -271,8 +274,16 @@ def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: An
     window_ns = int(lib.HUVM_LEND_TRAFFIC_WINDOW_MS) * 1_000_000
 
     node.apply_preset("huvm")
-    _, policy = node.set([f"gpu.{holder}.lend_traffic={budget}MB/s"]
-                         + [f"gpu.{slot[o.index]}.role=harvester" for o in s.gpus[2:]])
+    # The budget as an operator sets it: huvmctl policy lender-budget on the module, for a 2 % target of a
+    # lender whose HBM moves 5 GB/s (1.96 % of it is under the smallest budget, which the command takes).
+    cli = subprocess.run([sys.executable, "-m", "huvm", "--backend", "kernel", "policy", "lender-budget",
+                          "--device", "/dev/nvidia-uvm", str(holder), "--max-slowdown", "2%", "--hbm", "5GB/s", "--json"],
+                         capture_output=True, text=True, check=False, timeout=120)
+    assert cli.returncode == 0, f"huvmctl policy lender-budget: rc {cli.returncode}: {cli.stderr.strip()}"
+    doc = json.loads(cli.stdout)
+    assert doc["applied"] and [(b["gpu"], b["lend_traffic_mbyte_per_s"]) for b in doc["budgets"]] == [
+        (holder, budget)], doc
+    _, policy = node.set([f"gpu.{slot[o.index]}.role=harvester" for o in s.gpus[2:]])
     entry = policy.gpu_by_uuid(lender.uuid_str)
     assert entry is not None and entry.lend_traffic_mbyte_per_s == budget, entry
     print(f"lend-traffic: policy {policy.preset_name}, {lender.name} lends at most {budget} MB/s of guests' "
