@@ -19,7 +19,7 @@ from . import abi
 from .info import NodeInfo
 from .metrics import GPU_METRICS, PAIR_METRICS, Metric, host_reasons
 from .policy import GPU_KEYS, KEYS, NODE_KEYS, Policy, flag_names
-from .stats import StatsDelta, StatsSnapshot, TenantFigures, rate_map
+from .stats import StatsDelta, StatsSnapshot, TenantFigures, guest_traffic_mbyte_per_s, rate_map
 
 SCHEMA_VERSION = 1
 
@@ -109,6 +109,9 @@ class GpuRates(_Model):
     host_reason_chunks_per_s: dict[str, float] = Field(
         description="chunks evicted to host per second over the interval, by named reason")
     gauges: dict[str, int]
+    guest_traffic_mbyte_per_s: float = Field(
+        default=0.0, description="guests' data copied into or out of this GPU over the interval, MB/s (what its "
+                                 "lend_traffic budget limits, per 20 ms window)")
 
 
 class _Doc(_Model):
@@ -499,13 +502,15 @@ def stats_interval(d: StatsDelta) -> StatsIntervalDoc:
     arrays = {m.field for m in GPU_METRICS if m.length}
     before = {g.gpu: g for g in d.before.gpus}
     gpus = []
+    traffic = guest_traffic_mbyte_per_s(d)
     for g, r in zip(d.after.gpus, d.rates(), strict=True):
         gauges = {_name(m): int(g.scalar(m.field)) for m in GPU_METRICS if m.kind == "gauge"}
         new = _host_reasons(g.values["host_reason"])
         old = _host_reasons(before[g.gpu].values["host_reason"]) if g.gpu in before else None
         reasons = rate_map(dict.fromkeys(new, "counter"), old, new, d.seconds)
         rates = {_name(by_field[f]) + "_per_s": v for f, v in r.items() if f not in arrays}
-        gpus.append(GpuRates(gpu=g.gpu, rates=rates, host_reason_chunks_per_s=reasons, gauges=gauges))
+        gpus.append(GpuRates(gpu=g.gpu, rates=rates, host_reason_chunks_per_s=reasons, gauges=gauges,
+                             guest_traffic_mbyte_per_s=traffic.get(g.gpu, 0.0)))
     return StatsIntervalDoc.make(timestamp_ns=d.after.timestamp_ns, interval_s=d.seconds, gpus=gpus)
 
 

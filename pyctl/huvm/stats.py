@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .abi import CHUNK_SIZE
 from .metrics import GPU_METRICS, PAIR_METRICS, Kind, Metric
 
 
@@ -195,6 +196,33 @@ class GpuLending:
     given_back_chunks: int      # chunks it gave back to host to reclaim its memory
     borrowed_chunks: int        # its chunks it evicted to peers
     fetched_back_chunks: int    # its chunks it fetched back from peers
+    guest_traffic_chunks: int = 0   # guests' chunks copied into or out of it (guest_traffic_chunks())
+
+
+#: the pair counters whose chunks are guests' traffic through the holder: what a lender's budget
+#: (lend_traffic_mbyte_per_s) measures, as the core's huvm_guest_traffic_total sums them
+GUEST_TRAFFIC_FIELDS: tuple[str, ...] = ("evict_chunks", "prefetch_chunks", "fetch_chunks", "giveback_chunks")
+
+
+def guest_traffic_chunks(pairs: Sequence[PairCounters]) -> dict[int, int]:
+    """Per holder: the guests' chunks copied into or out of it (evicted or prefetched onto it, fetched or given
+    back from it), from the pair counters, the sum the core's ``huvm_guest_traffic_total`` takes for a lender's
+    guest-traffic budget (``tests/python/test_stats_lending.py`` checks the two agree)."""
+    out: dict[int, int] = {}
+    for p in pairs:
+        if p.owner != p.holder:
+            out[p.holder] = out.get(p.holder, 0) + sum(p.values[f] for f in GUEST_TRAFFIC_FIELDS)
+    return out
+
+
+def guest_traffic_mbyte_per_s(delta: StatsDelta) -> dict[int, float]:
+    """Per GPU: the guests' traffic through it over the interval in MB/s (10^6 bytes, as the budget), an
+    average (the budget holds over a 20 ms window); empty when no time passed."""
+    s = delta.seconds
+    if s <= 0:
+        return {}
+    chunks = guest_traffic_chunks(delta.pairs)
+    return {g.gpu: chunks.get(g.gpu, 0) * CHUNK_SIZE / 1e6 / s for g in delta.after.gpus}
 
 
 def gpu_lending(snap: StatsSnapshot) -> list[GpuLending]:
@@ -202,9 +230,10 @@ def gpu_lending(snap: StatsSnapshot) -> list[GpuLending]:
     taken_in = {g.gpu: 0 for g in snap.gpus}
     for p in snap.pairs:
         taken_in[p.holder] = taken_in.get(p.holder, 0) + p.values["evict_chunks"] + p.values["prefetch_chunks"]
+    traffic = guest_traffic_chunks(snap.pairs)
     return [GpuLending(g.gpu, g.scalar("lent_bytes"), g.scalar("lent_peak_bytes"), g.scalar("harvested_bytes"),
                        taken_in.get(g.gpu, 0), g.scalar("giveback"), g.scalar("evict_to_peer"),
-                       g.scalar("fetch_from_peer")) for g in snap.gpus]
+                       g.scalar("fetch_from_peer"), traffic.get(g.gpu, 0)) for g in snap.gpus]
 
 
 @dataclass(frozen=True)

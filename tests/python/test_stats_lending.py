@@ -114,3 +114,54 @@ def test_stats_run_refusals(capsys: pytest.CaptureFixture[str], tmp_path: Path, 
     assert err and len(err.splitlines()) == 1 and "Traceback" not in err
     if not extra:
         assert "summary.json" in err
+
+
+def test_guest_traffic_is_the_sum_the_core_budgets() -> None:
+    """The guests' traffic through a GPU that `huvmctl stats` shows is what the core's lender budget measures
+    (huvm_guest_traffic_total): evicted or prefetched onto it, fetched or given back from it; a GPU's own
+    chunks and host traffic are not guests' traffic."""
+    from huvm import abi, client
+    from huvm.backend import KernelBackend
+    from huvm.stats import guest_traffic_chunks
+    from huvm_testing import CoreNode
+
+    lib, chunk = abi.lib, abi.CHUNK_SIZE
+    fake = CoreNode(3)
+    core = fake.core
+    host = lib.HUVM_DEST_HOST
+    for owner, dst, n in ((0, 1, 5), (0, 2, 2), (2, 1, 3), (0, host, 7)):
+        for k in range(n):
+            lib.huvm_account_evict(core, owner, dst, lib.HUVM_REASON_PEER if dst != host else lib.HUVM_REASON_NO_PEER,
+                                   0, chunk, (owner << 40) + (dst << 30) + k * chunk)
+    lib.huvm_account_prefetch(core, 0, 1, 2 * chunk, 1 << 41)
+    lib.huvm_account_fetch(core, 0, 1, lib.HUVM_FETCHED_MOVED, chunk, 0)
+    lib.huvm_account_fetch(core, 0, host, lib.HUVM_FETCHED_MOVED, chunk, 0)
+    lib.huvm_account_giveback(core, 1, 2, chunk, 0)
+    kb = KernelBackend("/dev/nvidia-uvm", open_fn=lambda path, flags: 7, ioctl_fn=fake.fake_ioctl(),
+                       close_fn=lambda fd: None)
+    snap = client.Node(kb).stats()
+    ours = guest_traffic_chunks(snap.pairs)
+    cores = {g: lib.huvm_guest_traffic_total(core, g) // chunk for g in range(3)}
+    assert cores == {0: 0, 1: 5 + 3 + 2 + 1 + 1, 2: 2}
+    assert {g: ours.get(g, 0) for g in range(3)} == cores
+    assert gpu_lending(snap)[1].guest_traffic_chunks == 12
+
+
+def test_stats_interval_shows_guest_traffic_against_the_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    """`huvmctl stats INTERVAL` on a simulated node with a workload: the guests' traffic through each GPU in
+    MB/s (JSON: guest_traffic_mbyte_per_s), which for a GPU that takes guests' chunks is the pair counters'
+    chunks over the interval, and the table of it against each GPU's budget."""
+    docs = []
+    assert main(["--sim", "--sim-config", EXAMPLE, "stats", "3", "2", "--pairs", "--json"]) == 0
+    for line in capsys.readouterr().out.splitlines():
+        doc = json.loads(line)
+        jsonout.validate(doc)
+        docs.append(doc)
+    moved = [(g["gpu"], g["guest_traffic_mbyte_per_s"]) for d in docs for g in d["gpus"]
+             if g["guest_traffic_mbyte_per_s"] > 0]
+    assert moved, "no guests' traffic in 6 simulated seconds of the consolidation example"
+    lend = [g for d in docs for g in d["gpus"] if g["gpu"] == 0]
+    assert all(g["guest_traffic_mbyte_per_s"] == 0 for g in lend)        # GPU0 harvests, takes no guests
+    assert main(["--sim", "--sim-config", EXAMPLE, "stats", "3", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "Guests' traffic through each GPU" in text and "budget" in text

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from rich.table import Table
 
 from .. import argtypes, jsonout, render
+from ..abi import CHUNK_SIZE
 from ..errors import UsageError
-from ..stats import GpuLending, StatsSnapshot, TenantFigures, gpu_lending, tenant_figures, tenant_figures_from_run
-from ..units import human_bytes
+from ..stats import (
+    GpuLending,
+    StatsSnapshot,
+    TenantFigures,
+    gpu_lending,
+    guest_traffic_mbyte_per_s,
+    tenant_figures,
+    tenant_figures_from_run,
+)
+from ..units import format_rate, human_bytes
 from .common import add_verb, note, open_node, out, print_json, print_jsonl
 
 NO_WORKLOAD_NOTE = "the simulated node has no workload: nothing will move; give --sim-config FILE (an experiment file)"
@@ -23,13 +32,26 @@ def lending_table(lend: Sequence[GpuLending]) -> Table:
     """Per GPU, what it lends and what it borrows, side by side."""
     t = Table(title="Lending per GPU (lent: others' data in its memory; borrowed: its data on peers)",
               title_justify="left")
-    for col in ("GPU", "lent now", "lent peak", "chunks taken in", "given back", "borrowed now", "chunks to peers",
-                "fetched back"):
+    for col in ("GPU", "lent now", "lent peak", "chunks taken in", "given back", "guest traffic", "borrowed now",
+                "chunks to peers", "fetched back"):
         t.add_column(col, justify="left" if col == "GPU" else "right")
     for g in lend:
         t.add_row(f"GPU{g.gpu}", human_bytes(g.lent_bytes), human_bytes(g.lent_peak_bytes), str(g.lent_chunks),
-                  str(g.given_back_chunks), human_bytes(g.borrowed_bytes), str(g.borrowed_chunks),
-                  str(g.fetched_back_chunks))
+                  str(g.given_back_chunks), human_bytes(g.guest_traffic_chunks * CHUNK_SIZE),
+                  human_bytes(g.borrowed_bytes), str(g.borrowed_chunks), str(g.fetched_back_chunks))
+    return t
+
+
+def guest_traffic_table(rates: Mapping[int, float], budgets: Mapping[int, int]) -> Table:
+    """Per GPU: guests' traffic through it over the interval (MB/s) against its budget (gpu.N.lend_traffic)."""
+    t = Table(title="Guests' traffic through each GPU (MB/s over the interval; the budget holds per 20 ms)",
+              title_justify="left")
+    for col in ("GPU", "guest traffic", "budget", "of budget"):
+        t.add_column(col, justify="left" if col == "GPU" else "right")
+    for gpu, mbps in sorted(rates.items()):
+        b = budgets.get(gpu, 0)
+        t.add_row(f"GPU{gpu}", f"{mbps:,.0f} MB/s", format_rate(b) if b else "off",
+                  f"{mbps / b:.0%}" if b else "-")
     return t
 
 
@@ -137,11 +159,22 @@ def cmd_stats(args: argparse.Namespace) -> int:
                     out.print(render.stats_table(delta, rates=True, all_fields=args.all))
                     if args.pairs and delta.pairs:
                         out.print(render.pairs_table(delta))
+                    traffic = guest_traffic_mbyte_per_s(delta)
+                    budgets = lend_traffic_budgets(node)
+                    if any(traffic.values()) or any(budgets.values()):
+                        out.print(guest_traffic_table(traffic, budgets))
                 snap = new
                 n += 1
         except KeyboardInterrupt:
             pass
         return 0
+
+
+def lend_traffic_budgets(node: Any) -> dict[int, int]:
+    """Per GPU index: its lend_traffic budget now (MB/s; 0: none)."""
+    index = {g.uuid.lower(): g.index for g in node.info().gpus}
+    return {index[e.uuid.lower()]: e.lend_traffic_mbyte_per_s for e in node.get_policy().gpus
+            if e.uuid.lower() in index}
 
 
 def _print_snapshot(snap: StatsSnapshot, args: argparse.Namespace) -> None:
