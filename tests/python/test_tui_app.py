@@ -65,6 +65,9 @@ async def test_tables_show_rates_and_gauges() -> None:
         assert cell(app, "gpus", "gpu0", "harvested_bytes") == "1.0 GiB"
         assert cell(app, "gpus", "gpu1", "lent_bytes") == "1.0 GiB"
         assert cell(app, "gpus", "gpu1", "evict_to_peer") == "0"
+        # guests' traffic through gpu1: gpu0's 15 chunks/s evicted onto it, 2 MiB each, in MB/s
+        assert cell(app, "gpus", "gpu1", "guest_traffic") == f"{15 * 2 * 1.048576:,.0f}"
+        assert cell(app, "gpus", "gpu0", "guest_traffic") == "0"
         # the memory headline: 8 of 16 GiB used on gpu0, all its own; gpu1: 12 used, 1 of them lent
         assert cell(app, "gpus", "gpu0", "memory") == "\u2588" * 5 + "\u00b7" * 5 + "  50%"
         assert cell(app, "gpus", "gpu0", "own") == "8.0 GiB"

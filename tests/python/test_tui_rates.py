@@ -148,3 +148,20 @@ def test_check_policy_names_each_bad_field() -> None:
     errors = {e.field: e.message for e in check_policy(p)}
     assert set(errors) == {"prefetch_chunks", "prefetch_stride", "gpus[0].role"}
     assert "[0, 64]" in errors["prefetch_chunks"]
+
+
+def test_guest_traffic_is_the_budgeted_pair_counters() -> None:
+    """A lender's guests' traffic (MB/s) in huvm-top: chunks evicted or prefetched onto it, fetched or given
+    back from it, per second, the sum the core budgets; a GPU's own pair cell is not guests' traffic."""
+    from huvm import stats as hstats
+
+    chunk = abi.chunk_size()
+    zero = dict.fromkeys(hstats.GUEST_TRAFFIC_FIELDS, 0)
+    a = snap(0.0, [{}, {}, {}], [[dict(zero)] * 3 for _ in range(3)])
+    moved = {"evict_chunks": 4, "prefetch_chunks": 2, "fetch_chunks": 3, "giveback_chunks": 1}
+    b = snap(2.0, [{}, {}, {}], [[dict(zero), dict(moved), dict(zero)],
+                                 [dict(zero), {**zero, "evict_chunks": 50}, dict(zero)],
+                                 [dict(zero), {**zero, "evict_chunks": 6}, dict(zero)]])
+    r = compute_rates(a, b)
+    assert r.guest_traffic_mbyte_per_s(1) == pytest.approx((10 + 6) / 2 * chunk / 1e6)
+    assert r.guest_traffic_mbyte_per_s(0) == 0 and r.guest_traffic_mbyte_per_s(2) == 0

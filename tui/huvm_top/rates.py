@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from huvm import stats as hstats
 from huvm.metrics import Kind
 
+from huvm_top import abi
 from huvm_top.metrics import Metric, gpu_metrics, pair_metrics, va_space_metrics
 from huvm_top.model import Counters, Snapshot
 
@@ -43,6 +44,13 @@ class Rates:
     def node_total(self, key: str) -> float:
         """Sum over GPUs of one per-GPU rate or gauge."""
         return sum(g.get(key, 0.0) for g in self.gpus)
+
+    def guest_traffic_mbyte_per_s(self, holder: int) -> float:
+        """Guests' data copied into or out of ``holder`` per second, MB/s (10^6 bytes, as its lend_traffic
+        budget): the pair counters the core's budget sums (:data:`huvm.stats.GUEST_TRAFFIC_FIELDS`)."""
+        chunks = sum(row[holder].get(f, 0.0) for o, row in enumerate(self.pairs) if o != holder and holder < len(row)
+                     for f in hstats.GUEST_TRAFFIC_FIELDS)
+        return chunks * abi.chunk_size() / 1e6
 
 
 def compute_rates(prev: Snapshot | None, cur: Snapshot) -> Rates:

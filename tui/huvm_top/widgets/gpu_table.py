@@ -1,5 +1,5 @@
-"""Per-GPU table: the memory headline first (a bar, own, lent and harvested bytes), then the rates of
-evictions, fetches, prefetches and give-backs.
+"""Per-GPU table: the memory headline first (a bar, own, lent and harvested bytes), then guests' traffic
+through the GPU (MB/s) and the rates of evictions, fetches, prefetches and give-backs.
 
 The headline columns come first so that they are on screen at 80 columns; the rate columns follow and
 scroll sideways. Numbers are right-aligned. Rate columns are metrics of huvm's metric table (labels are
@@ -19,6 +19,8 @@ from huvm_top.rates import Rates
 # The headline: memory split between the GPU's own data and other GPUs' data it holds (lent), and its
 # data held by peers (harvested). "own" is used memory less lent bytes.
 HEADLINE: tuple[tuple[str, str], ...] = (("own", "own"), ("lent_bytes", "lent"), ("harvested_bytes", "harvested"))
+# First after the headline: guests' data copied into or out of the GPU, MB/s (what its lend_traffic budget limits).
+GUEST_TRAFFIC = ("guest_traffic", "guest MB/s")
 
 # Rate columns after the headline, in order (the full table is on the help screen and in the detail view).
 COLUMNS: tuple[str, ...] = (
@@ -94,7 +96,7 @@ class GpuTable(DataTable[str | Text]):
         self.add_column(right("gpu"), key="gpu")
         self.add_column("name", key="name")
         self.add_column("memory", key="memory")
-        for key, label in HEADLINE:
+        for key, label in (*HEADLINE, GUEST_TRAFFIC):
             self.add_column(right(label), key=key)
         for m in self.metrics:
             self.add_column(right(m.label), key=m.key)
@@ -106,7 +108,7 @@ class GpuTable(DataTable[str | Text]):
             name = short_name(g.name)
             cells: list[str | Text] = [right(str(g.index)), name if g.present else f"{name} (gone)",
                                        right(fmt.nbytes(g.memory_bytes))]
-            cells += [right("-")] * (len(HEADLINE) + len(self.metrics))
+            cells += [right("-")] * (len(HEADLINE) + 1 + len(self.metrics))
             self.add_row(*cells, key=f"gpu{g.index}")
 
     def update_rates(self, rates: Rates) -> None:
@@ -125,6 +127,9 @@ class GpuTable(DataTable[str | Text]):
                 self.update_cell(row, "own", right(fmt.nbytes(own)), update_width=True)
             self.update_cell(row, "lent_bytes", right(fmt.nbytes(lent)), update_width=True)
             self.update_cell(row, "harvested_bytes", right(fmt.nbytes(values.get("harvested_bytes", 0))),
+                             update_width=True)
+            # guests' traffic through it, what its lend_traffic budget limits
+            self.update_cell(row, GUEST_TRAFFIC[0], right(f"{rates.guest_traffic_mbyte_per_s(g.index):,.0f}"),
                              update_width=True)
             for m in self.metrics:
                 self.update_cell(row, m.key, right(fmt.value(m, values.get(m.key, 0.0))), update_width=True)
