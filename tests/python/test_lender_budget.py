@@ -196,3 +196,17 @@ def test_refusals_are_one_line_and_change_nothing(capsys: pytest.CaptureFixture[
     rc, out, err = run(capsys, *SIM, "policy", "lender-budget", *argv)
     assert rc == 2 and out == "" and sent == []
     assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+def test_a_gpu_that_does_not_lend_gets_its_budget_and_a_note(capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Any) -> None:
+    """Under stock every role is none: the budget is set (it takes effect once the GPU lends) and the command
+    says so."""
+    cfg = tmp_path / "stock.toml"
+    cfg.write_text('[node]\npreset = "aws-p3.8xlarge"\npolicy_preset = "stock"\n')
+    rc, out, err = run(capsys, "--backend", "sim", "--sim-config", str(cfg), "policy", "lender-budget", "1",
+                       "--max-slowdown", "2%", "--hbm", "900GB/s")
+    assert rc == 0, err
+    assert "note: not lending now, GPU 1 (none): a budget applies once the role is lender or both" in out
+    rc, out, _ = run(capsys, *SIM, "policy", "lender-budget", "1", "--max-slowdown", "2%", "--hbm", "900GB/s")
+    assert rc == 0 and "note:" not in out             # the huvm preset: every GPU lends

@@ -110,6 +110,11 @@ def cmd_lender_budget(args: argparse.Namespace) -> int:
                 changes=jsonout.changes(before, after, info))))
             return 0
         out.print(render.lender_budget_table(budgets, info, before, target))
+        roles = {e.uuid.lower(): e.role_name for e in after.gpus}
+        idle = [f"GPU {b.gpu} ({roles[b.uuid.lower()]})" for b in budgets
+                if roles.get(b.uuid.lower()) in ("none", "harvester")]
+        if idle:
+            out.print(f"note: not lending now, {', '.join(idle)}: a budget applies once the role is lender or both")
         if not before.diff(after, info):
             out.print("no change: the budgets are already set")
         elif args.dry_run:
