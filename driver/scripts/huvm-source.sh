@@ -7,7 +7,7 @@
 #   UPSTREAM_TARBALL=FILE     nvidia-open-kernel.tar.xz (from nvidia-open-kernel-source) or any tarball
 #                             holding the same tree (kernel-open/ of NVIDIA's release tarball)
 #   (default)                 Debian's nvidia-open-kernel-source .deb, fetched with a private apt
-#                             config/state under $BUILD/upstream/apt (the machine's apt config is only read)
+#                             config/state under $BUILD/upstream/cache/apt (the machine's apt config is only read)
 #
 # Only the files the nvidia-uvm build needs are kept (see KEEP below); each one is checked against
 # driver/scripts/upstream-535.261.03.sha256. A wrong version or checksum is one line on stderr and exit 1,
