@@ -39,6 +39,7 @@ from .errors import HuvmError
 from .info import NodeInfo
 from .metrics import GPU_METRICS, PAIR_METRICS, host_reasons
 from .metrics import Metric as HuvmMetric
+from .stats import guest_traffic_chunks
 
 GPU_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
 PAIR_LABELS = ["owner", "holder", "owner_UUID", "holder_UUID", "Hostname"]
@@ -166,6 +167,25 @@ class HuvmCollector(Collector):
         yield gpu_info
         yield mem
         yield free
+
+        # A lender's guest-traffic budget and the traffic it limits (the core's huvm_guest_traffic_total over
+        # the pair counters): rate(huvm_gpu_guest_traffic_bytes_total[1m]) / 1e6 / the budget is its use.
+        budget = GaugeMetricFamily("huvm_gpu_lend_traffic_budget_mbyte_per_s",
+                                   "the GPU's guest-traffic budget, policy lend_traffic (MB/s; 0: none)",
+                                   labels=GPU_LABELS)
+        entries = {e.uuid.lower(): e for e in policy.gpus}
+        for g in info.gpus:
+            e = entries.get(g.uuid.lower())
+            budget.add_metric(labels_of(g.index), e.lend_traffic_mbyte_per_s if e is not None else 0)
+        yield budget
+        traffic = CounterMetricFamily("huvm_gpu_guest_traffic_bytes",
+                                      "other GPUs' data copied into or out of this GPU: evicted or prefetched "
+                                      "onto it, fetched or given back from it (bytes; what its budget limits)",
+                                      labels=GPU_LABELS)
+        through = guest_traffic_chunks(snap.pairs)
+        for c in snap.gpus:
+            traffic.add_metric(labels_of(c.gpu), through.get(c.gpu, 0) * abi.CHUNK_SIZE)
+        yield traffic
 
         reasons = host_reasons()
         for m in GPU_METRICS:

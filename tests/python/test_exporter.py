@@ -64,6 +64,17 @@ def test_every_metric_is_exported_with_labels() -> None:
     presets = {lab["huvm_policy_preset"]: v for lab, v in m["huvm_policy_preset"]}
     assert presets["huvm"] == 1.0 and presets["stock"] == 0.0 and sum(presets.values()) == 1.0
     assert [lab["huvm_index"] for lab, _ in m["huvm_gpu_info"]] == ["0", "1", "2"]
+    # each GPU's guests' traffic (the pair counters its budget sums) and its budget (none here)
+    through = {lab["gpu"]: v for lab, v in m["huvm_gpu_guest_traffic_bytes_total"]}
+    for g in range(3):
+        want = sum(p.values[f] for p in stats.pairs if p.holder == g and p.owner != g
+                   for f in ("evict_chunks", "prefetch_chunks", "fetch_chunks", "giveback_chunks"))
+        assert through[str(g)] == want * abi.CHUNK_SIZE
+    assert sum(through.values()) > 0
+    assert [v for _, v in m["huvm_gpu_lend_traffic_budget_mbyte_per_s"]] == [0, 0, 0]
+    node.set(["gpu.1.lend_traffic=18GB/s"])
+    m = scrape(make_registry(node, hostname="nodeA"))
+    assert [v for _, v in m["huvm_gpu_lend_traffic_budget_mbyte_per_s"]] == [0, 18000, 0]
 
 
 def test_labels_are_nvml_indices_when_nvml_knows_the_gpus() -> None:
@@ -126,6 +137,7 @@ def test_grafana_dashboard_queries_exported_metrics() -> None:
     path = Path(huvm.__file__).parent / "data" / "grafana" / "huvm-dashboard.json"
     dash = json.loads(path.read_text())
     names = {m.prom_name for m in metrics.METRICS} | {"huvm_up"}
+    names |= set(scrape(make_registry(busy_node())))       # and what a scrape holds besides the metric table
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     assert exprs
     from huvm.exporter import GPU_LABELS, PAIR_LABELS
