@@ -80,6 +80,29 @@ def test_bad_lender_keys_are_refused(text: str, match: str) -> None:
         M.parse_variant(text)
 
 
+def test_lender_timing_stretches_the_working_lenders_clock_only() -> None:
+    """``--lender-timing F``: each working lender's ops take F times as long (its spikes' period and phase move),
+    the harvesters' traces and the idle lenders stay as they are; 1 is the matrix itself; out of range refused."""
+    name = "p3/streaming/2/spiky/2h"
+    base = next(s for s in M.scenarios("evaluation") if s.name == name)
+    slow = next(s for s in M.scenarios("evaluation", lender_timing=1.25) if s.name.startswith(name))
+    assert slow.tag("lender_timing") == "1.25" and not base.tag("lender_timing")
+    assert base.lenders == slow.lenders and base.lenders
+    for i, (a, b) in enumerate(zip(base.tenants, slow.tenants, strict=True)):
+        if i in base.lenders:
+            assert a.trace is not None and b.trace is not None
+            assert len(a.trace.op_time_ns) == len(b.trace.op_time_ns)
+            assert int(b.trace.op_time_ns.sum()) == pytest.approx(1.25 * int(a.trace.op_time_ns.sum()), rel=1e-3)
+        else:
+            assert a == b
+    same = next(s for s in M.scenarios("evaluation", lender_timing=1.0) if s.name == name)
+    assert M._run(same, M.Variant("huvm", "huvm")).stats == M._run(base, M.Variant("huvm", "huvm")).stats
+    for bad in (0.4, 2.5, float("nan")):
+        with pytest.raises(SimConfigError, match="lender timing"):
+            M.scenarios("evaluation", lender_timing=bad)
+    assert M.main(["--lender-timing", "3", "-q"]) == 2
+
+
 def test_lender_keys_reach_the_lenders_at_work_only() -> None:
     """``lender.FIELD`` sets the lending key on the GPUs of the lenders at work, not on the idle lender nor the
     harvester; a percentage is of the lender GPU's memory, in whole chunks."""

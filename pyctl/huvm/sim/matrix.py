@@ -47,6 +47,8 @@ RESERVED_BYTES = 256 * MIB
 NOISE = 0.01
 #: the issue's lender target: no lender slowed by more than this (``huvm+budget`` is sized for it)
 LENDER_TARGET = 0.02
+#: the range of ``--lender-timing``: a factor on the working lenders' op time (their period and phase)
+LENDER_TIMING_RANGE = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def _compute_ns(trace: SimTraceLike, steps: int) -> int:
 
 
 def _build(node_key: str, family: str, harvester: str, level: str, mix: str, managed_lenders: bool,
-           half: str, steps: int = 3, two_harvesters: bool = False) -> Scenario:
+           half: str, steps: int = 3, two_harvesters: bool = False, lender_timing: float = 1.0) -> Scenario:
     from . import workloads
 
     preset, ngpu, lender_gpus = _NODES[node_key]
@@ -171,15 +173,19 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
             tenants.append(TenantSpec(gpu, static_bytes=int(usable * workloads.LENDER_SHAPES["idle"][0]),
                                       name=f"idle@{gpu}", role="lender"))
             continue
-        lt = workloads.lender(kind, usable, horizon, op_time_ns=op_ns)
+        # lender_timing stretches a lender's clock (same ops, each longer): its spikes' period and phase
+        lt = workloads.lender(kind, usable, int(horizon * lender_timing), op_time_ns=int(op_ns * lender_timing))
         lenders.append(len(tenants))
         tenants.append(TenantSpec(gpu, lt, name=f"{kind}@{gpu}", background=True, managed=managed_lenders,
                                   role="lender"))
     name = f"{node_key}/{harvester}/{level}/{mix}" + ("/uvm" if managed_lenders else "") + \
         ("/2h" if two_harvesters else "")
-    tags = (("node", node_key), ("family", family), ("harvester", harvester), ("level", level),
-            ("lenders", mix), ("lender_memory", "managed" if managed_lenders else "cudaMalloc"),
-            ("harvesters", "2" if two_harvesters else "1"))
+    tags: tuple[tuple[str, str], ...] = (
+        ("node", node_key), ("family", family), ("harvester", harvester), ("level", level),
+        ("lenders", mix), ("lender_memory", "managed" if managed_lenders else "cudaMalloc"),
+        ("harvesters", "2" if two_harvesters else "1"))
+    if lender_timing != 1.0:
+        tags += (("lender_timing", f"{lender_timing:g}"),)
     return Scenario(name, half, node, tuple(tenants), tuple(harvesters), tuple(lenders), tags)
 
 
@@ -212,8 +218,10 @@ def _fig9_trace() -> SimTraceLike:
                                                  name="pagerank-twitter-like"))
 
 
-def scenarios(half: str | None = None) -> list[Scenario]:
+def scenarios(half: str | None = None, lender_timing: float = 1.0) -> list[Scenario]:
     """The matrix, in a fixed order; ``half`` selects ``tuning`` or ``evaluation`` (None: both).
+    ``lender_timing`` (default 1) multiplies the working lenders' op time: how much a result depends on when
+    the lenders' spikes fall (``--lender-timing``; the Fig 9 scenarios have idle lenders only).
 
     Every harvester runs at every oversubscription level, on a node and with a lender mix that rotate with
     the level, so that each half sees every node, level, lender shape and harvester family. Within each
@@ -221,6 +229,10 @@ def scenarios(half: str | None = None) -> list[Scenario]:
     harvester), so that both halves hold near-fit and 3x cases of each family."""
     if half is not None and half not in HALVES:
         raise SimConfigError(f"unknown half {half!r}; known: {', '.join(HALVES)}", field="half")
+    lo, hi = LENDER_TIMING_RANGE
+    if not lo <= lender_timing <= hi:
+        raise SimConfigError(f"lender timing {lender_timing:g}: must be within {lo:g}..{hi:g}",
+                             field="lender_timing")
     nodes = list(_NODES)
     mixes = list(_LENDER_MIXES)
     out: list[Scenario] = []
@@ -234,7 +246,8 @@ def scenarios(half: str | None = None) -> list[Scenario]:
             managed = (hi + 2 * li) % 5 == 0
             two = family in ("dnn", "synthetic") and level in ("1.5", "2") and node_key != "dgx1"
             if half is None or which == half:
-                out.append(_build(node_key, family, harvester, level, mix, managed, which, two_harvesters=two))
+                out.append(_build(node_key, family, harvester, level, mix, managed, which, two_harvesters=two,
+                                  lender_timing=lender_timing))
     out += [_fig9(pct, h) for pct, h in _FIG9_HALVES if half is None or h == half]
     return out
 
@@ -584,11 +597,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write every outcome as JSON")
     ap.add_argument("--update-doc", metavar="FILE",
                     help="replace the generated table between the make-eval markers of FILE (docs/policy.md)")
+    ap.add_argument("--lender-timing", type=float, default=1.0, metavar="FACTOR",
+                    help="stretch the working lenders' op time by FACTOR (0.5..2): when their spikes fall")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
-        scs = scenarios(None if args.half == "all" else args.half)
+        scs = scenarios(None if args.half == "all" else args.half, lender_timing=args.lender_timing)
         if args.only:
             scs = [s for s in scs if any(o in s.name for o in args.only)]
         variants = list(EVAL_VARIANTS) + [parse_variant(v) for v in args.variant]
@@ -612,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(ev.to_dict(), f, indent=1, sort_keys=True)
         if args.update_doc:
-            if args.variant or args.only or args.half == "all":
+            if args.variant or args.only or args.half == "all" or args.lender_timing != 1.0:
                 raise SimConfigError("--update-doc takes one whole half and the presets only", field="update_doc")
             changed = update_doc(args.update_doc, ev)
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
