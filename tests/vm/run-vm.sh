@@ -30,7 +30,7 @@
 #      VM_SOFTGPU_LONG (1: the long softgpu suite, e.g. PMM_SANITY's full mode),
 #      VM_GPUS (emulated GPUs = pci-testdev devices, default 4), VM_FB_MIB (framebuffer per GPU, default 128),
 #      VM_MEM (MiB, default 1536 + VM_GPUS * VM_FB_MIB), VM_SMP (vCPUs, default 2: the emulator's engine
-#      thread runs beside UVM's waiters), VM_SOFTGPU_TIMEOUT (seconds per variant's softgpu pytest run, default 900),
+#      thread runs beside UVM's waiters), VM_SOFTGPU_TIMEOUT (seconds per variant's softgpu pytest run, default 1500),
 #      CI (when "true", a missing prerequisite is an error instead of a skip), HUVM_KVER (override).
 # exit: 0 pass, 1 setup error (or a missing prerequisite under CI=true), 2 guest tests failed, 3 kernel
 #       report (oops, warning, lockdep, taint), 4 timeout or crash, 77 skipped (a prerequisite is missing
@@ -111,7 +111,7 @@ check_ko() {  # what path hint
 }
 gpus=${VM_GPUS:-4}
 fb_mib=${VM_FB_MIB:-128}
-sg_timeout=${VM_SOFTGPU_TIMEOUT:-900}
+sg_timeout=${VM_SOFTGPU_TIMEOUT:-1500}
 case "$sg_timeout" in [1-9]*) ;; *) echo "run-vm: VM_SOFTGPU_TIMEOUT=$sg_timeout: expected seconds" >&2; exit 1 ;; esac
 variants=(); patched=0
 check_ko "software GPU module" "$softgpu_ko" "--softgpu-ko: make softgpu-module"

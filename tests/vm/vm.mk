@@ -13,7 +13,7 @@
 # Variables: VM_OUT (results), VM_WORK (kernel image cache), VM_PHASES (vm-test: guest,softgpu; one of them
 # alone, e.g. VM_PHASES=guest for the guest suite without the long softgpu suite), VM_TIMEOUT (seconds for the
 # VM, default 60 + 60 per variant + VM_SOFTGPU_TIMEOUT per variant with the softgpu phase + 420 per patched
-# variant with the guest phase), VM_SOFTGPU_TIMEOUT (seconds per variant's softgpu pytest run, default 900),
+# variant with the guest phase), VM_SOFTGPU_TIMEOUT (seconds per variant's softgpu pytest run, default 1500),
 # VM_PYTEST_ARGS (extra pytest arguments of the guest suite, one word each, e.g. -k policy),
 # VM_SOFTGPU_PYTEST_ARGS (the same for the softgpu phase), VM_SOFTGPU_VARIANTS (nvidia-uvm builds to run, in
 # order, of stock-release stock-debug patched-release patched-debug; default "stock-release patched-release
