@@ -85,7 +85,7 @@ def test_lender_timing_stretches_the_working_lenders_clock_only() -> None:
     the harvesters' traces and the idle lenders stay as they are; 1 is the matrix itself; out of range refused."""
     name = "p3/streaming/2/spiky/2h"
     base = next(s for s in M.scenarios("evaluation") if s.name == name)
-    slow = next(s for s in M.scenarios("evaluation", lender_timing=1.25) if s.name.startswith(name))
+    slow = next(s for s in M.scenarios("evaluation", lender_timing=1.25) if s.name == name)
     assert slow.tag("lender_timing") == "1.25" and not base.tag("lender_timing")
     assert base.lenders == slow.lenders and base.lenders
     for i, (a, b) in enumerate(zip(base.tenants, slow.tenants, strict=True)):
@@ -136,7 +136,11 @@ def test_cli_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     plain.write_text("no markers here\n")
     assert M.main(["--only", "p3/bert-base/fit-32", "-q", "--update-doc", str(plain)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: update_doc: --update-doc takes one whole half and the presets only"]
+    refusal = "error: update_doc: --update-doc takes one whole half, the presets only, at lender timing 1"
+    assert err == [refusal]
+    assert M.main(["-q", "--lender-timing", "1.1", "--update-doc", str(plain)]) == 2     # the whole half, timed
+    assert capsys.readouterr().err.strip().splitlines() == [refusal]
+    assert plain.read_text() == "no markers here\n"
     assert M.main(["--variant", "oops", "--list"]) == 2
     assert "variant 'oops': expected NAME=FIELD:VALUE" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:

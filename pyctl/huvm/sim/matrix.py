@@ -628,7 +628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json.dump(ev.to_dict(), f, indent=1, sort_keys=True)
         if args.update_doc:
             if args.variant or args.only or args.half == "all" or args.lender_timing != 1.0:
-                raise SimConfigError("--update-doc takes one whole half and the presets only", field="update_doc")
+                raise SimConfigError("--update-doc takes one whole half, the presets only, at lender timing 1",
+                                     field="update_doc")
             changed = update_doc(args.update_doc, ev)
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
     except (OSError, SimConfigError) as exc:
