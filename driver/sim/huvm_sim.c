@@ -232,7 +232,7 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
     if (d.dst != HUVM_DEST_HOST) {
         uint32_t p = d.dst;
 
-        fin = sim_xfer_peer(sim, g, p, start, SIM_CHUNK, sync ? SIM_FG : SIM_BG, ci);
+        fin = sim_xfer_peer(sim, g, p, start, SIM_CHUNK, sim->cfg.migrate_service_ns, sync ? SIM_FG : SIM_BG, ci);
         lend_charge(sim, p, 1);
         list_push_tail(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks++;
@@ -240,7 +240,7 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
         c->holder = (uint8_t)p;
         vacnt_add(sim, ci, 0);
     } else {
-        fin = sim_xfer_d2h(sim, g, start, SIM_CHUNK, sync ? SIM_FG : SIM_BG, ci);
+        fin = sim_xfer_d2h(sim, g, start, SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
         c->loc = HUVM_SIM_LOC_HOST;
         gg->host_chunks++;
         vacnt_add(sim, ci, 1);
@@ -270,7 +270,8 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
     hg->guest_chunks--;
     sim->gpus[o].peer_chunks--;
     sim->gpus[o].host_chunks++;
-    fin = sim_xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sync ? SIM_FG : SIM_BG, ci);
+    fin = sim_xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.evict_service_ns,
+                       sync ? SIM_FG : SIM_BG, ci);
     lend_charge(sim, h, 1);
     c->loc = HUVM_SIM_LOC_HOST;
     c->ready_ns = u64_max(c->ready_ns, fin);
@@ -425,7 +426,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
             sim->gpus[p].guest_chunks--;
             sim->gpus[g].peer_chunks--;
-            c->ready_ns = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG, pci);
+            c->ready_ns = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
+                                        SIM_BG, pci);
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
             c->fetched_ns = c->ready_ns;
@@ -448,7 +450,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             }
             sim->host_chunks--;
             gg->host_chunks--;
-            c->ready_ns = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG, pci);
+            c->ready_ns = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
+                                       SIM_BG, pci);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
             list_push_tail(sim->chunks, &gg->own, pci);
@@ -470,7 +473,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             sim->host_chunks--;
             sim->gpus[g].host_chunks--;
             sim->gpus[g].peer_chunks++;
-            c->ready_ns = sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_BG, pci);
+            c->ready_ns = sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
+                                       SIM_BG, pci);
             lend_charge(sim, p, 1);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)p;
@@ -495,7 +499,14 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
     sim_gpu_t *gg = &sim->gpus[g];
 
     *remote = 0;
-    t += c->loc == HUVM_SIM_LOC_GPU ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns;
+    /* A migrating fault's block service: one block at a time per GPU (upstream's service_fault_batch loop),
+     * whichever of the GPU's tenants faulted; its copy follows (no service of its own: the fault service
+     * covers it). A first touch (populate) has no host pages to handle: populate_ns below. */
+    if (c->loc != HUVM_SIM_LOC_NONE) {
+        t = u64_max(t, gg->fault_free_ns) +
+            (c->loc == HUVM_SIM_LOC_GPU ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns);
+        gg->fault_free_ns = t;
+    }
     if (c->flags & SIM_CF_PREFETCHED)
         pf_note(sim, c, 1);             /* prefetched to a peer, and wanted: the prefetch paid */
     if (c->loc == HUVM_SIM_LOC_GPU) {
@@ -512,7 +523,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         t = make_room(sim, g, 1, t, 0);
         if (sim->failed)
             return t;
-        fin = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG, ci);
+        fin = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, 0, SIM_FG, ci);
         lend_charge(sim, p, 1);
         list_remove(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks--;
@@ -533,7 +544,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
     if (sim->failed)
         return t;
     if (c->loc == HUVM_SIM_LOC_HOST) {
-        uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, SIM_FG, ci);
+        uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, 0, SIM_FG, ci);
 
         sim->host_chunks--;
         gg->host_chunks--;

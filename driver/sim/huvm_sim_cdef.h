@@ -78,6 +78,10 @@ typedef struct {
                                                unmap on the holder, map on the owner) */
     uint64_t lend_chunk_ns;                 /* what a lender's running tenants lose per guest chunk copied
                                                into or out of its memory (HBM time of the copy) */
+    uint64_t migrate_service_ns;            /* per 2 MiB block migrated without a fault (prefetch, to or
+                                               from a peer ahead of need), besides its copy */
+    uint64_t evict_service_ns;              /* per 2 MiB block moved GPU -> host (eviction, give-back),
+                                               besides its copy */
 } huvm_sim_config_t;
 
 /* One workload on one GPU. Arrays are copied by huvm_sim_add_tenant. A tenant with n_ops == 0 is idle:

@@ -79,6 +79,7 @@ typedef struct {
     uint32_t   candidates;          /* peers with a direct path (bit per GPU) */
     uint32_t   pad;
     uint64_t   last_evict_ns;
+    uint64_t   fault_free_ns;       /* the GPU's fault servicing is busy until then (serial per GPU) */
     uint64_t   last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
     uint64_t   preevicted;          /* free chunks pre-eviction made and no allocation has used yet */
     uint64_t   burst_chunks;        /* chunks the last fault batch on this GPU allocated */
@@ -242,11 +243,14 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci);
 void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only);
 
 /* huvm_sim_xfer.c: links, transfers, PCIe switches, copies in flight */
-uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci);
-uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci);
+uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
+                      uint32_t ci);
+uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
+                      uint32_t ci);
 uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
                            uint32_t ci);
-uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
+uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, uint64_t svc_ns,
+                       int cls,
                        uint32_t ci);
 void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t);
 uint64_t sim_gpu_inflight_next(const huvm_sim_t *sim, uint32_t g);

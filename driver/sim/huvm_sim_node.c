@@ -150,6 +150,8 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
     SIM_CHECK_COST(nvlink_latency_ns)
     SIM_CHECK_COST(peer_fault_service_ns)
     SIM_CHECK_COST(lend_chunk_ns)
+    SIM_CHECK_COST(migrate_service_ns)
+    SIM_CHECK_COST(evict_service_ns)
 #undef SIM_CHECK_COST
     for (a = 0; a < cfg->gpu_count; a++) {
         uint32_t sw = cfg->pcie_switch[a];

@@ -78,13 +78,15 @@ static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t sh
     }
 }
 
-/* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t. Within a class, FIFO; between the two
- * classes, fair share: while the other class has queued work, this transfer progresses at half the rate, and
- * the other class's queue is pushed back by the work this one did meanwhile (background copies already
- * issued end later: res_delay). Work conserving. */
-static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, int cls)
+/* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t, with svc ns of the driver's per-block
+ * service (migration or eviction) in front of the copy: the path is busy for both, so back-to-back blocks move
+ * at the path's measured rate. Within a class, FIFO; between the two classes, fair share: while the other
+ * class has queued work, this transfer progresses at half the rate, and the other class's queue is pushed back
+ * by the work this one did meanwhile (background copies already issued end later: res_delay). Work
+ * conserving. */
+static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
 {
-    uint64_t dur = (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
+    uint64_t dur = (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s + svc;
     uint64_t start = u64_max(t, r->busy_until[cls]);
     uint64_t other = r->busy_until[!cls];
     uint64_t overlap = other > start ? other - start : 0;
@@ -109,14 +111,14 @@ static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t byt
 }
 
 /* One leg of a copy: over r, noted as in flight when it is a background copy. */
-static uint64_t leg(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, int cls, uint32_t ci,
-                    uint32_t release)
+static uint64_t leg(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls,
+                    uint32_t ci, uint32_t release)
 {
     uint64_t fin;
 
     while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= t)
         tok_pop(sim, r);
-    fin = res_xfer(sim, r, t, bytes, cls);
+    fin = res_xfer(sim, r, t, bytes, svc, cls);
     if (cls == SIM_BG)
         tok_add(sim, r, fin, ci, release);
     return fin;
@@ -129,54 +131,63 @@ static inline void new_xfer(huvm_sim_t *sim, uint32_t ci)
 }
 
 /* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
-uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
+uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
+                      uint32_t ci)
 {
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
 
     sim->traffic.host_to_gpu[g] += bytes;
     new_xfer(sim, ci);
-    fin = leg(sim, &sim->gpus[g].h2d, t, bytes, cls, ci, 0);
+    fin = leg(sim, &sim->gpus[g].h2d, t, bytes, svc_ns, cls, ci, 0);
     if (sw)
-        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, cls, ci, 0));
+        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, svc_ns, cls, ci, 0));
     return fin;
 }
 
 /* g -> host; a background copy holds g's memory until it ends on g's own link (release). */
-uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
+uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
+                      uint32_t ci)
 {
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
 
     sim->traffic.gpu_to_host[g] += bytes;
     new_xfer(sim, ci);
-    fin = leg(sim, &sim->gpus[g].d2h, t, bytes, cls, ci, g + 1);
+    fin = leg(sim, &sim->gpus[g].d2h, t, bytes, svc_ns, cls, ci, g + 1);
     if (sw)
-        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, cls, ci, 0));
+        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, svc_ns, cls, ci, 0));
     return fin;
 }
 
-/* a -> b over the pair's direct path (remote-mapped reads: ci = SIM_NIL, demand class). */
-uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
-                              uint32_t ci)
+/* a -> b over the pair's direct path, svc ns of per-block service in front of the copy. */
+static uint64_t peer_path(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, uint64_t svc,
+                          int cls, uint32_t ci)
 {
     if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
         /* PCIe peer-to-peer: a's upstream and b's downstream direction (not the switches' uplinks). */
-        return u64_max(leg(sim, &sim->gpus[a].d2h, t, bytes, cls, ci, a + 1),
-                       leg(sim, &sim->gpus[b].h2d, t, bytes, cls, ci, 0));
+        return u64_max(leg(sim, &sim->gpus[a].d2h, t, bytes, svc, cls, ci, a + 1),
+                       leg(sim, &sim->gpus[b].h2d, t, bytes, svc, cls, ci, 0));
     }
     if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH)
-        return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, cls, ci, a + 1),
-                       leg(sim, &sim->gpus[b].port_in, t, bytes, cls, ci, 0));
-    return leg(sim, &sim->nvl[a][b], t, bytes, cls, ci, a + 1);
+        return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, svc, cls, ci, a + 1),
+                       leg(sim, &sim->gpus[b].port_in, t, bytes, svc, cls, ci, 0));
+    return leg(sim, &sim->nvl[a][b], t, bytes, svc, cls, ci, a + 1);
 }
 
-uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
-                          uint32_t ci)
+/* a -> b, a remote-mapped read (ci = SIM_NIL, demand class): no migration, so no per-block service. */
+uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
+                              uint32_t ci)
+{
+    return peer_path(sim, a, b, t, bytes, 0, cls, ci);
+}
+
+uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, uint64_t svc_ns,
+                       int cls, uint32_t ci)
 {
     sim->traffic.gpu_to_gpu[a][b] += bytes;
     new_xfer(sim, ci);
-    return sim_xfer_peer_raw(sim, a, b, t, bytes, cls, ci);
+    return peer_path(sim, a, b, t, bytes, svc_ns, cls, ci);
 }
 
 /* Copies out of g still in flight at t that have ended give g its memory back. */

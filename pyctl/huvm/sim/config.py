@@ -14,6 +14,7 @@ from typing import Any
 
 from ..units import format_size
 from .errors import SimConfigError
+from .measured import REFERENCE_COSTS as _REF
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -30,17 +31,20 @@ _NV_LABEL = re.compile(r"^NV(\d+)$")
 
 @dataclass(frozen=True)
 class Costs:
-    """UVM costs of the model (docs/simulator.md, "Constants", has each one's source)."""
+    """UVM costs of the model, by path (docs/simulator.md, "Constants", has each one's source). The defaults are
+    derived from the project's H200 measurement (:mod:`huvm.sim.measured`) and apply to every preset."""
 
-    fault_batch_ns: int = 20_000        # fixed cost per replayable fault batch
-    fault_service_ns: int = 25_000      # per faulted 2 MiB VA block (G10/UVMSmart far fault 45 us = 20 + 25)
-    populate_ns: int = 3_000            # first touch: zero-fill a 2 MiB chunk
-    pcie_latency_ns: int = 5_000        # G10 PCIe_latency_us
+    fault_batch_ns: int = _REF["fault_batch_ns"]            # fixed cost per replayable fault batch (isolated fault)
+    fault_service_ns: int = _REF["fault_service_ns"]        # per demand-faulted 2 MiB block, serial per GPU
+    populate_ns: int = 3_000            # first touch: zero-fill a 2 MiB chunk (assumption)
+    pcie_latency_ns: int = _REF["pcie_latency_ns"]          # G10 PCIe_latency_us
     nvlink_latency_ns: int = 1_000      # assumption (no stored measurement)
     fault_batch_max: int = 256          # uvm_perf_fault_batch_count
     faults_per_chunk: int = 1           # fault entries per faulted chunk after coalescing
-    peer_fault_service_ns: int = 30_000  # per faulted block held by a peer: + the holder's unmap (assumption)
+    peer_fault_service_ns: int = _REF["peer_fault_service_ns"]  # per faulted block a peer holds: + its unmap
     lend_chunk_ns: int = 2_330          # lender's HBM time per guest chunk copied in or out: 2 MiB / 900 GB/s
+    migrate_service_ns: int = _REF["migrate_service_ns"]    # per block moved without a fault (prefetch, to a peer)
+    evict_service_ns: int = _REF["evict_service_ns"]        # per block moved GPU -> host (eviction, give-back)
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ class NodeConfig:
                                  field="host_memory_bytes")
         c = self.costs
         for name in ("fault_batch_ns", "fault_service_ns", "populate_ns", "pcie_latency_ns", "nvlink_latency_ns",
-                     "peer_fault_service_ns", "lend_chunk_ns"):
+                     "peer_fault_service_ns", "lend_chunk_ns", "migrate_service_ns", "evict_service_ns"):
             v = getattr(c, name)
             if not isinstance(v, int) or not 0 <= v <= lim.MAX_COST_NS:
                 raise SimConfigError(f"{v!r} ns is not in 0..{lim.MAX_COST_NS}", field=f"costs.{name}")

@@ -339,6 +339,8 @@ class SimNode:
         c.faults_per_chunk = k.faults_per_chunk
         c.peer_fault_service_ns = k.peer_fault_service_ns
         c.lend_chunk_ns = k.lend_chunk_ns
+        c.migrate_service_ns = k.migrate_service_ns
+        c.evict_service_ns = k.evict_service_ns
         c.sample_interval_ns = sample_interval_ns
         c.max_samples = max_samples
         return c

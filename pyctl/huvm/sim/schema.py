@@ -70,6 +70,8 @@ class CostsTable(FileModel):
     faults_per_chunk: Annotated[int, Field(ge=1, le=MAX_FAULTS_PER_CHUNK)] | None = None
     peer_fault_service_ns: CostNs | None = None
     lend_chunk_ns: CostNs | None = None
+    migrate_service_ns: CostNs | None = None
+    evict_service_ns: CostNs | None = None
 
 
 class NodeTable(FileModel):
