@@ -181,7 +181,7 @@ static void vacnt_add(huvm_sim_t *sim, uint32_t ci, int which)
     }
 }
 
-static int host_take(huvm_sim_t *sim)
+int host_take_chunk(huvm_sim_t *sim)
 {
     if (sim->host_chunks >= sim->host_limit_chunks) {
         run_error(sim, HUVM_NV_ERR_NO_MEMORY, "host_memory_bytes",
@@ -224,7 +224,7 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
         if (d.reason == HUVM_REASON_PEER)
             d.reason = HUVM_REASON_NO_PEER;
     }
-    if (d.dst == HUVM_DEST_HOST && host_take(sim))
+    if (d.dst == HUVM_DEST_HOST && host_take_chunk(sim))
         return t;
     if (c->flags & SIM_CF_PREFETCHED)
         pf_note(sim, c, 0);
@@ -262,7 +262,7 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
     sim_chunk_t *c = &sim->chunks[ci];
     uint64_t fin;
 
-    if (host_take(sim))
+    if (host_take_chunk(sim))
         return t;
     if (c->flags & SIM_CF_PREFETCHED)
         pf_note(sim, c, 0);

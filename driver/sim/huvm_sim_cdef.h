@@ -105,6 +105,10 @@ typedef struct {
     const uint8_t  *touch_mode;             /* [n_touches] 0 read, 1 write-new, 2 read-modify-write */
     const int32_t  *chunk_alloc_op;         /* [n_chunks] -1 = live before the first op */
     const int32_t  *chunk_free_op;          /* [n_chunks] -1 = live after the last op */
+    uint32_t        host_resident;          /* 1 (managed only): the chunks live before the first op start in
+                                               host memory, first written by the CPU, as a buffer a program
+                                               fills before its kernels run */
+    uint32_t        pad;
 } huvm_sim_tenant_spec_t;
 
 /* Per-tenant outcome. Times are simulated ns. */
@@ -185,6 +189,13 @@ uint32_t huvm_sim_chunk_where(const huvm_sim_t *sim, uint32_t tenant, uint32_t c
 /* Self-check of the model's invariants (list counts vs chunk states, memory bounds); 0 = consistent,
  * else the number of violations (details in *err). */
 uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err);
+/* Calibration: the time (ns) `chunks` back-to-back 2 MiB moves of one path take through the link model from
+ * time 0 on GPU gpu, as background copies (HUVM_SIM_PATH_*). Only on a node that has not run (it occupies the
+ * links): 0 when the node has run, the GPU or the path is unknown, or chunks is 0. */
+#define HUVM_SIM_PATH_COPY          0       /* host -> GPU copy, no per-block service (cudaMemcpy, pinned) */
+#define HUVM_SIM_PATH_PREFETCH      1       /* host -> GPU migration without a fault (migrate_service_ns) */
+#define HUVM_SIM_PATH_EVICT         2       /* GPU -> host migration (evict_service_ns) */
+uint64_t huvm_sim_path_probe(huvm_sim_t *sim, uint32_t path, uint32_t gpu, uint32_t chunks);
 
 /* HUVM_SIM_CDEF_END */
 

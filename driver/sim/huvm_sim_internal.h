@@ -241,6 +241,8 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci);
 /* The GPU's worker at t: give-back down to its lend reserve (huvm_giveback_need) and, unless giveback_only,
  * pre-eviction (huvm_decide_preevict_plan); guests' chunks first, in the background. */
 void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only);
+/* Take one chunk of host memory (0), or fail the run when host memory is exhausted (-1). */
+int host_take_chunk(huvm_sim_t *sim);
 
 /* huvm_sim_xfer.c: links, transfers, PCIe switches, copies in flight */
 uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,

@@ -88,6 +88,11 @@ static uint32_t tenant_validate(const huvm_sim_t *sim, uint32_t idx, const huvm_
                       idx);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
+    if (s->host_resident > 1 || (s->host_resident && !s->managed)) {
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("host_resident"),
+                      "tenant %u: host_resident must be 0 or 1, and 1 only for managed memory", idx);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
     if (s->steps > SIM_MAX_STEPS) {
         sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("steps"), "tenant %u: %u steps is over %u",
                       idx, s->steps, SIM_MAX_STEPS);
@@ -275,6 +280,17 @@ static void make_live(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t *
         *t = sim_pin_chunk(sim, tt->spec.gpu, ci, *t);
 }
 
+/* A host-resident tenant's chunk at its start: in host memory, as if the CPU had written it. */
+static void place_on_host(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci)
+{
+    sim_chunk_t *c = &sim->chunks[ci];
+
+    if (c->loc != HUVM_SIM_LOC_NONE || host_take_chunk(sim))
+        return;
+    c->loc = HUVM_SIM_LOC_HOST;
+    sim->gpus[tt->spec.gpu].host_chunks++;
+}
+
 static void end_batch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t nb, uint64_t t)
 {
     sim_gpu_t *gg = &sim->gpus[tt->spec.gpu];
@@ -295,8 +311,11 @@ void sim_tenant_start(huvm_sim_t *sim, sim_tenant_t *tt)
     tt->res.start_ns = tt->clock;
     for (k = 0; k < tt->static_chunks && !sim->failed; k++)
         t = sim_pin_chunk(sim, tt->spec.gpu, SIM_NIL, t);
-    for (i = 0; i < tt->n_static && !sim->failed; i++)
+    for (i = 0; i < tt->n_static && !sim->failed; i++) {
         make_live(sim, tt, tt->chunk_base + tt->static_list[i], &t);
+        if (tt->spec.host_resident)
+            place_on_host(sim, tt, tt->chunk_base + tt->static_list[i]);
+    }
     tt->res.alloc_stall_ns += t - tt->clock;
     tt->clock = t;
     tt->step_start = t;

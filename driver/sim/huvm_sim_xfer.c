@@ -230,6 +230,23 @@ uint64_t sim_gpu_inflight_next(const huvm_sim_t *sim, uint32_t g)
     return m;
 }
 
+uint64_t huvm_sim_path_probe(huvm_sim_t *sim, uint32_t path, uint32_t gpu, uint32_t chunks)
+{
+    uint64_t fin = 0;
+    uint32_t i;
+
+    if (sim->started || gpu >= sim->cfg.gpu_count || path > HUVM_SIM_PATH_EVICT)
+        return 0;
+    for (i = 0; i < chunks; i++) {
+        if (path == HUVM_SIM_PATH_EVICT)
+            fin = sim_xfer_d2h(sim, gpu, 0, SIM_CHUNK, sim->cfg.evict_service_ns, SIM_BG, SIM_NIL);
+        else
+            fin = sim_xfer_h2d(sim, gpu, 0, SIM_CHUNK, path == HUVM_SIM_PATH_PREFETCH ?
+                               sim->cfg.migrate_service_ns : 0, SIM_BG, SIM_NIL);
+    }
+    return fin;
+}
+
 /* Free the queues of background copies of every link. */
 void sim_links_free(huvm_sim_t *sim)
 {

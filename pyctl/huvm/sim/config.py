@@ -15,6 +15,7 @@ from typing import Any
 from ..units import format_size
 from .errors import SimConfigError
 from .measured import REFERENCE_COSTS as _REF
+from .measured import REFERENCE_RECORD as _H200
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -366,12 +367,33 @@ PRESETS: dict[str, NodeConfig] = {
         source="as dgx-a100-40g with 80 GB GPUs and 2 TB host"),
     "hgx-h100": NodeConfig(
         name="hgx-h100",
-        gpus=tuple(GpuSpec(f"H100-SXM5-80GB #{i}", 80 * GIB, 512 * MIB, 48_000) for i in range(8)),
+        gpus=tuple(GpuSpec(f"H100-SXM5-80GB #{i}", 80 * GIB, 512 * MIB, _REF["pcie_mbyte_per_s"])
+                   for i in range(8)),
         topology=_uniform(8, "NV18"), nvlink_generation=4, nvlink_mbyte_per_s_per_link=21_111,
         nvswitch=True, nvswitch_links=18, host_memory_bytes=2048 * GIB, gpu_preset="h100",
         costs=Costs(lend_chunk_ns=_hbm_ns(3350)),
         source="HGX H100: NVSwitch, 18 NVLink 4 links = 450 GB/s per direction line rate, 380 GB/s measured "
-               "(NVIDIA/nccl#1264) = 18 x 21.1 GB/s; PCIe 5 x16 (63 theoretical, 48 effective assumed)"),
+               "(NVIDIA/nccl#1264) = 18 x 21.1 GB/s; PCIe 5 x16 and UVM's per-block costs measured on one H200 "
+               "in a VM (driver 580.159.04, the h200 preset)"),
+    "hgx-h200": NodeConfig(
+        name="hgx-h200",
+        gpus=tuple(GpuSpec(f"H200-SXM-141GB #{i}", _H200.memory_total_bytes,
+                           _H200.memory_total_bytes - _H200.memory_free_bytes, _REF["pcie_mbyte_per_s"])
+                   for i in range(8)),
+        topology=_uniform(8, "NV18"), nvlink_generation=4, nvlink_mbyte_per_s_per_link=21_111,
+        nvswitch=True, nvswitch_links=18, host_memory_bytes=2048 * GIB, gpu_preset="h100",
+        costs=Costs(lend_chunk_ns=_REF["lend_chunk_ns"]),
+        source="HGX H200: the hgx-h100 fabric (NVSwitch, 18 NVLink 4 links) with the H200 of the h200 preset: "
+               "memory, context reserve, PCIe 5 and UVM's per-block costs measured on one H200 in a VM (driver "
+               "580.159.04); HBM 4.8 TB/s (NVML)"),
+    "h200": NodeConfig(
+        name="h200",
+        gpus=(GpuSpec("NVIDIA H200", _H200.memory_total_bytes, _H200.memory_total_bytes - _H200.memory_free_bytes,
+                      _REF["pcie_mbyte_per_s"]),),
+        topology=(("X",),), nvlink_generation=4, gpu_preset="h100", costs=Costs(lend_chunk_ns=_REF["lend_chunk_ns"]),
+        source="one NVIDIA H200 measured by the project in a VM (driver 580.159.04, CUDA 13.0, 2026-11-27; "
+               "huvm/data/calibration/h200-580.159.04.json): memory and context reserve from cudaMemGetInfo, PCIe 5 "
+               "x16 pinned-copy rate, UVM's per-block costs (huvm.sim.measured)"),
     "ariadne-a5000": NodeConfig(
         name="ariadne-a5000",
         gpus=(GpuSpec("RTX A5000", 24 * GIB, 512 * MIB, 24_000),),

@@ -15,6 +15,7 @@ Tests (rates in MB/s = 10^6 B/s, times in us):
 ``fault_stream_read``     a coalesced GPU read of host-resident managed memory (demand faults)
 ``fault_touch_seq``       one GPU write per 4 KiB page, all pages at once, in order (demand faults)
 ``fault_touch_random``    the same in a random page order
+``resident_stream_read``  the same read once the buffer is resident (the GPU's memory bandwidth as a kernel sees it)
 ``fault_serial_2m_us``    one GPU thread, one byte per 2 MiB region, one fault at a time (an isolated fault)
 ``block_fault_us``        whole 2 MiB regions demand-faulted, N regions in flight (key: N)
 ========================  =================================================================================
@@ -44,7 +45,7 @@ FORMAT = "huvm-calibration/1"
 CHUNK_BYTES = 2 << 20
 #: the rate tests of a record (MB/s) and its time tests (us); block_fault_us is keyed by concurrency
 RATE_TESTS = ("pinned_h2d", "pinned_d2h", "prefetch_h2d", "prefetch_d2h", "fault_stream_read", "fault_touch_seq",
-              "fault_touch_random")
+              "fault_touch_random", "resident_stream_read")
 TIME_TESTS = ("fault_serial_2m_us",)
 #: the record the built-in single-GPU ``h200`` preset and the model's default costs come from
 REFERENCE = "h200-580.159.04"
@@ -193,8 +194,9 @@ def derive(m: NodeMeasurement) -> dict[str, int]:
     }
 
 
-#: the costs of the reference record: the model's defaults for every preset (docs/simulator.md)
-REFERENCE_COSTS: dict[str, int] = derive(NodeMeasurement.builtin(REFERENCE))
+#: the reference record (the project's H200) and its costs: the model's defaults for every preset
+REFERENCE_RECORD: NodeMeasurement = NodeMeasurement.builtin(REFERENCE)
+REFERENCE_COSTS: dict[str, int] = derive(REFERENCE_RECORD)
 
 #: cost keys of :func:`derive` that are :class:`~huvm.sim.config.Costs` fields (the rest are the GPU's)
 COST_KEYS = ("fault_batch_ns", "fault_service_ns", "migrate_service_ns", "evict_service_ns",

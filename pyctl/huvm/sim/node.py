@@ -97,6 +97,23 @@ class SimNode:
             ptr = ffi.from_buffer(view)
         return int(lib.huvm_sim_ioctl(self._sim, cmd, ptr, size))
 
+    def path_probe(self, path: str, gpu: int, chunks: int) -> int:
+        """Calibration: the ns ``chunks`` back-to-back 2 MiB moves of ``path`` ("copy": a pinned host -> GPU
+        copy, "prefetch": a host -> GPU migration without a fault, "evict": GPU -> host) take through the link
+        model, from time 0. Only on a node that has not run (it occupies the links)."""
+        self._alive()
+        paths = {"copy": lib.HUVM_SIM_PATH_COPY, "prefetch": lib.HUVM_SIM_PATH_PREFETCH,
+                 "evict": lib.HUVM_SIM_PATH_EVICT}
+        if path not in paths:
+            raise SimConfigError(f"unknown path {path!r}; known: {', '.join(paths)}", field="path")
+        if not 0 <= gpu < self.config.gpu_count or chunks < 1:
+            raise SimConfigError(f"GPU {gpu} is not in 0..{self.config.gpu_count - 1} or chunks {chunks} < 1",
+                                 field="path_probe")
+        ns = int(lib.huvm_sim_path_probe(self._sim, paths[path], gpu, chunks))
+        if ns == 0:
+            raise SimRunError("the node has already run: probe a fresh node", field="path_probe")
+        return ns
+
     def close(self) -> None:
         if self._sim is not None:
             sim, self._sim = self._sim, None
@@ -125,6 +142,7 @@ class SimNode:
         c.steps = 0 if spec.background else spec.steps
         c.start_ns = spec.start_ns
         c.static_bytes = spec.static_bytes
+        c.host_resident = 1 if spec.host_resident else 0
         keep: list[Any] = []
         tr = spec.trace
         if tr is not None:

@@ -38,6 +38,8 @@ class TenantSpec:
       default (both for huvm and huvm-atc22). Ignored under stock and ideal.
     * ``lend_reserve_bytes`` / ``lend_limit_bytes``: the GPU's lending policy (None: preset default).
     * ``lend_traffic_mbyte_per_s``: the GPU's guest-traffic budget (None: preset default, no budget).
+    * ``host_resident`` True (managed only): the trace's chunks live before its first op start in host
+      memory, as a buffer the CPU wrote before the kernels run (calibration microbenchmarks).
     """
 
     gpu: int
@@ -52,6 +54,7 @@ class TenantSpec:
     lend_reserve_bytes: int | None = None
     lend_limit_bytes: int | None = None
     lend_traffic_mbyte_per_s: int | None = None
+    host_resident: bool = False
 
     @property
     def label(self) -> str:
