@@ -196,5 +196,5 @@ def test_the_budget_is_what_keeps_lenders_within_the_target() -> None:
     assert budget.lender_slowdown is not None and budget.lender_slowdown <= 1 + M.LENDER_TARGET
     # what it cut is the guests' traffic through the lenders: their HBM time lost to guests' copies
     lost = {o.policy: sum(t.lend_stall_ns for t in o.tenants) for o in (plain, budget)}
-    assert lost["b"] < lost["huvm"] / 2
+    assert lost["b"] < lost["huvm"] * 0.9
 

@@ -134,9 +134,11 @@ def test_spiky_lender_keeps_its_recent_peak() -> None:
 
 def test_prefetch_feedback_stops_prefetching_for_random_access() -> None:
     """Random access at 2x with busy peers: a 16-chunk window prefetched host -> local at every host fault only
-    displaced the working set (1.5-1.8x slower than stock). With feedback, once most prefetched chunks leave
-    unused, one chunk probes instead; without the flag the window stays. (Multi-path prefetch, the mode that
-    prefetches host -> local; the presets' two-stage prefetch sends host chunks to a peer.)"""
+    displaces the working set: without feedback it gains nothing over stock (it was 1.5-1.8x slower when a
+    fault cost 45 us; with the measured block service a saved fault pays for more wasted copies). With
+    feedback, once most prefetched chunks leave unused, one chunk probes instead: fewer copies, and faster
+    than both. (Multi-path prefetch, the mode that prefetches host -> local; the presets' two-stage prefetch
+    sends host chunks to a peer.)"""
     usable = GIB
     trace = workloads.random_access(2 * usable, 3000, seed=9)
     tenants = [TenantSpec(0, trace, role="harvester"),
@@ -147,8 +149,9 @@ def test_prefetch_feedback_stops_prefetching_for_random_access() -> None:
     fb = run_scenario(node, tenants, "huvm", policy_overrides=mp, sample_interval_ns=0)
     nofb = run_scenario(node, tenants, "huvm", policy_overrides=mp, gpu_policy_overrides={"flags": 3},
                         sample_interval_ns=0)
+    assert fb.tenant(0).runtime_ns < nofb.tenant(0).runtime_ns * 0.9
     assert fb.tenant(0).runtime_ns <= stock.tenant(0).runtime_ns
-    assert nofb.tenant(0).runtime_ns > stock.tenant(0).runtime_ns
+    assert nofb.tenant(0).runtime_ns > stock.tenant(0).runtime_ns * (1 - 0.02)
     pf = [r.counter_total("prefetch_local") + r.counter_total("prefetch_to_peer") for r in (fb, nofb)]
     assert 0 < pf[0] * 2 < pf[1], pf
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..units import format_size
 from .errors import SimConfigError
+from .measured import COST_KEYS, NodeMeasurement, derive, slug
 from .measured import REFERENCE_COSTS as _REF
 from .measured import REFERENCE_RECORD as _H200
 
@@ -330,6 +331,18 @@ def _hbm_ns(gbyte_per_s: int) -> int:
     return -(-CHUNK_BYTES // gbyte_per_s)
 
 
+def node_from_measurement(m: NodeMeasurement, *, name: str | None = None) -> NodeConfig:
+    """A one-GPU node with a calibration record's memory, context reserve, link and costs
+    (:func:`huvm.sim.measured.derive`); more GPUs: give the node TOML a topology."""
+    d = derive(m)
+    gpu = GpuSpec(m.gpu_name, m.memory_total_bytes, m.memory_total_bytes - m.memory_free_bytes,
+                  d["pcie_mbyte_per_s"])
+    date = f", {m.info['date']}" if "date" in m.info else ""
+    return NodeConfig(name=name or slug(m), gpus=(gpu,), topology=(("X",),), nvlink_generation=4,
+                      gpu_preset="h100", costs=Costs(**{k: d[k] for k in COST_KEYS}),
+                      source=f"calibrated: {m.gpu_name}, driver {m.driver}{date}")
+
+
 PRESETS: dict[str, NodeConfig] = {
     "dgx-1": NodeConfig(
         name="dgx-1",
@@ -386,11 +399,8 @@ PRESETS: dict[str, NodeConfig] = {
         source="HGX H200: the hgx-h100 fabric (NVSwitch, 18 NVLink 4 links) with the H200 of the h200 preset: "
                "memory, context reserve, PCIe 5 and UVM's per-block costs measured on one H200 in a VM (driver "
                "580.159.04); HBM 4.8 TB/s (NVML)"),
-    "h200": NodeConfig(
-        name="h200",
-        gpus=(GpuSpec("NVIDIA H200", _H200.memory_total_bytes, _H200.memory_total_bytes - _H200.memory_free_bytes,
-                      _REF["pcie_mbyte_per_s"]),),
-        topology=(("X",),), nvlink_generation=4, gpu_preset="h100", costs=Costs(lend_chunk_ns=_REF["lend_chunk_ns"]),
+    "h200": replace(
+        node_from_measurement(_H200, name="h200"),
         source="one NVIDIA H200 measured by the project in a VM (driver 580.159.04, CUDA 13.0, 2026-11-27; "
                "huvm/data/calibration/h200-580.159.04.json): memory and context reserve from cudaMemGetInfo, PCIe 5 "
                "x16 pinned-copy rate, UVM's per-block costs (huvm.sim.measured)"),

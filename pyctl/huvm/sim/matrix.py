@@ -34,6 +34,7 @@ from typing import Any, cast
 
 from ..budget import lend_traffic_for
 from .config import CHUNK_BYTES, MIB, NodeConfig
+from .docblock import replace_block
 from .errors import SimConfigError
 from .scenario import SimResult, TenantResult, run_scenario
 from .tenants import SimTraceLike, TenantSpec
@@ -567,18 +568,7 @@ DOC_END = "<!-- make eval: end -->"
 def update_doc(path: str, ev: Evaluation) -> bool:
     """Replace the text between :data:`DOC_BEGIN` and :data:`DOC_END` in ``path`` with this table; returns
     whether the file changed. A file without the markers is an error."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if DOC_BEGIN not in text or DOC_END not in text:
-        raise SimConfigError(f"{path}: no '{DOC_BEGIN}' ... '{DOC_END}' markers", field="update_doc")
-    head, rest = text.split(DOC_BEGIN, 1)
-    _, tail = rest.split(DOC_END, 1)
-    new = head + DOC_BEGIN + "\n" + doc_block(ev) + DOC_END + tail
-    if new == text:
-        return False
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(new)
-    return True
+    return replace_block(path, DOC_BEGIN, DOC_END, doc_block(ev))
 
 
 def doc_block(ev: Evaluation) -> str:

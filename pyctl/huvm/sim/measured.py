@@ -3,7 +3,7 @@
 A *calibration record* (JSON, format ``huvm-calibration/1``) holds what ``huvmctl calibrate`` measures on one
 GPU of a real node (or what the project measured by hand with the same method): the node's identity and one
 list of samples per test. :func:`derive` turns it into the simulator's cost model, one rule per constant, the
-same rules for every record; :func:`node_config` into a one-GPU :class:`~huvm.sim.config.NodeConfig`.
+same rules for every record; :func:`huvm.sim.config.node_from_measurement` into a one-GPU node.
 
 Tests (rates in MB/s = 10^6 B/s, times in us):
 
@@ -34,12 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import SimConfigError
-
-if TYPE_CHECKING:
-    from .config import NodeConfig
 
 FORMAT = "huvm-calibration/1"
 CHUNK_BYTES = 2 << 20
@@ -203,21 +200,6 @@ COST_KEYS = ("fault_batch_ns", "fault_service_ns", "migrate_service_ns", "evict_
              "peer_fault_service_ns", "lend_chunk_ns", "pcie_latency_ns")
 
 
-def node_config(m: NodeMeasurement, *, name: str | None = None) -> NodeConfig:
-    """A one-GPU node with the record's memory, link and costs (more GPUs: edit the TOML's topology)."""
-    from dataclasses import replace
-
-    from .config import Costs, GpuSpec, NodeConfig
-
-    d = derive(m)
-    gpu = GpuSpec(m.gpu_name, m.memory_total_bytes, m.memory_total_bytes - m.memory_free_bytes,
-                  d["pcie_mbyte_per_s"])
-    costs = replace(Costs(), **{k: d[k] for k in COST_KEYS})
-    return NodeConfig(name=name or _slug(m), gpus=(gpu,), topology=(("X",),), nvlink_generation=4,
-                      gpu_preset="h100", costs=costs,
-                      source=f"calibrated: {m.gpu_name}, driver {m.driver}"
-                             + (f", {m.info['date']}" if "date" in m.info else ""))
-
-
-def _slug(m: NodeMeasurement) -> str:
+def slug(m: NodeMeasurement) -> str:
+    """A node name from the record's GPU name (\"NVIDIA H200\" -> \"h200\")."""
     return "-".join(m.gpu_name.lower().replace("nvidia", "").split()) or "gpu"

@@ -29,6 +29,7 @@ from importlib import resources
 from typing import Any, cast
 
 from .config import MIB, NodeConfig
+from .docblock import replace_block
 from .errors import SimConfigError
 from .scenario import SimResult, run_scenario
 from .tenants import SimTraceLike, TenantSpec
@@ -233,18 +234,7 @@ def doc_block() -> str:
 
 
 def update_doc(path: str) -> bool:
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if DOC_BEGIN not in text or DOC_END not in text:
-        raise SimConfigError(f"{path}: no '{DOC_BEGIN}' ... '{DOC_END}' markers", field="update_doc")
-    head, rest = text.split(DOC_BEGIN, 1)
-    _, tail = rest.split(DOC_END, 1)
-    new = head + DOC_BEGIN + "\n" + doc_block() + DOC_END + tail
-    if new == text:
-        return False
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(new)
-    return True
+    return replace_block(path, DOC_BEGIN, DOC_END, doc_block())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
