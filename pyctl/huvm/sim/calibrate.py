@@ -66,16 +66,17 @@ def stock_slowdowns(ratios: Sequence[float] = RATIOS) -> list[dict[str, object]]
     return rows
 
 
-def stock_sensitivity(fault_service_ns: Sequence[int] = (25_000, 50_000, 100_000),
+def stock_sensitivity(scales: Sequence[float] = (0.5, 1.0, 2.0),
                       ratios: Sequence[float] = (2.0, 3.0)) -> list[dict[str, object]]:
-    """The stock geomean slowdown at ARIADNE's ratios as the per-block fault cost grows: how far the cost
-    constants could move the calibration (the growth from 200 % to 300 % stays the kernels')."""
+    """The stock geomean slowdown at ARIADNE's ratios with the measured per-block fault service scaled: how far
+    the cost constants could move the calibration (the growth from 200 % to 300 % stays the kernels')."""
     base = NodeConfig.preset("ariadne-a5000")
     kernels = _kernels()
     ideal = {k: run_scenario(base, [TenantSpec(0, tr)], "ideal").tenant(0).runtime_ns for k, tr in kernels.items()}
     rows: list[dict[str, object]] = []
-    for fs in fault_service_ns:
-        row: dict[str, object] = {"fault_service_us": fs // 1000}
+    for scale in scales:
+        fs = round(base.costs.fault_service_ns * scale)
+        row: dict[str, object] = {"fault_service_us": round(fs / 1000, 1)}
         for r in ratios:
             node = base.with_gpu_memory(int(FOOTPRINT / r) // (2 * MIB) * (2 * MIB), 0).with_costs(fault_service_ns=fs)
             slow = [run_scenario(node, [TenantSpec(0, tr)], "stock").tenant(0).runtime_ns / ideal[k]

@@ -133,9 +133,9 @@ def fig6_rows() -> list[Row]:
 def stock_rows() -> list[Row]:
     from .calibrate import stock_slowdowns
 
-    return [Row("stock", f"{round(r['oversubscription_pct'])}pct", float(r["geomean"]),  # type: ignore[arg-type]
-                PUBLISHED_STOCK[float(r["oversubscription_pct"]) / 100], "x")  # type: ignore[arg-type]
-            for r in stock_slowdowns(sorted(PUBLISHED_STOCK))]
+    ratios = sorted(PUBLISHED_STOCK)
+    return [Row("stock", f"{round(ratio * 100)}pct", float(str(r["geomean"])), PUBLISHED_STOCK[ratio], "x")
+            for ratio, r in zip(ratios, stock_slowdowns(ratios), strict=True)]
 
 
 def all_rows() -> list[Row]:
