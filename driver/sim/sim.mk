@@ -4,7 +4,8 @@
 #   make bench-sim   simulator speed: chunk-touch events/s on one core, one Llama-7B-sized training step on
 #                    an 8-GPU node (part of `make bench`)
 #   make eval        the evaluation half of the scenario matrix (huvm.sim.matrix): per scenario, harvester
-#                    speedup and lender slowdown of huvm and huvm-atc22 against stock, geomean, worst case
+#                    speedup and lender slowdown of huvm and huvm-atc22 against stock, geomean, worst case;
+#                    then a verdict line per scenario and lender bound T (huvm.sim.verdict)
 #                    (not part of `make test`; EVAL_HALF=tuning for the half the constants were chosen on)
 #   make eval-doc    the same, written into docs/policy.md ("Evaluation") between its generated-table markers
 #   make replicate-doc  the prototype's Fig 6/8/9 replications (huvm.sim.replicate) into docs/simulator.md
@@ -51,6 +52,7 @@ eval: | venv
 	@cd $(ROOT) && { $(PY) -m huvm.sim.fidelity > $(EVAL_OUT)/calibration.txt || true; } && \
 		tail -n 1 $(EVAL_OUT)/calibration.txt && echo "  (rows: $(EVAL_OUT)/calibration.txt)"
 	cd $(ROOT) && $(PY) -m huvm.sim.matrix --half $(EVAL_HALF) -q --json $(EVAL_OUT)/$(EVAL_HALF).json
+	cd $(ROOT) && $(PY) -m huvm.sim.verdict --half $(EVAL_HALF)
 
 # The cost model against real measurements (huvm.sim.fidelity): one line per replication row (groups h200,
 # fig6, stock), a summary; exits non-zero when a row is off by more than 25 %. Not part of `make test`.
@@ -62,6 +64,7 @@ calibration-doc: | venv
 
 eval-doc: | venv
 	cd $(ROOT) && $(PY) -m huvm.sim.matrix --half evaluation -q --update-doc $(ROOT)/docs/policy.md
+	cd $(ROOT) && $(PY) -m huvm.sim.verdict --update-doc $(ROOT)/docs/policy.md
 
 test: sim-test
 bench: bench-sim

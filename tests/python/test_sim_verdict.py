@@ -1,0 +1,57 @@
+"""Verdicts at a lender bound T (docs/policy.md, "Verdicts at a lender bound T"): Pareto dominance by the
+prototype and the gap to the best point that keeps every lender within T, with noise from a perturbation
+ensemble."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from huvm.sim import verdict as V
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "policy.md"
+
+
+def _v(h: tuple[float, float], p: tuple[float, float], best: tuple[float, float] | None = None,
+       noise: float = 0.01, lnoise: float = 0.002) -> V.Verdict:
+    hp, pp = V.Point("huvm", *h), V.Point("huvm-atc22", *p)
+    return V.Verdict("s", 0.02, hp, pp, V.Point("b", *best) if best else hp, noise, lnoise)
+
+
+def test_dominated_needs_faster_and_lenders_no_worse_off() -> None:
+    assert _v((2.0, 0.01), (2.1, 0.01)).dominated              # faster, same lender cost
+    assert not _v((2.0, 0.01), (2.01, 0.0)).dominated          # within noise
+    assert not _v((2.0, 0.01), (3.0, 0.05)).dominated          # faster, but its lenders paid for it
+    assert _v((2.0, 0.01), (3.0, 0.012)).dominated             # lender difference within lender noise
+
+
+def test_best_gap_is_against_the_best_point_within_noise() -> None:
+    v = _v((2.0, 0.0), (1.0, 0.0), best=(2.5, 0.01))
+    assert v.gap == pytest.approx(0.8) and v.behind
+    assert not _v((2.0, 0.0), (1.0, 0.0), best=(2.01, 0.0)).behind
+    assert _v((2.0, 0.0), (1.0, 0.0)).line() == "verdict s T=2%: pareto ok, best-gap 1.000 ok"
+
+
+def test_judge_a_scenario_at_every_bound() -> None:
+    vs = V.judge("evaluation", ["p3/streaming/2/spiky/2h"])
+    assert [v.bound for v in vs] == list(V.BOUNDS)
+    for v in vs:
+        assert v.huvm.variant == V.huvm_at(v.bound)
+        assert v.noise >= V.NOISE_FLOOR and v.lender_noise >= V.LENDER_NOISE_FLOOR
+        # the best point respects the bound (within noise) and is at least as fast as any such point
+        if v.bound is not None:
+            assert v.best.lender <= v.bound + v.lender_noise
+        assert v.best.speedup >= v.huvm.speedup or v.huvm.lender > (v.bound or 1e9) + v.lender_noise
+    # with no bound the best point may take the lenders' memory: here the prototype's lenders pay for it
+    free = vs[-1]
+    assert free.bound is None and free.best.speedup >= max(free.huvm.speedup, free.prototype.speedup)
+
+
+def test_update_doc_takes_the_whole_half(tmp_path: Path) -> None:
+    assert V.main(["--only", "p3/", "--update-doc", str(tmp_path / "x.md")]) == 2
+
+
+def test_doc_holds_the_generated_verdict_summary() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    block = text.split(V.DOC_BEGIN, 1)[1].split(V.DOC_END, 1)[0]
+    assert block == "\n" + V.doc_block(V.judge("evaluation"))
