@@ -27,7 +27,7 @@ import math
 import os
 import platform
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,13 +137,14 @@ class Calibration:
 
     def node(self, name: str | None = None) -> NodeConfig:
         """The simulator's one-GPU node (:func:`huvm.sim.measured.node_config`), named name."""
-        return node_config(self.measurement, name=name or default_name(self.measurement))
+        m = self.measurement
+        return node_config(m, name=name or default_name(m.gpu_name, m.driver))
 
 
-def default_name(m: NodeMeasurement) -> str:
+def default_name(gpu_name: str, driver: str) -> str:
     """``<gpu>-<driver>`` (``h200-580.159.04``): the shipped records' names."""
-    slug = node_config(m).name
-    return f"{slug}-{m.driver}" if m.driver and m.driver not in slug else slug
+    slug = "-".join(gpu_name.lower().replace("nvidia", "").split()) or "gpu"
+    return "-".join(filter(None, (slug, "".join(c if c.isalnum() or c in ".-_" else "-" for c in driver))))
 
 
 def _rounded(name: str, values: Sequence[float]) -> list[float | int]:
@@ -189,12 +190,16 @@ def make_record(state: GpuState, samples: Samples, plan: Plan, *, method: str, n
 
 
 def measure(backend: Backend, gpu: int = 0, *, size_bytes: int = DEFAULT_SIZE, repeat: int = DEFAULT_REPEAT,
-            note: str | None = None, date: datetime.date | None = None) -> Calibration:
-    """Probe, check, plan, run and record one GPU."""
+            note: str | None = None, date: datetime.date | None = None, state: GpuState | None = None,
+            on_start: Callable[[GpuState, Plan], None] | None = None) -> Calibration:
+    """Probe (unless state is the probe's), check, plan, run and record one GPU; on_start is called once the
+    plan is accepted, before anything is allocated."""
     if gpu < 0:
         raise UsageError(f"--gpu {gpu}: must be a CUDA device index (0, 1, ...)")
-    state = backend.probe(gpu)
+    state = state or backend.probe(gpu)
     plan, notes = make_plan(state, size_bytes=size_bytes, repeat=repeat)
+    if on_start is not None:
+        on_start(state, plan)
     samples = backend.run(plan)
     data = make_record(state, samples, plan, method=backend.method, note=note, date=date)
     if state.processes:
