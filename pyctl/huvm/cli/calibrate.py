@@ -88,7 +88,7 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                              "on first use): pinned copies, prefetches, demand faults (docs/pyctl.md, \"calibrate\"). "
                              "Writes NAME.json (the calibration record, huvm-calibration/1) and NAME.toml (a "
                              "simulated node for --sim-config) into --out, and prints the node's costs next to the "
-                             "nearest preset's. Refuses a GPU without CUDA, a busy GPU (more than 10%% of its "
+                             "nearest preset's. Refuses a GPU without CUDA, a busy GPU (more than 10% of its "
                              "memory in use), and a --size above half its free memory. --record FILE skips the "
                              "measurement and uses a record (no GPU needed).",
                  examples=["huvmctl calibrate --gpu 0 --out out/calibration",
