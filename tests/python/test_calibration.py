@@ -396,3 +396,9 @@ def test_the_benchmark_builds_with_nvcc(tmp_path: Path) -> None:
         assert r.returncode == cb.EXIT_NO_DEVICE and r.stderr.startswith("huvm-calibrate: error: no CUDA device")
     r = subprocess.run([str(exe), "run", "0", "1"], capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == cb.EXIT_USAGE and "usage" in r.stderr
+
+
+def test_help_names_the_safety_rules_and_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run_cli(capsys, "calibrate", "--help")
+    assert rc == 0 and "examples:" in out and "huvmctl calibrate --record" in out
+    assert "half its free memory" in " ".join(out.split()) and "10% of its memory" in " ".join(out.split())
