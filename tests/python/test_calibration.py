@@ -268,6 +268,9 @@ def test_output_problems_exit_2_before_measuring(capsys: pytest.CaptureFixture[s
 
 
 def test_a_bad_record_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc, _, err = run_cli(capsys, "calibrate", "--record", str(RECORD_FILE), "--gpu", "1", "--size", "1GiB")
+    assert rc == 2
+    one_line_error(err, "not with --gpu, --size")
     rc, _, err = run_cli(capsys, "calibrate", "--record", str(tmp_path / "none.json"))
     assert rc == 2
     one_line_error(err, "no such file")

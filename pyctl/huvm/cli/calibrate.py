@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.table import Table
 
 from .. import argtypes, calibration, jsonout
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
 from ..sim.measured import CalibrationRecordError
 from ..units import format_size, human_bytes, parse_size
 from .common import add_verb, note, out, print_json
@@ -29,7 +29,19 @@ def _size(text: str) -> int:
     return v
 
 
+#: the options of a measurement and their defaults (None in the parser: --record refuses any that is given)
+MEASURE_DEFAULTS = {"gpu": 0, "size": calibration.DEFAULT_SIZE, "repeat": calibration.DEFAULT_REPEAT, "note": None,
+                    "nvcc": None, "build_dir": None, "timeout": 1800.0}
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    given = [k for k in MEASURE_DEFAULTS if getattr(args, k) is not None]
+    if args.record is not None and given:
+        raise UsageError(f"--record uses a record, measuring nothing: not with "
+                         f"{', '.join('--' + k.replace('_', '-') for k in given)}")
+    for k, v in MEASURE_DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     if args.record is not None:
         try:
             cal = calibration.from_record(args.record)
@@ -95,21 +107,21 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                            "huvmctl calibrate --size 512MiB --repeat 5 --note 'DGX A100, GPU 3'",
                            "huvmctl calibrate --record pyctl/huvm/data/calibration/h200-580.159.04.json --json",
                            "huvmctl --sim --sim-config out/calibration/h200-580.159.04.toml status"])
-    p.add_argument("--gpu", type=argtypes.count(0, 1023), default=0, metavar="N",
+    p.add_argument("--gpu", type=argtypes.count(0, 1023), default=None, metavar="N",
                    help="CUDA device index (default 0; CUDA_VISIBLE_DEVICES applies)")
     p.add_argument("--out", metavar="DIR", default=None, help=f"output folder (default {DEFAULT_OUT})")
     p.add_argument("--name", metavar="NAME", default=None,
                    help="output file names NAME.json, NAME.toml (default: GPU-DRIVER, e.g. h200-580.159.04)")
-    p.add_argument("--size", type=_size, default=calibration.DEFAULT_SIZE, metavar="SIZE",
+    p.add_argument("--size", type=_size, default=None, metavar="SIZE",
                    help="buffer of the rate tests (default 1GiB; at most half the GPU's free memory)")
-    p.add_argument("--repeat", type=argtypes.count(1, calibration.MAX_REPEAT), default=calibration.DEFAULT_REPEAT,
+    p.add_argument("--repeat", type=argtypes.count(1, calibration.MAX_REPEAT), default=None,
                    metavar="N", help=f"samples per test (default {calibration.DEFAULT_REPEAT})")
     p.add_argument("--note", metavar="TEXT", default=None, help="added to the record's host description")
     p.add_argument("--nvcc", metavar="PATH", default=None,
                    help="the CUDA compiler (default: $NVCC, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin)")
     p.add_argument("--build-dir", type=Path, metavar="DIR", default=None,
                    help="where the benchmark is built (default ~/.cache/huvm/calibrate)")
-    p.add_argument("--timeout", type=argtypes.seconds(86400), default=1800.0, metavar="S",
+    p.add_argument("--timeout", type=argtypes.seconds(86400), default=None, metavar="S",
                    help="give up on the benchmark after S seconds (default 1800)")
     p.add_argument("--record", metavar="FILE", default=None,
                    help="use this calibration record instead of measuring (writes only NAME.toml, with --out)")
