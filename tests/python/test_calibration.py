@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -385,8 +386,11 @@ def test_cuda_backend_without_a_gpu_or_nvcc(tmp_path: Path, monkeypatch: pytest.
     assert not list((tmp_path / "build").iterdir())
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                    reason="no nvcc")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                                reason="no nvcc")
+
+
+@needs_nvcc
 def test_the_benchmark_builds_with_nvcc(tmp_path: Path) -> None:
     """The shipped CUDA C source compiles (and is cached); where there is a GPU, its probe answers."""
     nvcc = cb.find_nvcc()
@@ -405,3 +409,55 @@ def test_help_names_the_safety_rules_and_examples(capsys: pytest.CaptureFixture[
     rc, out, _ = run_cli(capsys, "calibrate", "--help")
     assert rc == 0 and "examples:" in out and "huvmctl calibrate --record" in out
     assert "half its free memory" in " ".join(out.split()) and "10% of its memory" in " ".join(out.split())
+
+
+@needs_nvcc
+def test_the_benchmark_on_a_fake_cuda_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real benchmark, built with -cudart shared, run on fake_cudart.c (the CUDA calls on the CPU): its JSON
+    is a record, every allocation it makes is within the plan's limit and half the free memory, and it
+    refuses an allocation above them by itself."""
+    nvcc = cb.find_nvcc()
+    from huvm.experiment.managed_alloc import CudaNotFound, find_cuda
+
+    try:
+        includes = find_cuda([nvcc.resolve().parents[1]]).include_dirs  # the runtime headers, as the shim finds them
+    except CudaNotFound:
+        pytest.skip("no CUDA runtime headers")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    exe = cb.build(nvcc, tmp_path / "build", flags=("-cudart", "shared"))
+    ldd = subprocess.run(["ldd", str(exe)], capture_output=True, text=True, check=False).stdout
+    soname = re.search(r"libcudart\.so\.\d+", ldd)
+    assert soname, ldd
+    fake_dir = tmp_path / "fake"
+    fake_dir.mkdir()
+    (fake_dir / "ver.map").write_text(f"{soname.group(0)} {{ global: *; }};\n")
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", *(f"-I{d}" for d in includes), f"-Wl,--version-script={fake_dir / 'ver.map'}",
+                    f"-Wl,-soname,{soname.group(0)}", "-o", str(fake_dir / soname.group(0)),
+                    str(Path(__file__).with_name("fake_cudart.c"))], check=True)
+    log = tmp_path / "allocs.log"
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(fake_dir))
+    monkeypatch.setenv("FAKE_CUDA_LOG", str(log))
+    monkeypatch.setenv("FAKE_CUDA_TOTAL", str(1229 * MIB))
+    monkeypatch.setenv("FAKE_CUDA_FREE", str(1126 * MIB))
+    backend = cb.CudaBackend(executable=exe, nvml_module=fake_nvml())
+    cal = calibration.measure(backend, 0, size_bytes=64 * MIB, repeat=2)
+    plan, _ = calibration.make_plan(backend.probe(0), size_bytes=64 * MIB, repeat=2)
+    node = cal.data["node"]
+    assert node["gpu_name"] == "Fake GPU H200" and node["memory_total_bytes"] == 1229 * MIB
+    assert set(cal.data["block_fault_us"]) == {str(n) for n in plan.concurrencies} and 1024 not in plan.concurrencies
+    assert all(len(v) == 2 for v in cal.data["tests"].values())
+    assert all(len(v) == 4 for v in cal.data["block_fault_us"].values())  # reads and writes
+    assert cal.data["tests"]["fault_serial_2m_us"] == [1000 / 32] * 2  # 64 MiB: 32 regions, 1 ms
+    allocs = [line.split() for line in log.read_text().splitlines()]
+    gpu = [(int(n), int(free)) for kind, n, free in allocs if kind != "pinned"]
+    assert gpu and all(n <= plan.max_alloc_bytes and n <= free // 2 for n, free in gpu)
+    assert max(n for n, _ in gpu) == 256 * measured.CHUNK_BYTES
+    # the benchmark's own check: an allocation above half the free memory stops it (exit 3)
+    r = subprocess.run([str(exe), "run", "0", str(64 * MIB), "1", str(8 << 30), "1", "1"], capture_output=True,
+                       text=True, env={**os.environ, "FAKE_CUDA_FREE": str(100 * MIB)}, check=False)
+    assert r.returncode == cb.EXIT_REFUSED and "refused" in r.stderr and r.stdout.count("[") == 0
+    monkeypatch.setenv("FAKE_CUDA_DEVICES", "0")
+    with pytest.raises(CalibrationRefused, match="no CUDA device") as e:
+        backend.probe(0)
+    assert e.value.reason == "no-gpu"

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -59,14 +60,16 @@ def cache_dir() -> Path:
     return Path(base) / "huvm" / "calibrate"
 
 
-def build(nvcc: Path, out_dir: Path | None = None, *, timeout_s: float = 600) -> Path:
-    """The benchmark built by nvcc (cached by the source's and the compiler's identity); its path."""
+def build(nvcc: Path, out_dir: Path | None = None, *, timeout_s: float = 600, flags: Sequence[str] = ()) -> Path:
+    """The benchmark built by nvcc with flags (cached by the source's, the compiler's and the flags' identity);
+    its path."""
     try:
         version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60,
                                  check=False).stdout
     except OSError as exc:
         raise CalibrationRefused(f"{nvcc}: {exc.strerror or exc}", reason="no-cuda", hint=CUDA_HINT) from None
-    key = hashlib.sha256(SOURCE.read_bytes() + str(nvcc).encode() + version.encode()).hexdigest()[:16]
+    key = hashlib.sha256(SOURCE.read_bytes() + str(nvcc).encode() + version.encode()
+                         + "\0".join(flags).encode()).hexdigest()[:16]
     folder = out_dir or cache_dir()
     exe = folder / f"huvm-calibrate-{key}"
     if exe.is_file() and os.access(exe, os.X_OK):
@@ -77,7 +80,7 @@ def build(nvcc: Path, out_dir: Path | None = None, *, timeout_s: float = 600) ->
         raise CalibrationRefused(f"build folder {folder}: {exc.strerror or exc}", reason="no-cuda") from None
     tmp = folder / f".{exe.name}.{os.getpid()}"
     try:
-        r = subprocess.run([str(nvcc), "-O2", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True,
+        r = subprocess.run([str(nvcc), "-O2", *flags, "-o", str(tmp), str(SOURCE)], capture_output=True, text=True,
                            timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise CalibrationRefused(f"nvcc took more than {timeout_s:g} s", reason="no-cuda") from None
