@@ -154,6 +154,9 @@ def test_a_busy_gpu_is_refused() -> None:
     # NVML lists a process without its memory (a container) and the memory is in use: busy
     with pytest.raises(CalibrationRefused, match=r"pid 7 \(x\)"):
         calibration.make_plan(h200_state(processes=(GpuProcess(7, "x", None),), memory_free_bytes=total // 2))
+    # an idle small GPU: the probe's own context is not another process
+    calibration.make_plan(h200_state(processes=None, memory_total_bytes=4 * GIB, memory_free_bytes=3400 * MIB),
+                          size_bytes=256 * MIB)
     # a small neighbour is fine
     calibration.make_plan(h200_state(processes=(GpuProcess(9, "y", 1 * GIB),),
                                      memory_free_bytes=total - 2 * GIB))
@@ -237,7 +240,7 @@ def test_busy_gpu_and_full_gpu_exit_1_without_measuring(capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize("argv", [
     ("--size", "3MiB"), ("--size", "1TiB"), ("--size", "lots"), ("--repeat", "0"), ("--repeat", "33"),
-    ("--gpu", "-1"), ("--name", "a/b"), ("--timeout", "0"),
+    ("--gpu", "-1"), ("--name", "a/b"), ("--timeout", "0"), ("--sim",), ("--sim-config", "dgx-a100"),
 ])
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, fake: FakeBackend,
                               argv: tuple[str, ...]) -> None:

@@ -15,7 +15,7 @@ shared GPU):
 * no single allocation is larger than :data:`MAX_FRACTION` of the free memory the probe saw (the benchmark
   itself checks again against ``cudaMemGetInfo`` before each one); ``--size`` above that is refused;
 * a GPU on which more than :data:`BUSY_SHARE` of the memory is in use (other processes, by NVML where it can
-  list them, else total less free) is refused;
+  list them, else total less free less :data:`CONTEXT_BYTES` for the probe's own context) is refused;
 * block-fault concurrencies whose buffer would not fit are left out (and said so in the notes).
 """
 
@@ -53,8 +53,10 @@ DEFAULT_REPEAT = 3
 MAX_REPEAT = 32
 #: the largest single allocation, as a share of the GPU's free memory
 MAX_FRACTION = 0.5
-#: a GPU with more than this share of its memory in use is busy
+#: a GPU with more than this share of its memory in use (besides the probe's own context) is busy
 BUSY_SHARE = 0.10
+#: what the probe's own CUDA context and the driver may hold of a free GPU (the simulator's default reserve)
+CONTEXT_BYTES = 512 * MIB
 #: block_fault_us's concurrencies (2 MiB regions in flight), those of the shipped H200 record
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
 #: fault_serial_2m_us: regions touched one at a time (fewer if --size holds fewer)
@@ -87,7 +89,7 @@ def check_not_busy(state: GpuState, busy_share: float = BUSY_SHARE) -> None:
     total = state.memory_total_bytes
     others = [p for p in state.processes or () if p.used_bytes is None or p.used_bytes > 0]
     known = sum(p.used_bytes or 0 for p in others)
-    used = max(known, total - state.memory_free_bytes)
+    used = max(known, total - state.memory_free_bytes - CONTEXT_BYTES)
     if used <= busy_share * total:
         return
     who = ", ".join(f"pid {p.pid} ({p.name}"

@@ -35,6 +35,9 @@ MEASURE_DEFAULTS = {"gpu": 0, "size": calibration.DEFAULT_SIZE, "repeat": calibr
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.backend is not None or args.sim_config is not None or args.device is not None:
+        raise UsageError("calibrate measures this machine's GPU through CUDA: not with --backend, --sim, "
+                         "--sim-config or --device")
     given = [k for k in MEASURE_DEFAULTS if getattr(args, k) is not None]
     if args.record is not None and given:
         raise UsageError(f"--record uses a record, measuring nothing: not with "
