@@ -253,9 +253,11 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path
 def test_output_problems_exit_2_before_measuring(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                  fake: FakeBackend) -> None:
     (tmp_path / "file").write_text("")
+    fake.probe_error = AssertionError("probed before the output folder was checked")
     rc, _, err = run_cli(capsys, "calibrate", "--out", str(tmp_path / "file" / "sub"))
     assert rc == 2
-    one_line_error(err, "--out", "Not a directory")
+    one_line_error(err, "--out", "is not a folder")
+    fake.probe_error = None
     (tmp_path / "h200-580.159.04.toml").write_text("mine")
     rc, _, err = run_cli(capsys, "calibrate", "--out", str(tmp_path))
     assert rc == 2

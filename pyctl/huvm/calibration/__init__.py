@@ -268,18 +268,22 @@ def output_paths(out_dir: str | Path, name: str) -> tuple[Path, Path]:
     return Path(out_dir) / f"{name}.json", Path(out_dir) / f"{name}.toml"
 
 
-def check_output(out_dir: str | Path, name: str, *, force: bool = False, record: bool = True) -> None:
+def check_output(out_dir: str | Path, name: str | None, *, force: bool = False, record: bool = True) -> None:
     """Refuse (UsageError) before measuring: a name that is not a plain file name, an output folder that cannot
-    be made or written, files there already (without force)."""
-    if not name or name in (".", "..") or "/" in name or os.sep in name or name.startswith("-"):
+    be made or written, files there already (without force). name None: the folder only."""
+    if name is not None and (not name or name in (".", "..") or "/" in name or os.sep in name
+                             or name.startswith("-")):
         raise UsageError(f"--name {name!r}: must be a plain file name (no folder)")
     folder = Path(out_dir)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {folder}: {exc.strerror or exc}") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {folder}: not writable")
+    there = folder  # the folder, or the nearest one above it that exists: write() makes the rest
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise UsageError(f"--out {folder}: {there} is not a folder")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {folder}: {there} is not writable")
+    if name is None:
+        return
     rec, toml = output_paths(folder, name)
     for p in (rec, toml) if record else (toml,):
         if p.exists() and not force:
@@ -309,6 +313,10 @@ def write(cal: Calibration, out_dir: str | Path, name: str, *, record: bool = Tr
     loads back as the node it was written from."""
     rec, toml = output_paths(out_dir, name)
     cfg = cal.node(name)
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HuvmError(f"{out_dir}: {exc.strerror or exc}") from None
     if record:
         _write_text(rec, json.dumps(cal.data, indent=1) + "\n")
     _write_text(toml, node_toml(cfg, record_name=name))

@@ -55,8 +55,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             calibration.check_output(args.out, name, force=args.force, record=False)
     else:
         out_dir = args.out or DEFAULT_OUT
+        calibration.check_output(out_dir, args.name, force=args.force)  # before building anything
         backend = calibration.default_backend(nvcc=args.nvcc, build_dir=args.build_dir, timeout_s=args.timeout)
-        # the name comes from the GPU: probe first (cheap, allocates nothing), check the folder, then measure
+        # the default name comes from the GPU: probe (allocates nothing), check the files, then measure
         state = backend.probe(args.gpu)
         name = args.name or calibration.default_name(state.name, state.driver)
         calibration.check_output(out_dir, name, force=args.force)
