@@ -393,6 +393,30 @@ class TraceInfoDoc(_Doc):
     meta: dict[str, Any] = Field(description="the generator's parameters")
 
 
+class CalibrateRow(_Model):
+    key: str = Field(description="the constant: memory_bytes, pcie_mbyte_per_s, or a cost (fault_service_ns, ...)")
+    what: str
+    unit: str = Field(description="bytes, MB/s or ns")
+    node: int = Field(description="the calibrated node's value")
+    preset: int = Field(description="the nearest preset's value")
+    ratio: float | None = Field(description="node / preset; null when the preset's is 0")
+
+
+class CalibrateDoc(_Doc):
+    """``calibrate``: the record and node files written and the node against the nearest preset."""
+
+    kind: Literal["calibrate"] = Field(json_schema_extra={"const": "calibrate"})
+    source: str = Field(description="measured, or the record file given with --record")
+    gpu_name: str
+    driver: str
+    node: str = Field(description="the simulated node's name")
+    record_file: str | None = Field(description="the calibration record written (null with --record)")
+    node_file: str | None = Field(description="the node TOML written (null: --record without --out)")
+    nearest_preset: str
+    rows: list[CalibrateRow]
+    notes: list[str]
+
+
 class WatchEventDoc(_Doc):
     """``watch``: one per line."""
 
@@ -407,7 +431,7 @@ DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsTe
                                      VaSpacesDoc, PolicyChangeDoc, PolicyDiffDoc, PolicyKeysDoc, TopologyDoc,
                                      SimPresetsDoc, LenderBudgetDoc,
                                      ExperimentDoc, ExperimentCompareDoc, TraceInfoDoc, TraceRecordDoc,
-                                     WatchEventDoc)
+                                     WatchEventDoc, CalibrateDoc)
 #: any document, told apart by ``kind``
 AnyDocument: Any = Annotated[Union[DOCUMENTS], Field(discriminator="kind")]  # noqa: UP007 - a runtime tuple
 

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 SIM = ("--sim",)
 EXAMPLE = str(Path(jsonout.__file__).parent / "examples" / "consolidation.toml")
 CLI = Path(jsonout.__file__).parent / "cli"
+RECORD = str(Path(jsonout.__file__).parent / "data" / "calibration" / "h200-580.159.04.json")
 SMALL = small_experiment("bundled:lender-idle")
 
 
@@ -60,6 +61,7 @@ def validate(doc: dict[str, Any]) -> None:
         (("experiment", "run", "{experiment}", "--out", "{out}"), "experiment"),
         (("trace", "info", "bundled:bfs-small"), "trace-info"),
         (("--sim-config", "{experiment}", "trace", "record", "--out", "{out}.parquet"), "trace-record"),
+        (("calibrate", "--record", RECORD, "--out", "{out}"), "calibrate"),
     ],
 )
 def test_documents_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: tuple[str, ...],

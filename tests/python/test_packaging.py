@@ -55,6 +55,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     assert module.is_relative_to(venv), module  # the wheel's huvm, not the checkout's
     assert header == module.parent / "data" / "uvm_huvm_ioctl.h"  # shipped as package data
     assert (module.parent / "data" / "huvm_events.h").is_file()
+    assert (module.parent / "calibration" / "huvm_calibrate.cu").is_file()  # huvmctl calibrate builds it on the target
 
     # the test doubles stay in the tests: no huvm.testing in the wheel (nor any module left in a reused build
     # directory after it left the source tree)
