@@ -24,7 +24,7 @@ from huvm.calibration import cuda as cb
 from huvm.cli import main
 from huvm.errors import UsageError
 from huvm.sim import measured
-from huvm.sim.config import GIB, PRESETS, GpuSpec, NodeConfig
+from huvm.sim.config import GIB, PRESETS, GpuSpec, NodeConfig, node_from_measurement
 from huvm.simbackend import SimBackend
 
 RECORD_FILE = Path(measured.__file__).parents[1] / "data" / "calibration" / f"{measured.REFERENCE}.json"
@@ -110,7 +110,7 @@ def test_the_node_toml_loads_back_through_sim_config(tmp_path: Path, capsys: pyt
     cal = calibration.measure(FakeBackend(), 0)
     rec, toml = calibration.write(cal, tmp_path, "n")
     assert rec is not None and measured.NodeMeasurement.load(rec) == cal.measurement
-    want = measured.node_config(cal.measurement, name="n")
+    want = node_from_measurement(cal.measurement, name="n")
     assert SimBackend.from_config(str(toml)).node.config == want == calibration.load_node(toml)
     costs = vars(want.costs)
     derived = measured.derive(cal.measurement)
@@ -189,7 +189,7 @@ def test_calibrate_writes_the_record_and_the_node(capsys: pytest.CaptureFixture[
     assert doc["nearest_preset"] == calibration.nearest_preset(calibration.load_node(doc["node_file"]))
     m = measured.NodeMeasurement.load(doc["record_file"])
     assert measured.derive(m) == measured.REFERENCE_COSTS
-    assert calibration.load_node(doc["node_file"]) == measured.node_config(m, name=name)
+    assert calibration.load_node(doc["node_file"]) == node_from_measurement(m, name=name)
     assert len(fake.plans) == 1 and fake.plans[0].size_bytes == calibration.DEFAULT_SIZE
     # the table: every constant with the preset's and the ratio
     rc, out, _ = run_cli(capsys, "calibrate", "--out", str(tmp_path), "--name", "b", "--size", "512MiB")
@@ -203,7 +203,7 @@ def test_calibrate_from_a_record_needs_no_gpu(capsys: pytest.CaptureFixture[str]
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(calibration, "default_backend", lambda **kw: pytest.fail("no backend with --record"))
     rc, out, _ = run_cli(capsys, "calibrate", "--record", str(RECORD_FILE))
-    assert rc == 0 and "hgx-h100" in out and not list(tmp_path.iterdir())
+    assert rc == 0 and "nearest preset, h200" in out and not list(tmp_path.iterdir())
     rc, out, _ = run_cli(capsys, "calibrate", "--record", str(RECORD_FILE), "--out", str(tmp_path), "--json")
     doc = json.loads(out)
     assert rc == 0 and doc["record_file"] is None and doc["source"] == str(RECORD_FILE)

@@ -4,7 +4,7 @@ the calibration record (``huvm-calibration/1``) and the simulator's node TOML bu
 Flow (:func:`measure`): the backend probes the GPU; :func:`make_plan` applies the safety rules (below) and
 sizes every buffer; the backend runs the plan; :func:`make_record` turns the samples into a record, checked by
 :meth:`NodeMeasurement.from_dict`. :func:`write` writes ``NAME.json`` (the record) and ``NAME.toml`` (a
-``[node]`` table from :func:`huvm.sim.measured.node_config`, which ``--sim-config`` loads: :func:`write` loads
+``[node]`` table from :func:`huvm.sim.config.node_from_measurement`, which ``--sim-config`` loads: :func:`write` loads
 it back through :class:`huvm.simbackend.SimBackend` and checks it gives the same node). :func:`nearest_preset`
 and :func:`compare` put the node's costs next to the nearest built-in preset's. The costs come from
 :func:`huvm.sim.measured.derive` only: nothing here derives a cost.
@@ -35,8 +35,8 @@ from typing import Any
 import tomli_w
 
 from ..errors import HuvmError, UsageError
-from ..sim.config import PRESETS, NodeConfig
-from ..sim.measured import CHUNK_BYTES, FORMAT, RATE_TESTS, TIME_TESTS, NodeMeasurement, node_config
+from ..sim.config import PRESETS, NodeConfig, node_from_measurement
+from ..sim.measured import CHUNK_BYTES, FORMAT, RATE_TESTS, TIME_TESTS, NodeMeasurement
 from ..units import format_size, human_bytes
 from .backend import Backend, CalibrationRefused, GpuProcess, GpuState, Plan, Samples
 
@@ -138,9 +138,9 @@ class Calibration:
     source: str = "measured"          # "measured", or the record file it was read from
 
     def node(self, name: str | None = None) -> NodeConfig:
-        """The simulator's one-GPU node (:func:`huvm.sim.measured.node_config`), named name."""
+        """The simulator's one-GPU node (:func:`huvm.sim.config.node_from_measurement`), named name."""
         m = self.measurement
-        return node_config(m, name=name or default_name(m.gpu_name, m.driver))
+        return node_from_measurement(m, name=name or default_name(m.gpu_name, m.driver))
 
 
 def default_name(gpu_name: str, driver: str) -> str:
