@@ -385,6 +385,8 @@ class TraceInfoDoc(_Doc):
     peak_live_bytes: int
     peak_op: int
     peak_phase: str
+    allocator_peak_bytes: int = Field(description="predicted torch.cuda.max_memory_allocated: the caching "
+                                      "allocator's blocks, rounded, at their peak")
     reserved_bytes: int
     static_bytes: int
     flops: int
