@@ -60,6 +60,7 @@ def validate(doc: dict[str, Any]) -> None:
         (("experiment", "run", "{experiment}", "--out", "{out}"), "experiment"),
         (("trace", "info", "bundled:bfs-small"), "trace-info"),
         (("--sim-config", "{experiment}", "trace", "record", "--out", "{out}.parquet"), "trace-record"),
+        (("gpu-check",), "gpu-check"),  # no GPU here: the document says so
     ],
 )
 def test_documents_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: tuple[str, ...],
