@@ -5,11 +5,13 @@
 #   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top
 #   make uvm-binding   huvm.uvm's cffi binding of NVIDIA's UVM ioctls, compiled against the pinned upstream
 #                  headers (needs `make source`) into $(UVM_BINDING_DIR); not part of the pip install
-#   make managed-alloc  the PyTorch managed-memory allocator (huvm.experiment.managed_alloc) into
-#                  $(BUILD)/managed-alloc, where CUDA runtime headers exist (skipped with a message elsewhere);
-#                  not part of make test
+#   make gpu-check GPT-2 steps on this machine's GPU with PyTorch's allocator and with huvm's managed pool
+#                  (RMM): step times, their ratio, the peak against the trace's prediction; one line and
+#                  exit 0 without a GPU. Not part of make test. GPU_CHECK_ARGS="--amp fp32 --batch 4" etc.
 
-.PHONY: py-test lint demo-experiment uvm-binding managed-alloc
+.PHONY: py-test lint demo-experiment uvm-binding gpu-check
+
+GPU_CHECK_ARGS ?=
 
 PYTEST_ARGS ?=
 DEMO_FILE   ?= $(ROOT)/pyctl/huvm/examples/consolidation.toml
@@ -41,5 +43,5 @@ $(UVM_BINDING_STAMP): $(HUVM_ORIG_STAMP) $(ROOT)/pyctl/huvm/_uvm_build.py | venv
 	@cd $(ROOT) && $(PY) pyctl/huvm/_uvm_build.py --orig $(HUVM_ORIG) --out $(UVM_BINDING_DIR)
 	@touch $@
 
-managed-alloc: | venv
-	@cd $(ROOT) && $(PY) -m huvm.experiment.managed_alloc build --out $(BUILD)/managed-alloc --if-available
+gpu-check: | venv
+	@cd $(ROOT) && $(VENV)/bin/huvmctl gpu-check $(GPU_CHECK_ARGS)

@@ -385,6 +385,8 @@ class TraceInfoDoc(_Doc):
     peak_live_bytes: int
     peak_op: int
     peak_phase: str
+    allocator_peak_bytes: int = Field(description="predicted torch.cuda.max_memory_allocated: the caching "
+                                      "allocator's blocks, rounded, at their peak")
     reserved_bytes: int
     static_bytes: int
     flops: int
@@ -417,6 +419,35 @@ class CalibrateDoc(_Doc):
     notes: list[str]
 
 
+class GpuCheckRun(_Model):
+    allocator: str = Field(description="pytorch or managed-pool")
+    step_s: list[float] = Field(description="every step's wall time, warm-up included")
+    steady_s: float = Field(description="median step time after the warm-up steps")
+    peak_bytes: int | None = Field(description="torch.cuda.max_memory_allocated (PyTorch's allocator only)")
+
+
+class GpuCheckDoc(_Doc):
+    """``gpu-check``: ``measured`` is false (and the rest empty) where there is no GPU."""
+
+    kind: Literal["gpu-check"] = Field(json_schema_extra={"const": "gpu-check"})
+    measured: bool
+    reason: str = Field(description="why nothing was measured (no GPU, CPU-only PyTorch)")
+    device: str
+    driver: str
+    torch: str
+    cuda: str | None
+    rmm_package: str
+    model: str
+    batch: int
+    seq: int
+    amp: str
+    predicted_peak_bytes: int = Field(description="the trace's allocator peak for this configuration")
+    runs: list[GpuCheckRun]
+    ratio: float | None = Field(description="managed pool's steady step time / PyTorch's")
+    target_ratio: float
+    ok: bool
+
+
 class WatchEventDoc(_Doc):
     """``watch``: one per line."""
 
@@ -431,7 +462,7 @@ DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsTe
                                      VaSpacesDoc, PolicyChangeDoc, PolicyDiffDoc, PolicyKeysDoc, TopologyDoc,
                                      SimPresetsDoc, LenderBudgetDoc,
                                      ExperimentDoc, ExperimentCompareDoc, TraceInfoDoc, TraceRecordDoc,
-                                     WatchEventDoc, CalibrateDoc)
+                                     WatchEventDoc, CalibrateDoc, GpuCheckDoc)
 #: any document, told apart by ``kind``
 AnyDocument: Any = Annotated[Union[DOCUMENTS], Field(discriminator="kind")]  # noqa: UP007 - a runtime tuple
 
@@ -594,3 +625,21 @@ def trace_info(info: Any) -> TraceInfoDoc:
     d["trace_kind"] = d.pop("kind")
     return TraceInfoDoc.make(**d)
 
+
+
+def gpu_check(res: Any, reason: str = "no GPU") -> GpuCheckDoc:
+    """A :class:`huvm.experiment.gpucheck.CheckResult`, or None where nothing was measured."""
+    from .experiment.gpucheck import TARGET_RATIO
+
+    if res is None:
+        return GpuCheckDoc.make(measured=False, reason=reason, device="", driver="", torch="", cuda=None,
+                                rmm_package="", model="", batch=0, seq=0, amp="", predicted_peak_bytes=0, runs=[],
+                                ratio=None, target_ratio=TARGET_RATIO, ok=True)
+    w = res.config.warmup
+    runs = [GpuCheckRun(allocator=r.allocator, step_s=r.step_s, steady_s=r.steady_s(w), peak_bytes=r.peak_bytes)
+            for r in (res.pytorch, res.pool)]
+    p = res.probe
+    return GpuCheckDoc.make(measured=True, reason="", device=p.device, driver=p.driver, torch=p.torch, cuda=p.cuda,
+                            rmm_package=res.rmm_package, model=res.config.model, batch=res.config.batch,
+                            seq=res.config.seq, amp=res.config.amp, predicted_peak_bytes=res.predicted_peak_bytes,
+                            runs=runs, ratio=res.ratio, target_ratio=TARGET_RATIO, ok=res.ok)

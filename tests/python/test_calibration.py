@@ -422,11 +422,12 @@ def test_the_benchmark_on_a_fake_cuda_runtime(tmp_path: Path, monkeypatch: pytes
     is a record, every allocation it makes is within the plan's limit and half the free memory, and it
     refuses an allocation above them by itself."""
     nvcc = cb.find_nvcc()
-    from huvm.experiment.managed_alloc import CudaNotFound, find_cuda
-
-    try:
-        includes = find_cuda([nvcc.resolve().parents[1]]).include_dirs  # the runtime headers, as the shim finds them
-    except CudaNotFound:
+    # the runtime headers of nvcc's toolkit (include/ next to bin/nvcc; nvcc may be a wrapper script: then the
+    # usual toolkit places)
+    roots = [nvcc.resolve().parents[1], *(Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH") if v in os.environ),
+             *sorted(Path("/usr/local").glob("cuda*"), reverse=True)]
+    includes = [d for d in (r / "include" for r in roots) if (d / "cuda_runtime_api.h").is_file()][:1]
+    if not includes:
         pytest.skip("no CUDA runtime headers")
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
@@ -437,7 +438,8 @@ def test_the_benchmark_on_a_fake_cuda_runtime(tmp_path: Path, monkeypatch: pytes
     fake_dir = tmp_path / "fake"
     fake_dir.mkdir()
     (fake_dir / "ver.map").write_text(f"{soname.group(0)} {{ global: *; }};\n")
-    subprocess.run(["cc", "-O1", "-shared", "-fPIC", *(f"-I{d}" for d in includes), f"-Wl,--version-script={fake_dir / 'ver.map'}",
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", *(f"-I{d}" for d in includes),
+                    f"-Wl,--version-script={fake_dir / 'ver.map'}",
                     f"-Wl,-soname,{soname.group(0)}", "-o", str(fake_dir / soname.group(0)),
                     str(Path(__file__).with_name("fake_cudart.c"))], check=True)
     log = tmp_path / "allocs.log"

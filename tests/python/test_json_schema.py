@@ -62,6 +62,7 @@ def validate(doc: dict[str, Any]) -> None:
         (("trace", "info", "bundled:bfs-small"), "trace-info"),
         (("--sim-config", "{experiment}", "trace", "record", "--out", "{out}.parquet"), "trace-record"),
         (("calibrate", "--record", RECORD, "--out", "{out}"), "calibrate"),
+        (("gpu-check",), "gpu-check"),  # no GPU here: the document says so
     ],
 )
 def test_documents_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: tuple[str, ...],

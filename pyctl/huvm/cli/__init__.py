@@ -27,6 +27,7 @@ EPILOG = """examples:
   huvmctl trace info bundled:llama-tiny
   huvmctl export --port 9400
   huvmctl calibrate --out out/calibration     # a real GPU's UVM costs -> a simulated node
+  huvmctl gpu-check                           # PyTorch's allocator against huvm's managed pool on this GPU
 
 backend selection: --backend auto (default, or $HUVM_BACKEND) uses the kernel module when the patched
 module answers, else fails saying why; add --sim-fallback (or HUVM_SIM_FALLBACK=1) to fall back to the
@@ -44,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from ..client import BACKENDS
-    from . import calibrate, experiment, export, policy, stats, status, trace, watch
+    from . import calibrate, experiment, export, gpucheck, policy, stats, status, trace, watch
 
     # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
     # from overriding a value given globally.
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.register(sub, parents)
     watch.register(sub, parents)
     calibrate.register(sub, parents)
+    gpucheck.register(sub, parents)
     return parser
 
 

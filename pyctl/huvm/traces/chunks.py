@@ -55,6 +55,10 @@ class CachingAllocator:
     top: int = 0
     segments: list[tuple[int, int, int]] = field(default_factory=list)  # (base, nbytes, alloc_op)
     released: dict[int, int] = field(default_factory=dict)  # segment base -> the op after which it was freed
+    #: bytes of the blocks handed out (PyTorch's ``allocated_bytes`` stat, ``torch.cuda.memory_allocated``):
+    #: each block's size, rounded to 512 B, and the whole block where a large-pool remainder of at most
+    #: 1 MiB was too small to split off
+    allocated: int = 0
     _free: dict[bool, list[tuple[int, int]]] = field(default_factory=lambda: {True: [], False: []})
     _by_addr: dict[int, _Block] = field(default_factory=dict)
 
@@ -103,6 +107,7 @@ class CachingAllocator:
             self._by_addr[r.addr] = r
             self._insert_free(r)
         self._by_addr[b.addr] = b
+        self.allocated += b.size
         return b.addr
 
     def _absorb_next(self, b: _Block) -> None:
@@ -128,6 +133,7 @@ class CachingAllocator:
     def free(self, addr: int) -> None:
         b = self._by_addr[addr]
         assert not b.free, f"double free at {addr:#x}"
+        self.allocated -= b.size
         nb = b.next
         if nb is not None and nb.free:
             self._remove_free(nb)
@@ -141,10 +147,11 @@ class CachingAllocator:
 
 
 def place(nbytes: npt.NDArray[np.int64], alloc_op: npt.NDArray[np.int32], free_op: npt.NDArray[np.int32],
-          n_ops: int, empty_cache_ops: tuple[int, ...] = ()
+          n_ops: int, empty_cache_ops: tuple[int, ...] = (), allocated: list[int] | None = None
           ) -> tuple[npt.NDArray[np.int64], list[tuple[int, int, int]], dict[int, int]]:
     """Run the allocator over the storages' lifetimes. Returns (addr per storage, segments, released
-    segments: base -> the op after which it was freed)."""
+    segments: base -> the op after which it was freed). ``allocated``, if given, receives the allocator's
+    allocated bytes while each op runs (its outputs allocated, nothing of it freed yet)."""
     release = set(empty_cache_ops)
     n = len(nbytes)
     addr = np.full(n, -1, dtype=np.int64)
@@ -166,6 +173,8 @@ def place(nbytes: npt.NDArray[np.int64], alloc_op: npt.NDArray[np.int32], free_o
             s = dl[ai]
             addr[s] = alloc.malloc(nb[s], k)
             ai += 1
+        if allocated is not None:
+            allocated.append(alloc.allocated)
         while fi < len(fl) and fop[fi] == k:
             alloc.free(int(addr[fl[fi]]))
             fi += 1
@@ -222,6 +231,16 @@ def live_bytes(t: Tables) -> npt.NDArray[np.int64]:
     fr = t.s_free_op >= 0
     np.add.at(delta, t.s_free_op[fr] + 1, -t.s_nbytes[fr])
     return static + np.cumsum(delta[:n])
+
+
+def allocated_bytes(t: Tables) -> npt.NDArray[np.int64]:
+    """The allocator's allocated bytes while each op runs (:attr:`CachingAllocator.allocated`): what
+    ``torch.cuda.max_memory_allocated`` reports is their maximum, where ``live_bytes`` sums the storages'
+    exact sizes."""
+    out: list[int] = []
+    ec = tuple(int(k) for k in t.meta.get("empty_cache_ops", ()))
+    place(t.s_nbytes, t.s_alloc_op, t.s_free_op, t.n_ops, ec, allocated=out)
+    return np.array(out, dtype=np.int64)
 
 
 def finalize(t: Tables) -> Tables:

@@ -10,9 +10,10 @@ from typing import Any
 
 from .. import argtypes
 from ..units import human_bytes
-from .gen import BUNDLED, LARGE, generate, generate_set, info
+from .gen import BUNDLED, DEFAULT_GPU, LARGE, generate, generate_set, info
 from .schema import TraceFormatError
 from .trace import TraceInfo
+from .workspaces import GPU_CC
 
 
 def add_gen_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,6 +27,12 @@ def add_gen_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--amp", choices=["bf16", "fp16"], default=None, help="emulated autocast dtype")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "adamw-loop", "sgd"])
+    p.add_argument("--no-kv-cache", dest="kv_cache", action="store_false",
+                   help="call causal LMs with use_cache=False (default: Hugging Face's default, use_cache=True, "
+                        "whose cache keeps a copy of every layer's keys and values in training)")
+    p.add_argument("--gpu", default=DEFAULT_GPU, type=_gpu,
+                   help=f"GPU whose cuBLAS workspaces the step holds: {', '.join(GPU_CC)} or none "
+                        f"(default {DEFAULT_GPU})")
     p.add_argument("--graph", default=None, help="graph for pagerank/bfs/wcc: tiny, small, twitter")
     p.add_argument("--mem-gib", type=argtypes.number(0, 1024, "GiB"), default=16.0,
                    help="lender GPU memory in GiB (default 16, at most 1024)")
@@ -34,10 +41,18 @@ def add_gen_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _gpu(text: str) -> str | None:
+    if text.lower() == "none":
+        return None
+    if text.upper() not in GPU_CC:
+        raise argparse.ArgumentTypeError(f"unknown GPU {text!r}: {', '.join(GPU_CC)} or none")
+    return text.upper()
+
+
 def cli_gen(ns: argparse.Namespace) -> int:
     path = generate(ns.model, ns.out, batch=ns.batch, seq=ns.seq, amp=ns.amp or False, checkpoint=ns.checkpoint,
                     optimizer=ns.optimizer, progress=not ns.no_progress, graph=ns.graph, mem_gib=ns.mem_gib,
-                    seconds=ns.seconds)
+                    seconds=ns.seconds, kv_cache=ns.kv_cache, gpu=ns.gpu)
     print_info(info(path))
     return 0
 
@@ -63,6 +78,7 @@ def print_info(i: TraceInfo) -> None:
         ("ops / storages / accesses", f"{i.n_ops} / {i.n_storages} / {i.n_accesses}"),
         ("chunk touches / chunks", f"{i.n_touches} / {i.n_chunks} (2 MiB)"),
         ("peak live", f"{_bytes(i.peak_live_bytes)} at op {i.peak_op} ({i.peak_phase})"),
+        ("allocator peak", f"{_bytes(i.allocator_peak_bytes)} (predicted max_memory_allocated)"),
         ("reserved (footprint)", _bytes(i.reserved_bytes)),
         ("static (param+grad+opt)", _bytes(i.static_bytes)),
         ("params", f"{i.params:,}"),

@@ -235,19 +235,52 @@ _HIGH: set[Any] = {
     torch.Tensor.log_softmax, F.layer_norm, F.group_norm, F.cross_entropy, F.nll_loss, F.mse_loss,
 }
 
+#: CUDA autocast's "fp32" op list (PyTorch, aten/src/ATen/autocast_mode.cpp, ``KERNEL_CUDA(..., fp32)``; the
+#: "Ops that autocast to float32" table of https://pytorch.org/docs/stable/amp.html#cuda-ops-that-can-autocast-to-float32):
+#: every floating-point tensor argument is cast to fp32, so the output and what the op saves for backward
+#: are fp32. GPT-2's tanh GELU (``torch.pow(x, 3.0)``) is the case that matters: its pow makes the whole
+#: MLP-sized chain after it fp32.
+AUTOCAST_FP32_OPS = (
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+    "sinh", "tan", "pow", "softplus", "layer_norm", "group_norm", "norm", "cosine_similarity",
+    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "hinge_embedding_loss", "kl_div", "l1_loss",
+    "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
+    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist",
+    "pdist", "cdist", "renorm", "logsumexp",
+)
+
+
+def _entry_points(names: Sequence[str]) -> set[Any]:
+    """The Python callables that reach these aten ops (torch.X, Tensor.X, F.X; ``**`` for pow)."""
+    out: set[Any] = set()
+    for n in names:
+        for ns in (torch, torch.Tensor, F):
+            f = getattr(ns, n, None)
+            if callable(f):
+                out.add(f)
+    if "pow" in names:
+        out |= {torch.Tensor.__pow__, torch.Tensor.__rpow__}
+    return out
+
+
+_FP32: set[Any] = _entry_points(AUTOCAST_FP32_OPS) - _HIGH
+
 
 class EmulatedAutocast(TorchFunctionMode):  # type: ignore[misc, unused-ignore]
-    """CUDA autocast on meta: matmul/conv/SDPA inputs to ``dtype``, reductions and norms in fp32.
+    """CUDA autocast on meta: matmul/conv/SDPA inputs to ``dtype``, reductions, norms and the ops of
+    autocast's fp32 list (:data:`AUTOCAST_FP32_OPS`, ``fp32_ops``) in fp32.
 
     Casts of leaf parameters are cached while ``caching`` is on (the forward pass), like autocast's
-    weight cache; :meth:`drop_cache` ends it.
+    weight cache (``torch.autocast`` keeps one low-precision copy per weight until its region exits, so a
+    weight used twice is cast once); :meth:`drop_cache` ends it.
     """
 
-    def __init__(self, dtype: torch.dtype = torch.bfloat16) -> None:
+    def __init__(self, dtype: torch.dtype = torch.bfloat16, *, fp32_ops: bool = True, cache: bool = True) -> None:
         super().__init__()
         self.dtype = dtype
         self.cache: dict[int, torch.Tensor] = {}
-        self.caching = True
+        self.caching = cache
+        self.fp32 = _FP32 if fp32_ops else set()
 
     def drop_cache(self) -> None:
         self.cache.clear()
@@ -272,6 +305,9 @@ class EmulatedAutocast(TorchFunctionMode):  # type: ignore[misc, unused-ignore]
             args = tuple(self._cast(a, torch.float32) if i == 0 else a for i, a in enumerate(args))
             if "input" in kwargs:
                 kwargs["input"] = self._cast(kwargs["input"], torch.float32)
+        elif func in self.fp32:
+            args = tuple(self._cast(a, torch.float32) for a in args)
+            kwargs = {k: self._cast(v, torch.float32) for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
 

@@ -163,8 +163,15 @@ def _hf_checkpointing(model: Any) -> Callable[[Callable[[], list[TorchFunctionMo
 
 
 def build(name: str, batch: int | None = None, seq: int | None = None,
-          overrides: dict[str, Any] | None = None) -> tuple[StepSpec, ModelDef, int, int]:
-    """Build model ``name`` on meta with inputs for one step. Returns (spec, def, batch, seq)."""
+          overrides: dict[str, Any] | None = None, *, kv_cache: bool = True) -> tuple[StepSpec, ModelDef, int, int]:
+    """Build model ``name`` on meta with inputs for one step. Returns (spec, def, batch, seq).
+
+    ``kv_cache``: the causal LMs are called as a training script calls them, ``model(input_ids=x,
+    labels=x)``, so Hugging Face's default ``use_cache=True`` (``config.use_cache``) applies: the model builds a
+    ``DynamicCache`` even in training, whose ``torch.cat`` keeps a copy of every layer's keys and values,
+    and SDPA saves those copies for backward (:func:`kv_cache_bytes`). ``False`` passes ``use_cache=False``
+    (what a script that turns the cache off does). Gradient checkpointing turns it off in HF itself.
+    """
     if name not in MODELS:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     d = MODELS[name]
@@ -184,14 +191,15 @@ def build(name: str, batch: int | None = None, seq: int | None = None,
         return StepSpec(model, lambda: F.cross_entropy(rn(x), y), [x, y], enable_r), d, b, s
     tf = _hf()
     ids = torch.empty(b, s, dtype=torch.long, device=dev)
+    cache_kw: dict[str, Any] = {} if kv_cache else {"use_cache": False}
     if d.family == "gpt2":
         with dev:
             hf = tf.GPT2LMHeadModel._from_config(tf.GPT2Config(**cfg), attn_implementation="sdpa")
-        loss = lambda: hf(input_ids=ids, labels=ids, use_cache=False).loss  # noqa: E731
+        loss = lambda: hf(input_ids=ids, labels=ids, **cache_kw).loss  # noqa: E731
     elif d.family == "llama":
         with dev:
             hf = tf.LlamaForCausalLM._from_config(tf.LlamaConfig(**cfg), attn_implementation="sdpa")
-        loss = lambda: hf(input_ids=ids, labels=ids, use_cache=False).loss  # noqa: E731
+        loss = lambda: hf(input_ids=ids, labels=ids, **cache_kw).loss  # noqa: E731
     elif d.family == "bert":
         with dev:
             hf = tf.BertForMaskedLM._from_config(tf.BertConfig(**cfg), attn_implementation="sdpa")
@@ -199,3 +207,17 @@ def build(name: str, batch: int | None = None, seq: int | None = None,
     else:
         raise KeyError(d.family)
     return StepSpec(hf, loss, [ids], _hf_checkpointing(hf)), d, b, s
+
+
+def kv_cache_bytes(d: ModelDef, batch: int, seq: int, element_size: int) -> int:
+    """Bytes of the keys and values a training step's default ``DynamicCache`` copies (see :func:`build`):
+    2 x layers x batch x seq x (kv heads x head dim) elements. 0 for models without a cache."""
+    c = d.config
+    if d.family == "gpt2":
+        layers, width = c["n_layer"], c["n_embd"]
+    elif d.family == "llama":
+        heads = c["num_attention_heads"]
+        layers, width = c["num_hidden_layers"], c["hidden_size"] // heads * c.get("num_key_value_heads", heads)
+    else:
+        return 0
+    return int(2 * layers * batch * seq * width * element_size)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .chunks import allocated_bytes
 from .roofline import PRESETS, op_times_ns
 from .schema import CHUNK_BYTES, CHUNK_SHIFT, Tables, read_tables
 
@@ -68,6 +69,7 @@ class TraceInfo:
     peak_live_bytes: int
     peak_op: int
     peak_phase: str
+    allocator_peak_bytes: int
     reserved_bytes: int
     static_bytes: int
     flops: int
@@ -114,6 +116,13 @@ class Trace:
     def peak_live_bytes(self) -> int:
         lb = self.tables.o_live_bytes
         return int(lb.max()) if len(lb) else 0
+
+    @property
+    def allocator_peak_bytes(self) -> int:
+        """The caching allocator's peak allocated bytes (:func:`huvm.traces.chunks.allocated_bytes`): what
+        ``torch.cuda.max_memory_allocated`` reports for this step, the live bytes plus the blocks' rounding."""
+        ab = allocated_bytes(self.tables)
+        return int(ab.max()) if len(ab) else 0
 
     @property
     def flops(self) -> int:
@@ -173,6 +182,7 @@ class Trace:
             peak_live_bytes=self.peak_live_bytes,
             peak_op=peak_op,
             peak_phase=t.o_phase[peak_op] if peak_op >= 0 else "",
+            allocator_peak_bytes=self.allocator_peak_bytes,
             reserved_bytes=self.n_chunks * CHUNK_BYTES,
             static_bytes=self.static_bytes(),
             flops=self.flops,
