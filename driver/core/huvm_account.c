@@ -13,6 +13,38 @@
 
 #define CTR(core, gpu, field)   (&(core)->counters[gpu].field)
 
+/* Counter updates. Callers that update one core from one thread at a time (the simulator's event loop) set
+ * core->single_writer: the read-modify-writes are then plain relaxed loads and stores, with the same results,
+ * still readable from other threads (a 64-bit relaxed access is atomic). Otherwise (the kernel: several fault
+ * and eviction paths at once) they are atomic. */
+static inline void ctr_add(const huvm_core_t *core, uint64_t *p, uint64_t v)
+{
+    if (core->single_writer)
+        huvm_atomic64_set(p, huvm_atomic64_read(p) + v);
+    else
+        huvm_atomic64_add(p, v);
+}
+
+static inline void ctr_max(const huvm_core_t *core, uint64_t *p, uint64_t v)
+{
+    if (!core->single_writer)
+        huvm_atomic64_max(p, v);
+    else if (huvm_atomic64_read(p) < v)
+        huvm_atomic64_set(p, v);
+}
+
+static inline uint64_t ctr_sub_sat(const huvm_core_t *core, uint64_t *p, uint64_t v)
+{
+    uint64_t old, take;
+
+    if (!core->single_writer)
+        return huvm_atomic64_sub_sat(p, v);
+    old = huvm_atomic64_read(p);
+    take = old < v ? old : v;
+    huvm_atomic64_set(p, old - take);
+    return take;
+}
+
 static int valid_gpu(const huvm_core_t *core, uint32_t gpu)
 {
     return core && gpu < HUVM_MAX_GPUS && gpu < core->gpu_count;
@@ -22,18 +54,18 @@ static int valid_gpu(const huvm_core_t *core, uint32_t gpu)
  * more than its gauges count and the saturating subtraction never clamps a gauge. */
 static void held_add(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
 {
-    huvm_atomic64_add(CTR(core, owner, harvested_bytes), bytes);
-    huvm_atomic64_add(CTR(core, holder, lent_bytes), bytes);
-    huvm_atomic64_max(CTR(core, holder, lent_peak_bytes), huvm_atomic64_read(CTR(core, holder, lent_bytes)));
-    huvm_atomic64_add(&core->pairs[owner][holder].held_bytes, bytes);
+    ctr_add(core, CTR(core, owner, harvested_bytes), bytes);
+    ctr_add(core, CTR(core, holder, lent_bytes), bytes);
+    ctr_max(core, CTR(core, holder, lent_peak_bytes), huvm_atomic64_read(CTR(core, holder, lent_bytes)));
+    ctr_add(core, &core->pairs[owner][holder].held_bytes, bytes);
 }
 
 static void held_sub(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
 {
-    uint64_t taken = huvm_atomic64_sub_sat(&core->pairs[owner][holder].held_bytes, bytes);
+    uint64_t taken = ctr_sub_sat(core, &core->pairs[owner][holder].held_bytes, bytes);
 
-    huvm_atomic64_sub_sat(CTR(core, owner, harvested_bytes), taken);
-    huvm_atomic64_sub_sat(CTR(core, holder, lent_bytes), taken);
+    ctr_sub_sat(core, CTR(core, owner, harvested_bytes), taken);
+    ctr_sub_sat(core, CTR(core, holder, lent_bytes), taken);
 }
 
 void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_t reason, uint32_t flags,
@@ -50,20 +82,20 @@ void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_
         HUVM_ASSERT(reason != HUVM_REASON_PEER && reason < HUVM_REASON_COUNT);
         if (reason == HUVM_REASON_PEER || reason >= HUVM_REASON_COUNT)
             reason = HUVM_REASON_NO_PEER;
-        huvm_atomic64_add(CTR(core, owner, evict_to_host), chunks);
-        huvm_atomic64_add(CTR(core, owner, host_reason[reason]), chunks);
+        ctr_add(core, CTR(core, owner, evict_to_host), chunks);
+        ctr_add(core, CTR(core, owner, host_reason[reason]), chunks);
         if (pre)
-            huvm_atomic64_add(CTR(core, owner, preevict_to_host), chunks);
-        huvm_atomic64_add(CTR(core, owner, bytes_to_host), bytes);
+            ctr_add(core, CTR(core, owner, preevict_to_host), chunks);
+        ctr_add(core, CTR(core, owner, bytes_to_host), bytes);
     }
     else {
         reason = HUVM_REASON_PEER;
-        huvm_atomic64_add(CTR(core, owner, evict_to_peer), chunks);
+        ctr_add(core, CTR(core, owner, evict_to_peer), chunks);
         if (pre)
-            huvm_atomic64_add(CTR(core, owner, preevict_to_peer), chunks);
-        huvm_atomic64_add(CTR(core, owner, bytes_to_peer), bytes);
-        huvm_atomic64_add(CTR(core, dst, bytes_from_peer), bytes);
-        huvm_atomic64_add(&core->pairs[owner][dst].evict_chunks, chunks);
+            ctr_add(core, CTR(core, owner, preevict_to_peer), chunks);
+        ctr_add(core, CTR(core, owner, bytes_to_peer), bytes);
+        ctr_add(core, CTR(core, dst, bytes_from_peer), bytes);
+        ctr_add(core, &core->pairs[owner][dst].evict_chunks, chunks);
         held_add(core, owner, dst, bytes);
         /* round robin: the next search starts after the peer just used (a benign race if concurrent) */
         HUVM_WRITE_ONCE(core->rr_next[owner], (dst + 1) % HUVM_MAX_GPUS);
@@ -92,20 +124,20 @@ void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_
             chunks = bytes / HUVM_CHUNK_SIZE;       /* whole chunks only: a page run is not a chunk */
         else
             mode = HUVM_FETCHED_MOVED;
-        huvm_atomic64_add(CTR(core, owner, fetch_from_host), chunks);
-        huvm_atomic64_add(CTR(core, owner, bytes_from_host), bytes);
+        ctr_add(core, CTR(core, owner, fetch_from_host), chunks);
+        ctr_add(core, CTR(core, owner, bytes_from_host), bytes);
     }
     else if (mode == HUVM_FETCHED_REMOTE_MAP) {
-        huvm_atomic64_add(CTR(core, owner, remote_map), chunks);
+        ctr_add(core, CTR(core, owner, remote_map), chunks);
     }
     else {
         if (mode != HUVM_FETCHED_RELEASED) {
-            huvm_atomic64_add(CTR(core, owner, bytes_from_peer), bytes);
-            huvm_atomic64_add(CTR(core, src, bytes_to_peer), bytes);
+            ctr_add(core, CTR(core, owner, bytes_from_peer), bytes);
+            ctr_add(core, CTR(core, src, bytes_to_peer), bytes);
         }
         if (mode != HUVM_FETCHED_PAGES) {
-            huvm_atomic64_add(CTR(core, owner, fetch_from_peer), chunks);
-            huvm_atomic64_add(&core->pairs[owner][src].fetch_chunks, chunks);
+            ctr_add(core, CTR(core, owner, fetch_from_peer), chunks);
+            ctr_add(core, &core->pairs[owner][src].fetch_chunks, chunks);
             held_sub(core, owner, src, bytes);
         }
     }
@@ -120,9 +152,9 @@ void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, u
         HUVM_ASSERT(0);
         return;
     }
-    huvm_atomic64_add(CTR(core, holder, giveback), chunks);
-    huvm_atomic64_add(CTR(core, holder, bytes_to_host), bytes);
-    huvm_atomic64_add(&core->pairs[owner][holder].giveback_chunks, chunks);
+    ctr_add(core, CTR(core, holder, giveback), chunks);
+    ctr_add(core, CTR(core, holder, bytes_to_host), bytes);
+    ctr_add(core, &core->pairs[owner][holder].giveback_chunks, chunks);
     held_sub(core, owner, holder, bytes);
     HUVM_TRACE(giveback, holder, owner, HUVM_REASON_GIVEBACK, bytes, va);
 }
@@ -145,13 +177,13 @@ void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint
         HUVM_ASSERT(0);
         return;
     }
-    huvm_atomic64_add(CTR(core, dst, bytes_from_host), bytes);
+    ctr_add(core, CTR(core, dst, bytes_from_host), bytes);
     if (dst == owner) {
-        huvm_atomic64_add(CTR(core, owner, prefetch_local), chunks);
+        ctr_add(core, CTR(core, owner, prefetch_local), chunks);
     }
     else {
-        huvm_atomic64_add(CTR(core, owner, prefetch_to_peer), chunks);
-        huvm_atomic64_add(&core->pairs[owner][dst].prefetch_chunks, chunks);
+        ctr_add(core, CTR(core, owner, prefetch_to_peer), chunks);
+        ctr_add(core, &core->pairs[owner][dst].prefetch_chunks, chunks);
         held_add(core, owner, dst, bytes);
     }
     HUVM_TRACE(prefetch, owner, dst, 0, bytes, va);
@@ -163,8 +195,8 @@ void huvm_account_faults(huvm_core_t *core, uint32_t gpu, uint32_t faults)
         HUVM_ASSERT(0);
         return;
     }
-    huvm_atomic64_add(CTR(core, gpu, faults), faults);
-    huvm_atomic64_add(CTR(core, gpu, fault_batches), 1);
+    ctr_add(core, CTR(core, gpu, faults), faults);
+    ctr_add(core, CTR(core, gpu, fault_batches), 1);
 }
 
 void huvm_account_policy(huvm_core_t *core)

@@ -100,6 +100,9 @@ typedef struct {
     uint32_t             rr_next[HUVM_MAX_GPUS];        /* round-robin cursor per harvester */
     uint64_t             test_now_ns;                   /* clock of the synthetic test node */
     uint64_t             lend_inflight[HUVM_MAX_GPUS];  /* bytes reserved on a holder by moves in flight */
+    uint32_t             single_writer;                 /* 1: one thread at a time updates the counters
+                                                           (the simulator): plain relaxed updates */
+    uint32_t             pad;
 } huvm_core_t;
 
 /* Who is calling (filled by the glue from the task; by the simulator as privileged). */

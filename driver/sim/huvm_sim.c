@@ -60,6 +60,7 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
     }
     sim->cfg = *cfg;
     huvm_core_init(&sim->core, HUVM_BACKEND_SIM, preset);
+    sim->core.single_writer = 1;    /* one event loop updates the counters (readers may run beside it) */
     for (a = 0; a < cfg->gpu_count; a++) {
         sim_gpu_t *g = &sim->gpus[a];
         huvm_gpu_info_t info;

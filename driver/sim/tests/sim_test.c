@@ -123,6 +123,9 @@ typedef struct {
     huvm_sim_traffic_t traffic;
 } outcome_t;
 
+/* 1: the next run_pair updates the core's counters atomically, as the kernel does (not single-writer). */
+static int g_atomic_counters;
+
 /* Harvester on GPU 0 streaming over 1.5x its memory; GPU 1 idle (static 8 MiB). */
 static void run_pair(uint32_t preset, outcome_t *out, uint32_t lender_pin_op)
 {
@@ -138,6 +141,9 @@ static void run_pair(uint32_t preset, outcome_t *out, uint32_t lender_pin_op)
     CHECK(sim != NULL);
     if (!sim)
         return;
+    CHECK(sim->core.single_writer == 1);
+    if (g_atomic_counters)
+        sim->core.single_writer = 0;
     trace_stream(&t, 48, 96, 4, 20000);
     spec_from(&s, &t, 0, 4);
     CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
@@ -208,6 +214,11 @@ static void test_policies(void)
     run_pair(HUVM_PRESET_HUVM, &gb, 20);
     CHECK(gb.stats.gpus[1].giveback > 0);
     CHECK(gb.stats.pairs[0][1].giveback_chunks == gb.stats.gpus[1].giveback);
+    /* The simulator's single-writer counters give exactly what the kernel's atomic ones do. */
+    g_atomic_counters = 1;
+    run_pair(HUVM_PRESET_HUVM, &again, 20);
+    g_atomic_counters = 0;
+    CHECK(memcmp(&gb, &again, sizeof(gb)) == 0);
 }
 
 static void expect_cfg_error(huvm_sim_config_t *cfg, const char *field)
@@ -487,6 +498,9 @@ static void test_lender_keeps_own(uint32_t preset)
     CHECK(sim != NULL);
     if (!sim)
         return;
+    CHECK(sim->core.single_writer == 1);
+    if (g_atomic_counters)
+        sim->core.single_writer = 0;
     trace_stream(&t, 48, 96, 4, 20000);     /* 1.5x GPU 0: its overflow goes to GPU 1 */
     spec_from(&s, &t, 0, 6);
     CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
