@@ -296,15 +296,19 @@ async def test_app_over_the_sim_shows_nonzero_rates() -> None:
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
-async def test_app_waits_for_the_kernel_module_and_follows_it(tmp_path: Path) -> None:
+async def test_app_waits_for_the_kernel_module_and_follows_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The "module" is the real policy core behind a kernel backend whose device is a file in tmp_path:
     # absent = not loaded. huvm-top starts first, waits, attaches when the node appears (inotify wakes it, well
-    # before the 2 s fallback), waits again when it goes away and attaches again when it is back.
+    # before the fallback wait, stretched here to 8 s so that a loaded machine cannot pass for inotify), waits
+    # again when it goes away and attaches again when it is back.
     import functools
 
+    import huvm_top.app
     from huvm.attach import attach
     from huvm.backend import KernelBackend
-    from huvm_top.app import WAIT_S
+
+    monkeypatch.setattr(huvm_top.app, "WAIT_S", 8.0)
+    WAIT_S = huvm_top.app.WAIT_S
 
     core = CoreNode(2)
     dev = tmp_path / "nvidia-uvm"
