@@ -1,4 +1,5 @@
-"""Test doubles over :class:`huvm.corenode.CoreNode` (not shipped with huvm): a kernel stand-in.
+"""Test doubles over :class:`huvm.corenode.CoreNode` (not shipped with huvm): a kernel stand-in; and the DNN trace
+tables the trace tests share (built once per configuration).
 
 :class:`CoreNode` records the commands it runs and offers :meth:`CoreNode.fake_ioctl`, an ``fcntl.ioctl``
 stand-in for :class:`huvm.backend.KernelBackend` with the kernel's behaviours that matter to user space:
@@ -9,6 +10,7 @@ command can be made to fail with an errno.
 from __future__ import annotations
 
 import errno
+import importlib.util
 from typing import Any
 
 from huvm import abi, corenode
@@ -90,3 +92,21 @@ def usdt_scenario() -> tuple[Any, list[Any]]:
                    background=True, role="lender"),
     ]
     return node, tenants
+
+
+def traces_available() -> bool:
+    """Whether the traces extra (torch, transformers) is importable."""
+    return importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
+
+
+_TABLES: dict[tuple[Any, ...], Any] = {}
+
+
+def dnn_tables(model: str, **kw: Any) -> Any:
+    """huvm.traces.gen.build_tables(model, **kw), built once per configuration for the whole test run."""
+    from huvm.traces.gen import build_tables
+
+    key = (model, *sorted(kw.items()))
+    if key not in _TABLES:
+        _TABLES[key] = build_tables(model, **kw)
+    return _TABLES[key]

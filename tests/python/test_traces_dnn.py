@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,24 +13,16 @@ import numpy as np
 import pytest
 from conftest import require_or_skip  # type: ignore[import-not-found, unused-ignore]
 from huvm.traces.schema import Tables
+from huvm_testing import dnn_tables, traces_available  # type: ignore[import-not-found, unused-ignore]
 
 
 @pytest.fixture(autouse=True)
 def _need_torch() -> None:
-    have = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
-    require_or_skip(have, "torch/transformers not importable: install huvm[traces]")
-
-
-_CACHE: dict[tuple[Any, ...], Tables] = {}
+    require_or_skip(traces_available(), "torch/transformers not importable: install huvm[traces]")
 
 
 def tables(model: str, **kw: Any) -> Tables:
-    from huvm.traces.gen import build_tables
-
-    key = (model, *sorted(kw.items()))
-    if key not in _CACHE:
-        _CACHE[key] = build_tables(model, **kw)
-    return _CACHE[key]
+    return dnn_tables(model, **kw)  # type: ignore[no-any-return]
 
 
 def _kind_bytes(t: Tables, kind: str) -> int:

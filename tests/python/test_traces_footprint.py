@@ -6,7 +6,6 @@ sequence 1024, AdamW, HF ``model(input_ids=x, labels=x)``)."""
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 from conftest import require_or_skip  # type: ignore[import-not-found, unused-ignore]
 from huvm.traces.chunks import CachingAllocator
 from huvm.traces.schema import Tables
+from huvm_testing import dnn_tables, traces_available  # type: ignore[import-not-found, unused-ignore]
 
 MIB = 1 << 20
 #: measured peaks (bytes), fp32 and bf16 autocast
@@ -22,20 +22,11 @@ MEASURED = {"fp32": 33_919_710_208, "bf16": 28_167_412_736}
 
 @pytest.fixture(autouse=True)
 def _need_torch() -> None:
-    have = importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers") is not None
-    require_or_skip(have, "torch/transformers not importable: install huvm[traces]")
-
-
-_CACHE: dict[tuple[Any, ...], Tables] = {}
+    require_or_skip(traces_available(), "torch/transformers not importable: install huvm[traces]")
 
 
 def tables(model: str, **kw: Any) -> Tables:
-    from huvm.traces.gen import build_tables
-
-    key = (model, *sorted(kw.items()))
-    if key not in _CACHE:
-        _CACHE[key] = build_tables(model, **kw)
-    return _CACHE[key]
+    return dnn_tables(model, **kw)  # type: ignore[no-any-return]
 
 
 def _live_at_end_of_forward(t: Tables) -> list[int]:
