@@ -83,7 +83,7 @@ def test_bad_lender_keys_are_refused(text: str, match: str) -> None:
 def test_lender_timing_stretches_the_working_lenders_clock_only() -> None:
     """``--lender-timing F``: each working lender's ops take F times as long (its spikes' period and phase move),
     the harvesters' traces and the idle lenders stay as they are; 1 is the matrix itself; out of range refused."""
-    name = "p3/streaming/2/spiky/2h"
+    name = "p3/streaming/2/spiky/uvm/2h"
     base = next(s for s in M.scenarios("evaluation") if s.name == name)
     slow = next(s for s in M.scenarios("evaluation", lender_timing=1.25) if s.name == name)
     assert slow.tag("lender_timing") == "1.25" and not base.tag("lender_timing")

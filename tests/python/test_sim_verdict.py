@@ -33,7 +33,7 @@ def test_best_gap_is_against_the_best_point_within_noise() -> None:
 
 
 def test_judge_a_scenario_at_every_bound() -> None:
-    vs = V.judge("evaluation", ["p3/streaming/2/spiky/2h"])
+    vs = V.judge("evaluation", ["p3/streaming/2/spiky/uvm/2h"])
     assert [v.bound for v in vs] == list(V.BOUNDS)
     for v in vs:
         assert v.huvm.variant == V.huvm_at(v.bound)

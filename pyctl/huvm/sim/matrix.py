@@ -244,7 +244,7 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0) -> list[Scena
             if node_key != "dgx1" and mix == "mixed":
                 mix = "spiky"
             which = HALVES[(hi + li) % 2]
-            managed = (hi + 2 * li) % 5 == 0
+            managed = (hi + li) % 5 == 0      # (hi + 2 li) paired managed memory with idle lenders only
             two = family in ("dnn", "synthetic") and level in ("1.5", "2") and node_key != "dgx1"
             if half is None or which == half:
                 out.append(_build(node_key, family, harvester, level, mix, managed, which, two_harvesters=two,
