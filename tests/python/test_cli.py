@@ -278,6 +278,11 @@ def test_trace_info(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bad.mkdir()
     rc, out, err = run(capsys, "trace", "info", str(bad))
     assert rc == 2 and err.startswith("huvmctl: error: ") and err.count("\n") == 1
+    rc, out, err = run(capsys, "trace", "info", str(tmp_path / "missing" / "x.trace"))
+    assert rc == 2 and err.rstrip().endswith("x.trace: no such file or directory") and err.count("\n") == 1
+    (tmp_path / "file.trace").write_text("x")
+    rc, out, err = run(capsys, "trace", "info", str(tmp_path / "file.trace"))
+    assert rc == 2 and "not a trace directory" in err
 
 
 def test_trace_gen(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

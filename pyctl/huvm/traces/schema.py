@@ -310,8 +310,10 @@ def _strs(table: pa.Table, col: str) -> list[str]:
 def read_tables(path: Path) -> Tables:
     """Read and validate a trace directory. Raises TraceFormatError on any defect."""
     path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(path, "-", "-", "no such file or directory")
     if not path.is_dir():
-        raise TraceFormatError(path, "-", "-", "not a trace directory")
+        raise TraceFormatError(path, "-", "-", "not a trace directory (a trace is a folder of Parquet tables)")
     raw: dict[str, pa.Table] = {}
     meta: dict[str, Any] = {}
     for name in TABLES:
