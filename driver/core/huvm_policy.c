@@ -1,7 +1,8 @@
 /*
  * huvm: policy model, presets, validation and atomic apply. SPDX-License-Identifier: MIT
  *
- * The values of the presets and the reasons for them are in docs/policy.md (keep both in sync).
+ * The fields, their ranges and the presets' values are the ABI header's policy field table (HUVM_POLICY_FIELDS,
+ * HUVM_GPU_POLICY_FIELDS); the reasons for the values are in docs/policy.md ("Presets").
  */
 #include "huvm_internal.h"
 
