@@ -39,7 +39,7 @@ class KeySpec:
     lo: int = 0
     hi: int = 0xFFFFFFFF
     unlimited: bool = False  # bytes: "unlimited" allowed (HUVM_UNLIMITED)
-    off: bool = False  # rate: 0 ("off", "none": no budget) allowed besides lo..hi
+    off: bool = False  # 0 ("off", "none") allowed besides lo..hi (the row's HUVM_POLICY_FIELD_ZERO_OFF)
     unit: str = ""  # the row's HUVM_UNIT_* in lower case: chunks, percent, ms, bytes, mbyte_per_s, ...
     code: int = 0  # error_field: HUVM_FIELD_* (node), HUVM_FIELD_GPU_* within an entry (GPU)
     presets: tuple[int, ...] = ()  # the value in stock, huvm-atc22, huvm (huvm's lend reserve: per GPU)
@@ -385,6 +385,9 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
             raise _error(str(exc), key, origin, text=text if str(exc).startswith("must be") else None) from None
         return value
     if spec.kind == "int":
+        if spec.off and (raw == 0 and not isinstance(raw, bool) or
+                         isinstance(raw, str) and raw.strip().lower() in ("0", "off", "none")):
+            return 0
         if isinstance(raw, bool) or not isinstance(raw, (int, str)) or (typed and isinstance(raw, str)):
             raise _error(f"expected an integer, got {raw!r}", key, origin)
         try:
@@ -451,6 +454,14 @@ def value_type(spec: KeySpec) -> Any:
         return Annotated[Any, AfterValidator(choice)]
     if spec.kind == "bool":
         return Annotated[bool, AfterValidator(int)]
+    if spec.kind == "int" and spec.off:
+        def off_or_range(raw: Any) -> int:
+            try:
+                return parse_value(spec, raw, spec.name, Origin(file="-"))
+            except PolicyFileError as exc:
+                raise ValueError(exc.reason) from None
+
+        return Annotated[Any, AfterValidator(off_or_range)]
     if spec.kind == "int":
         return Annotated[int, Field(ge=spec.lo, le=spec.hi)]
     if spec.kind == "rate":

@@ -162,3 +162,18 @@ def test_a_row_and_its_struct_cannot_drift() -> None:
     assert size.returncode != 0 and "huvm_policy_t row hysteresis_ms" in size.stderr
     preset = compile_row('X(HYSTERESIS_MS, hysteresis_ms, uint32_t, MS, 0, 10, 0, "", 0, 0, 11)')
     assert preset.returncode != 0 and "huvm_policy_t row hysteresis_ms" in preset.stderr
+
+
+def test_zero_off_is_the_rows_for_any_unit() -> None:
+    """HUVM_POLICY_FIELD_ZERO_OFF on a number (not only a rate): 0, "off" and "none" pass besides min..max,
+    on the command line and in a file; the rest of the range holds."""
+    spec = dataclasses.replace(hp.KEYS["peer_usage_max_pct"], off=True)
+    assert [hp.parse_value(spec, v, spec.name) for v in ("off", "none", "0", "1", "100")] == [0, 0, 0, 1, 100]
+    with pytest.raises(hp.PolicyError, match="must be <= 100"):
+        hp.parse_value(spec, "101", spec.name)
+    from pydantic import TypeAdapter, ValidationError
+
+    file_value = TypeAdapter(hp.value_type(spec))
+    assert [file_value.validate_python(v) for v in (0, "off", 100)] == [0, 0, 100]
+    with pytest.raises(ValidationError, match="101: must be <= 100"):
+        file_value.validate_python(101)
