@@ -148,6 +148,28 @@ const huvm_gpu_policy_t *huvm_policy_gpu(const huvm_core_t *core, uint32_t gpu);
 const char *huvm_preset_name(uint32_t preset);
 const char *huvm_reason_name(uint32_t reason);
 
+/* One policy field, from its row of HUVM_POLICY_FIELDS / HUVM_GPU_POLICY_FIELDS (uvm_huvm_ioctl.h): the
+ * descriptor validation and the presets loop over, and that pyctl reads through cffi. */
+typedef struct {
+    const char *name;                   /* the struct member: the field's one name */
+    const char *choices;                /* ENUM, FLAGS: the constants are HUVM_<choices>*; else "" */
+    uint32_t scope;                     /* HUVM_POLICY_SCOPE_* */
+    uint32_t field;                     /* error_field: HUVM_FIELD_* (node), HUVM_FIELD_GPU_* (in an entry) */
+    uint32_t offset;                    /* in huvm_policy_t (node) or huvm_gpu_policy_t (GPU) */
+    uint32_t size;                      /* 4 or 8 bytes */
+    uint32_t unit;                      /* HUVM_UNIT_* */
+    uint32_t special;                   /* HUVM_POLICY_FIELD_* */
+    uint64_t min;
+    uint64_t max;                       /* FLAGS: the known bits */
+    uint64_t preset[3];                 /* value in HUVM_PRESET_STOCK, _ATC22, _HUVM */
+} huvm_policy_field_t;
+
+/* The descriptors, node fields then GPU fields, each in struct order; NULL past the last. */
+uint32_t huvm_policy_field_count(void);
+const huvm_policy_field_t *huvm_policy_field(uint32_t index);
+/* A field's value in a huvm_policy_t (node) or huvm_gpu_policy_t (GPU). */
+uint64_t huvm_policy_field_get(const huvm_policy_field_t *d, const void *base);
+
 /* ---- Decisions (huvm_decide.c): pure, read-only ---- */
 
 /* Where should one root chunk of req->gpu go? state[] has core->gpu_count entries. */

@@ -1,7 +1,8 @@
 /*
  * huvm: policy model, presets, validation and atomic apply. SPDX-License-Identifier: MIT
  *
- * The values of the presets and the reasons for them are in docs/policy.md (keep both in sync).
+ * The fields, their ranges and the presets' values are the ABI header's policy field table (HUVM_POLICY_FIELDS,
+ * HUVM_GPU_POLICY_FIELDS); the reasons for the values are in docs/policy.md ("Presets").
  */
 #include "huvm_internal.h"
 
@@ -36,42 +37,83 @@ const char *huvm_reason_name(uint32_t reason)
     }
 }
 
-/* The node-wide settings of huvm_policy_t, from preset to hysteresis_ms, in the same order. */
-typedef struct {
-    uint32_t preset;
-    uint32_t peer_select;
-    uint32_t nvlink_only;
-    uint32_t peer_usage_max_pct;
-    uint32_t preevict_chunks;
-    uint32_t preevict_batch;
-    uint32_t fetch_mode;
-    uint32_t prefetch_mode;
-    uint32_t prefetch_chunks;
-    uint32_t prefetch_stride;
-    uint32_t hysteresis_ms;
-} huvm_node_settings_t;
+/* The descriptors of HUVM_POLICY_FIELDS and HUVM_GPU_POLICY_FIELDS (uvm_huvm_ioctl.h). */
+#define NODE_FIELD(id, member, type, unit, lo, hi, special, choices, stock, atc22, huvm)                     \
+    { #member, choices, HUVM_POLICY_SCOPE_NODE, HUVM_FIELD_##id, offsetof(huvm_policy_t, member), sizeof(type), \
+      HUVM_UNIT_##unit, special, lo, hi, { stock, atc22, huvm } },
+#define GPU_FIELD(id, member, type, unit, lo, hi, special, choices, stock, atc22, huvm)                      \
+    { #member, choices, HUVM_POLICY_SCOPE_GPU, HUVM_FIELD_GPU_##id, offsetof(huvm_gpu_policy_t, member),     \
+      sizeof(type), HUVM_UNIT_##unit, special, lo, hi, { stock, atc22, huvm } },
+static const huvm_policy_field_t policy_fields[] = {
+    HUVM_POLICY_FIELDS(NODE_FIELD)
+    HUVM_GPU_POLICY_FIELDS(GPU_FIELD)
+};
+#define POLICY_FIELD_COUNT  (sizeof(policy_fields) / sizeof(policy_fields[0]))
+_Static_assert(HUVM_PRESET_CUSTOM == 3, "huvm_policy_field_t.preset[] has one value per preset");
 
-/* Every field at the same offset from preset in both, and nothing else in the range: the raw copies
- * below (NODE_SETTINGS) are field-by-field copies. */
-#define NODE_SETTING_MIRRORS(f)                                                                        \
-    _Static_assert(offsetof(huvm_policy_t, f) - offsetof(huvm_policy_t, preset) ==                     \
-                   offsetof(huvm_node_settings_t, f), "huvm_node_settings_t." #f " mirrors huvm_policy_t")
-NODE_SETTING_MIRRORS(preset);
-NODE_SETTING_MIRRORS(peer_select);
-NODE_SETTING_MIRRORS(nvlink_only);
-NODE_SETTING_MIRRORS(peer_usage_max_pct);
-NODE_SETTING_MIRRORS(preevict_chunks);
-NODE_SETTING_MIRRORS(preevict_batch);
-NODE_SETTING_MIRRORS(fetch_mode);
-NODE_SETTING_MIRRORS(prefetch_mode);
-NODE_SETTING_MIRRORS(prefetch_chunks);
-NODE_SETTING_MIRRORS(prefetch_stride);
-NODE_SETTING_MIRRORS(hysteresis_ms);
-_Static_assert(offsetof(huvm_policy_t, gpu_count) - offsetof(huvm_policy_t, preset) ==
-               sizeof(huvm_node_settings_t), "node settings mirror huvm_policy_t");
+/* Two rows with one error_field code do not compile (duplicate case values). */
+#define FIELD_CASE(id, member, ...) case HUVM_FIELD_##id:
+#define GPU_FIELD_CASE(id, member, ...) case HUVM_FIELD_GPU_##id:
+static __attribute__((unused)) int policy_field_codes_unique(uint32_t node, uint32_t gpu)
+{
+    switch (node) {
+    HUVM_POLICY_FIELDS(FIELD_CASE)
+        break;
+    }
+    switch (gpu) {
+    HUVM_GPU_POLICY_FIELDS(GPU_FIELD_CASE)
+        break;
+    }
+    return 0;
+}
 
-#define NODE_SETTINGS(p)    ((uint8_t *)(p) + offsetof(huvm_policy_t, preset))
-#define NODE_SETTINGS_C(p)  ((const uint8_t *)(p) + offsetof(huvm_policy_t, preset))
+uint32_t huvm_policy_field_count(void)
+{
+    return POLICY_FIELD_COUNT;
+}
+
+const huvm_policy_field_t *huvm_policy_field(uint32_t index)
+{
+    return index < POLICY_FIELD_COUNT ? &policy_fields[index] : NULL;
+}
+
+uint64_t huvm_policy_field_get(const huvm_policy_field_t *d, const void *base)
+{
+    const uint8_t *p = (const uint8_t *)base + d->offset;
+    uint32_t v32;
+    uint64_t v64;
+
+    if (d->size == sizeof(v64)) {
+        huvm_memcpy(&v64, p, sizeof(v64));
+        return v64;
+    }
+    huvm_memcpy(&v32, p, sizeof(v32));
+    return v32;
+}
+
+static void field_set(const huvm_policy_field_t *d, void *base, uint64_t value)
+{
+    uint8_t *p = (uint8_t *)base + d->offset;
+    uint32_t v32 = (uint32_t)value;
+
+    if (d->size == sizeof(value))
+        huvm_memcpy(p, &value, sizeof(value));
+    else
+        huvm_memcpy(p, &v32, sizeof(v32));
+}
+
+/* The generic check of one value against its row: OUT_OF_RANGE outside min..max (0 allowed when ZERO_OFF),
+ * INVALID_ARGUMENT for unknown flag bits. */
+static huvm_status_t check_field(const huvm_policy_field_t *d, uint64_t v)
+{
+    if (d->unit == HUVM_UNIT_FLAGS)
+        return (v & ~d->max) ? HUVM_NV_ERR_INVALID_ARGUMENT : HUVM_NV_OK;
+    if (v == 0 && (d->special & HUVM_POLICY_FIELD_ZERO_OFF))
+        return HUVM_NV_OK;
+    if (v < d->min || v > d->max)
+        return HUVM_NV_ERR_OUT_OF_RANGE;
+    return HUVM_NV_OK;
+}
 
 /* Smallest memory, in chunks, of the GPUs the node knows (0xffffffff when none is known). */
 static uint32_t smallest_gpu_chunks(const huvm_core_t *core)
@@ -88,87 +130,72 @@ static uint32_t smallest_gpu_chunks(const huvm_core_t *core)
     return (uint32_t)min_chunks;
 }
 
-/* Node-wide settings of a preset (docs/policy.md, "Presets"). A preset's pre-eviction reserve is cut to
- * the smallest known GPU's memory, the bound validation puts on it, so that every preset is valid on every
- * node (only GPUs under 128 MiB are affected; the decision keeps at most 1/16 of a GPU anyway). */
-static void preset_settings(uint32_t preset, const huvm_core_t *core, huvm_node_settings_t *p)
+/* A preset's pre-eviction reserve and batch on this node. The reserve is cut to the smallest known GPU's
+ * memory, the bound validation puts on it, so that every preset is valid on every node (only GPUs under
+ * 128 MiB are affected; the decision keeps at most 1/16 of a GPU anyway). */
+static uint64_t node_preset(uint32_t offset, uint32_t preset)
 {
-    uint32_t fit;
+    uint32_t i;
 
-    huvm_memset(p, 0, sizeof(*p));
-    p->preset = preset;
-    p->nvlink_only = 1;
-    p->fetch_mode = HUVM_FETCH_MIGRATE;
-
-    switch (preset) {
-    case HUVM_PRESET_ATC22:
-        /* casys-kaist/HUVM driver/diff: UVM_ENOUGH_MEM_THRESHOLD_RATE 90 -> 85; fewest harvested chunks;
-         * uvm_reserve_chunk_level 5 (x10 chunks); uvm_prefetch_flags 3, _num_chunk 16, _stride 2. */
-        p->peer_select = HUVM_PEER_SELECT_FEWEST_LENT;
-        p->peer_usage_max_pct = 85;
-        p->preevict_chunks = 50;
-        p->preevict_batch = 50;
-        p->prefetch_mode = HUVM_PREFETCH_TWO_STAGE;
-        p->prefetch_chunks = 16;
-        p->prefetch_stride = 2;
-        p->hysteresis_ms = 0;
-        break;
-    case HUVM_PRESET_HUVM:
-        p->peer_select = HUVM_PEER_SELECT_FASTEST_LINK;
-        p->peer_usage_max_pct = 90;
-        /* 64 chunks (128 MiB), refilled in one pass: measured in the simulator (docs/policy.md). */
-        p->preevict_chunks = 64;
-        p->preevict_batch = 64;
-        /* The prototype's two stages, stride 2 (the tuning half: 2.13x over stock against MULTIPATH's 1.85x
-         * once the prototype's preset prefetched like the prototype; docs/policy.md). */
-        p->prefetch_mode = HUVM_PREFETCH_TWO_STAGE;
-        p->prefetch_chunks = 16;
-        p->prefetch_stride = 2;
-        /* 5 ms: with two-stage prefetch bringing chunks back ahead of need, 10 ms kept a stream that cycles
-         * through a peer off it (a100/streaming/1.05 on the tuning half: 10.8x against 15.1x); 0, 2 and 5 ms
-         * measured alike there, 5 keeps the most anti-ping-pong. */
-        p->hysteresis_ms = 5;
-        break;
-    case HUVM_PRESET_STOCK:
-    default:
-        p->peer_select = HUVM_PEER_SELECT_MOST_FREE;
-        p->peer_usage_max_pct = 100;
-        p->preevict_chunks = 0;
-        p->preevict_batch = 1;
-        p->prefetch_mode = HUVM_PREFETCH_OFF;
-        p->prefetch_chunks = 0;
-        p->prefetch_stride = 1;
-        p->hysteresis_ms = 0;
-        break;
+    for (i = 0; i < POLICY_FIELD_COUNT; i++) {
+        if (policy_fields[i].scope == HUVM_POLICY_SCOPE_NODE && policy_fields[i].offset == offset)
+            return policy_fields[i].preset[preset];
     }
-    fit = smallest_gpu_chunks(core);
-    if (p->preevict_chunks > fit) {
-        p->preevict_chunks = fit;
-        if (p->preevict_batch > fit)
-            p->preevict_batch = fit ? fit : 1;
+    return 0;
+}
+
+static void preset_preevict(uint32_t preset, const huvm_core_t *core, uint32_t *chunks, uint32_t *batch)
+{
+    uint32_t fit = smallest_gpu_chunks(core);
+
+    *chunks = (uint32_t)node_preset(offsetof(huvm_policy_t, preevict_chunks), preset);
+    *batch = (uint32_t)node_preset(offsetof(huvm_policy_t, preevict_batch), preset);
+    if (*chunks > fit) {
+        *chunks = fit;
+        if (*batch > fit)
+            *batch = fit ? fit : 1;
     }
 }
 
+/* A preset's value of node field d on this node (the table's, pre-eviction fitted to the node). */
+static uint64_t node_preset_value(const huvm_policy_field_t *d, uint32_t preset, const huvm_core_t *core)
+{
+    uint32_t chunks, batch;
+
+    if (d->offset == offsetof(huvm_policy_t, preevict_chunks) ||
+        d->offset == offsetof(huvm_policy_t, preevict_batch)) {
+        preset_preevict(preset, core, &chunks, &batch);
+        return d->offset == offsetof(huvm_policy_t, preevict_chunks) ? chunks : batch;
+    }
+    return d->preset[preset];
+}
+
+/* Node-wide settings of a preset (docs/policy.md, "Presets"): the table's preset columns. */
 static void preset_node(uint32_t preset, const huvm_core_t *core, huvm_policy_t *p)
 {
-    huvm_node_settings_t n;
+    uint32_t i;
 
-    preset_settings(preset, core, &n);
-    huvm_memcpy(NODE_SETTINGS(p), &n, sizeof(n));
+    if (preset >= HUVM_PRESET_CUSTOM)
+        preset = HUVM_PRESET_STOCK;
+    p->preset = preset;
+    for (i = 0; i < POLICY_FIELD_COUNT; i++) {
+        if (policy_fields[i].scope == HUVM_POLICY_SCOPE_NODE)
+            field_set(&policy_fields[i], p, node_preset_value(&policy_fields[i], preset, core));
+    }
 }
 
 int huvm_policy_fit_node(huvm_core_t *core)
 {
-    huvm_node_settings_t n;
     huvm_policy_t *p = &core->policy;
+    uint32_t chunks, batch;
 
     if (p->preset >= HUVM_PRESET_CUSTOM)
         return 0;
-    preset_settings(p->preset, core, &n);
-    if (p->preevict_chunks == n.preevict_chunks && p->preevict_batch == n.preevict_batch)
+    preset_preevict(p->preset, core, &chunks, &batch);
+    if (p->preevict_chunks == chunks && p->preevict_batch == batch)
         return 0;
-    p->preevict_chunks = n.preevict_chunks;
-    p->preevict_batch = n.preevict_batch;
+    p->preevict_chunks = chunks;
+    p->preevict_batch = batch;
     return 1;
 }
 
@@ -185,29 +212,22 @@ static uint64_t huvm_default_reserve(uint64_t memory_bytes)
     return r > floor ? r : floor;
 }
 
-/* Per-GPU defaults of a preset for a GPU with memory_bytes (0 = unknown). */
+/* Per-GPU defaults of a preset for a GPU with memory_bytes (0 = unknown): the table's preset columns; huvm's
+ * lend reserve is the GPU's share (huvm_default_reserve). */
 static void preset_gpu(uint32_t preset, const uint8_t *uuid, uint64_t memory_bytes, huvm_gpu_policy_t *e)
 {
+    uint32_t i;
+
+    if (preset >= HUVM_PRESET_CUSTOM)
+        preset = HUVM_PRESET_STOCK;
     huvm_memset(e, 0, sizeof(*e));
     huvm_memcpy(e->uuid, uuid, HUVM_UUID_LEN);
-    e->lend_limit_bytes = HUVM_UNLIMITED;
-    switch (preset) {
-    case HUVM_PRESET_ATC22:
-        e->role = HUVM_ROLE_BOTH;
-        e->lend_reserve_bytes = 0;
-        break;
-    case HUVM_PRESET_HUVM:
-        e->role = HUVM_ROLE_BOTH;
-        e->flags = HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
-                   HUVM_GPU_POLICY_PREFETCH_FEEDBACK;
-        e->lend_reserve_bytes = huvm_default_reserve(memory_bytes);
-        break;
-    case HUVM_PRESET_STOCK:
-    default:
-        e->role = HUVM_ROLE_NONE;
-        e->lend_reserve_bytes = 0;
-        break;
+    for (i = 0; i < POLICY_FIELD_COUNT; i++) {
+        if (policy_fields[i].scope == HUVM_POLICY_SCOPE_GPU)
+            field_set(&policy_fields[i], e, policy_fields[i].preset[preset]);
     }
+    if (preset == HUVM_PRESET_HUVM)
+        e->lend_reserve_bytes = huvm_default_reserve(memory_bytes);
 }
 
 static int find_entry(const huvm_policy_t *p, const uint8_t *uuid)
@@ -429,7 +449,8 @@ static uint64_t known_memory(const huvm_core_t *core, const uint8_t *uuid)
 
 huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t *policy, uint32_t *error_field)
 {
-    uint32_t dummy, i, j;
+    huvm_status_t status;
+    uint32_t dummy, i, j, k;
 
     if (!error_field)
         error_field = &dummy;
@@ -440,30 +461,23 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
 #define REFUSE(status, field) do { *error_field = (field); return (status); } while (0)
     if (policy->preset >= HUVM_PRESET_COUNT)
         REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PRESET);
-    if (policy->peer_select >= HUVM_PEER_SELECT_COUNT)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PEER_SELECT);
-    if (policy->nvlink_only > 1)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_NVLINK_ONLY);
-    if (policy->peer_usage_max_pct < HUVM_PEER_USAGE_PCT_MIN || policy->peer_usage_max_pct > HUVM_PEER_USAGE_PCT_MAX)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PEER_USAGE_MAX_PCT);
-    if (policy->preevict_chunks > HUVM_PREEVICT_MAX_CHUNKS)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PREEVICT_CHUNKS);
-    if (policy->preevict_batch < 1 || policy->preevict_batch > HUVM_PREEVICT_MAX_BATCH)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PREEVICT_BATCH);
-    if (policy->fetch_mode >= HUVM_FETCH_COUNT)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_FETCH_MODE);
-    if (policy->prefetch_mode >= HUVM_PREFETCH_COUNT)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PREFETCH_MODE);
-    if (policy->prefetch_chunks > HUVM_PREFETCH_MAX_CHUNKS)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PREFETCH_CHUNKS);
-    if (policy->prefetch_mode != HUVM_PREFETCH_OFF && policy->prefetch_chunks == 0)
-        REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_PREFETCH_CHUNKS);    /* prefetch on, of nothing */
-    if (policy->prefetch_stride < 1 || policy->prefetch_stride > HUVM_PREFETCH_MAX_STRIDE)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PREFETCH_STRIDE);
-    if (policy->prefetch_chunks * policy->prefetch_stride > HUVM_PREFETCH_MAX_SPAN_CHUNKS)
-        REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_PREFETCH_STRIDE);   /* window beyond 1 GiB */
-    if (policy->hysteresis_ms > HUVM_HYSTERESIS_MAX_MS)
-        REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_HYSTERESIS_MS);
+    /* Each node field against its row, in struct order; the cross-field rules right after the field they
+     * name. */
+    for (k = 0; k < POLICY_FIELD_COUNT; k++) {
+        const huvm_policy_field_t *d = &policy_fields[k];
+
+        if (d->scope != HUVM_POLICY_SCOPE_NODE)
+            continue;
+        status = check_field(d, huvm_policy_field_get(d, policy));
+        if (status != HUVM_NV_OK)
+            REFUSE(status, d->field);
+        if (d->field == HUVM_FIELD_PREFETCH_CHUNKS && policy->prefetch_mode != HUVM_PREFETCH_OFF &&
+            policy->prefetch_chunks == 0)
+            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_PREFETCH_CHUNKS);    /* prefetch on, of nothing */
+        if (d->field == HUVM_FIELD_PREFETCH_STRIDE &&
+            policy->prefetch_chunks * policy->prefetch_stride > HUVM_PREFETCH_MAX_SPAN_CHUNKS)
+            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_PREFETCH_STRIDE);   /* window beyond 1 GiB */
+    }
     if (policy->gpu_count > HUVM_MAX_GPUS)
         REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_GPU_COUNT);
 
@@ -489,23 +503,27 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
          * outlive GPUs). */
         if (find_slot(core, e->uuid) < 0 && find_entry(&core->policy, e->uuid) < 0)
             REFUSE(HUVM_NV_ERR_GPU_UUID_NOT_FOUND, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_UUID));
-        if (e->role >= HUVM_ROLE_COUNT)
-            REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_ROLE));
-        if (e->flags & ~(uint32_t)HUVM_GPU_POLICY_FLAGS_KNOWN)
-            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_FLAGS));
-        /* A lender with nothing to lend is a contradiction, not a way to stop lending (role harvester/none). */
-        if ((e->role == HUVM_ROLE_LENDER || e->role == HUVM_ROLE_BOTH) && e->lend_limit_bytes == 0)
-            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_LIMIT));
         mem = known_memory(core, e->uuid);
-        if (mem != 0 && e->lend_reserve_bytes > mem)
-            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_RESERVE));
-        if (mem == 0 && e->lend_reserve_bytes > HUVM_MAX_MEMORY_BYTES)
-            REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_RESERVE));
-        /* A budget below one chunk per window would lend nothing: use role harvester/none for that. */
-        if (e->lend_traffic_mbyte_per_s != 0 &&
-            (e->lend_traffic_mbyte_per_s < HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S ||
-             e->lend_traffic_mbyte_per_s > HUVM_MAX_MBYTE_PER_S))
-            REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_GPU_FIELD(i, HUVM_FIELD_GPU_LEND_TRAFFIC));
+        /* Each GPU field against its row, in struct order; the rules that need more than the row first. */
+        for (k = 0; k < POLICY_FIELD_COUNT; k++) {
+            const huvm_policy_field_t *d = &policy_fields[k];
+
+            if (d->scope != HUVM_POLICY_SCOPE_GPU)
+                continue;
+            /* A lender with nothing to lend is a contradiction, not a way to stop lending (role
+             * harvester/none). */
+            if (d->field == HUVM_FIELD_GPU_LEND_LIMIT && e->lend_limit_bytes == 0 &&
+                (e->role == HUVM_ROLE_LENDER || e->role == HUVM_ROLE_BOTH))
+                REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, d->field));
+            /* A reserve above the GPU's known memory; the row's bound (1 PiB) holds for an unknown GPU. */
+            if (d->field == HUVM_FIELD_GPU_LEND_RESERVE && mem != 0 && e->lend_reserve_bytes > mem)
+                REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_GPU_FIELD(i, d->field));
+            /* lend_traffic_mbyte_per_s: a budget below one chunk per window (min) would lend nothing; the row's
+             * ZERO_OFF allows 0, no budget. */
+            status = check_field(d, huvm_policy_field_get(d, e));
+            if (status != HUVM_NV_OK)
+                REFUSE(status, HUVM_GPU_FIELD(i, d->field));
+        }
         if (e->pad != 0)
             REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_RESERVED);
     }
@@ -516,15 +534,18 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
 /* Does p equal preset (node-wide fields and every entry's per-GPU defaults)? */
 static int policy_is_preset(const huvm_core_t *core, const huvm_policy_t *p, uint32_t preset)
 {
-    huvm_node_settings_t n;
     huvm_gpu_policy_t e;
     uint32_t i;
 
     if (preset >= HUVM_PRESET_CUSTOM)
         return 0;
-    preset_settings(preset, core, &n);
-    if (huvm_memcmp(&n, NODE_SETTINGS_C(p), sizeof(n)) != 0)
-        return 0;
+    for (i = 0; i < POLICY_FIELD_COUNT; i++) {
+        const huvm_policy_field_t *d = &policy_fields[i];
+
+        if (d->scope == HUVM_POLICY_SCOPE_NODE &&
+            huvm_policy_field_get(d, p) != node_preset_value(d, preset, core))
+            return 0;
+    }
     for (i = 0; i < p->gpu_count; i++) {
         preset_gpu(preset, p->gpus[i].uuid, known_memory(core, p->gpus[i].uuid), &e);
         if (huvm_memcmp(&e, &p->gpus[i], sizeof(e)) != 0)

@@ -1,6 +1,6 @@
 """A lender's guest-traffic budget from a slowdown target: ``huvmctl policy lender-budget``.
 
-The per-GPU policy key ``lend_traffic`` (``lend_traffic_mbyte_per_s``, docs/policy.md "Admission") caps the
+The per-GPU policy key ``lend_traffic_mbyte_per_s`` (docs/policy.md "Admission") caps the
 guests' copies into and out of a lender. Sizing it: a memory-bound lender slowed by the share s of its HBM time
 runs 1 / (1 - s) times slower, so a target slowdown t allows s = 1 - 1 / (1 + t) (1.96 % for 2 %) of the HBM
 bandwidth. The bandwidth comes from NVML (:attr:`huvm.topology.GpuTopology.hbm_mbyte_per_s`) or the caller.
@@ -23,7 +23,7 @@ from .units import format_rate, parse_rate
 
 @dataclass(frozen=True)
 class LenderBudget:
-    """One GPU's budget: its HBM bandwidth (and where it came from) and the ``lend_traffic`` it gets."""
+    """One GPU's budget: its HBM bandwidth (and where it came from) and the ``lend_traffic_mbyte_per_s`` it gets."""
 
     gpu: int
     uuid: str
@@ -103,6 +103,7 @@ def plan(info: NodeInfo, selectors: Sequence[str], max_slowdown: float, *, hbm_m
 
 
 def settings(budgets: Sequence[LenderBudget], info: NodeInfo) -> list[Setting]:
-    """The ``gpu.N.lend_traffic`` settings that apply the budgets (one policy change)."""
+    """The ``gpu.N.lend_traffic_mbyte_per_s`` settings that apply the budgets (one policy change)."""
     return [s for b in budgets
-            for s in parse_setting(f"gpu.{b.gpu}.lend_traffic", format_rate(b.lend_traffic_mbyte_per_s), info)]
+            for s in parse_setting(f"gpu.{b.gpu}.lend_traffic_mbyte_per_s", format_rate(b.lend_traffic_mbyte_per_s),
+                                   info)]

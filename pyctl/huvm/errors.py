@@ -142,13 +142,24 @@ _FIELD_PATHS: dict[str, str] = {
     "TEST_PEER": "peer",
     "TEST_COUNT": "count",
 }
-_GPU_FIELD_PATHS: dict[str, str] = {
-    "LEND_LIMIT": "lend_limit_bytes",
-    "LEND_RESERVE": "lend_reserve_bytes",
-    "LEND_TRAFFIC": "lend_traffic_mbyte_per_s",
+_GPU_FIELD_PATHS: dict[str, str] = {  # GPU facts (huvm_gpu_info_t); policy fields are named by the table
     "MEMORY": "memory_bytes",
     "FREE": "free_bytes",
 }
+
+
+def _policy_field_names(scope: int) -> dict[int, str]:
+    """error_field code -> member name of the policy table's fields of one scope (node codes, or GPU codes
+    within an entry)."""
+    from . import abi
+
+    lib = abi.lib
+    out: dict[int, str] = {}
+    for i in range(lib.huvm_policy_field_count()):
+        d = lib.huvm_policy_field(i)
+        if d.scope == scope:
+            out[int(d.field)] = abi.cstr(d.name)
+    return out
 
 
 def field_name(error_field: int) -> str | None:
@@ -161,11 +172,17 @@ def field_name(error_field: int) -> str | None:
     base, stride = fields["HUVM_FIELD_GPU_BASE"], fields["HUVM_FIELD_GPU_STRIDE"]
     if error_field >= base:
         index, sub = divmod(error_field - base, stride)
+        member = _policy_field_names(abi.lib.HUVM_POLICY_SCOPE_GPU).get(sub)
+        if member is not None:
+            return f"gpus[{index}].{member}"
         for name, value in fields.items():
             short = name[len("HUVM_FIELD_GPU_") :]
             if name.startswith("HUVM_FIELD_GPU_") and short not in ("BASE", "STRIDE") and value == sub:
                 return f"gpus[{index}].{_GPU_FIELD_PATHS.get(short, short.lower())}"
         return f"gpus[{index}].field{sub}"
+    member = _policy_field_names(abi.lib.HUVM_POLICY_SCOPE_NODE).get(error_field)
+    if member is not None:
+        return member
     for name, value in fields.items():
         if value == error_field and not name.startswith("HUVM_FIELD_GPU_") and name != "HUVM_FIELD_NONE":
             short = name[len("HUVM_FIELD_") :]

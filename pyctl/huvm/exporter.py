@@ -171,7 +171,7 @@ class HuvmCollector(Collector):
         # A lender's guest-traffic budget and the traffic it limits (the core's huvm_guest_traffic_total over
         # the pair counters): rate(huvm_gpu_guest_traffic_bytes_total[1m]) / 1e6 / the budget is its use.
         budget = GaugeMetricFamily("huvm_gpu_lend_traffic_budget_mbyte_per_s",
-                                   "the GPU's guest-traffic budget, policy lend_traffic (MB/s; 0: none)",
+                                   "the GPU's guest-traffic budget, policy lend_traffic_mbyte_per_s (MB/s; 0: none)",
                                    labels=GPU_LABELS)
         entries = {e.uuid.lower(): e for e in policy.gpus}
         for g in info.gpus:

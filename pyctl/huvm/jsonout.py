@@ -11,14 +11,14 @@ with its unit (``evict_to_peer_chunks``, ``from_peer_bytes``; rates end in ``_pe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, Self, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from . import abi
 from .info import NodeInfo
 from .metrics import GPU_METRICS, PAIR_METRICS, Metric, host_reasons
-from .policy import GPU_KEYS, KEYS, NODE_KEYS, Policy, flag_names
+from .policy import GPU_KEYS, KEYS, NODE_KEYS, KeySpec, Policy, flag_names
 from .stats import StatsDelta, StatsSnapshot, TenantFigures, guest_traffic_mbyte_per_s, rate_map
 
 SCHEMA_VERSION = 1
@@ -56,32 +56,47 @@ class Node(_Model):
     links: list[Link]
 
 
-class GpuPolicy(_Model):
-    index: int | None = Field(description="GPU index on this node; null for an entry of an absent GPU")
-    uuid: str
-    role: str
-    lend_limit_bytes: int | None = Field(description="null: unlimited")
-    lend_reserve_bytes: int
-    flags: list[str] = Field(default_factory=list,
-                             description="per-GPU policy flags set (preevict-on-pressure, lend-above-peak, ...)")
-    lend_traffic_mbyte_per_s: int = Field(default=0, description="guests' traffic budget in MB/s (10^6 B/s); "
-                                                                 "0: no budget")
+def _policy_field(spec: KeySpec) -> tuple[Any, Any]:
+    """A policy field's JSON type and pydantic field, from its row of the header's table: enums by name,
+    booleans, flags as a list of names, sizes in bytes (null for unlimited), other numbers as integers."""
+    unit = {"mbyte_per_s": "MB/s (10^6 B/s)", "ms": "ms", "percent": "%", "chunks": "2 MiB chunks",
+            "bytes": "bytes"}.get(spec.unit, "")
+    extra = "; null: unlimited" if spec.unlimited else "; 0: off" if spec.off else ""
+    desc = f"{spec.help} ({unit}{extra})" if unit else spec.help
+    if spec.kind == "enum":
+        return str, Field(description=desc)
+    if spec.kind == "bool":
+        return bool, Field(description=desc)
+    if spec.kind == "flags":
+        return list[str], Field(default_factory=list, description="the flags set: " + ", ".join(spec.choices()))
+    if spec.unlimited:
+        return int | None, Field(description=desc)
+    return int, Field(default=0, description=desc) if spec.scope == "gpu" else Field(description=desc)
 
 
-class PolicyDoc(_Model):
-    generation: int
-    preset: str
-    peer_select: str
-    nvlink_only: bool
-    peer_usage_max_pct: int
-    preevict_chunks: int
-    preevict_batch: int
-    fetch_mode: str
-    prefetch_mode: str
-    prefetch_chunks: int
-    prefetch_stride: int
-    hysteresis_ms: int
-    gpus: list[GpuPolicy]
+def _policy_model(name: str, scope: str, **fixed: Any) -> Any:
+    fields: dict[str, Any] = {**fixed}
+    fields.update({k: _policy_field(KEYS[k]) for k in (NODE_KEYS if scope == "node" else GPU_KEYS)})
+    return create_model(name, __base__=_Model, **fields)
+
+
+# The policy documents' fields are the header's policy field table (huvm.policy.KEYS), in struct order.
+if TYPE_CHECKING:
+    class GpuPolicy(_Model):
+        index: int | None
+        uuid: str
+
+    class PolicyDoc(_Model):
+        generation: int
+        preset: str
+        gpus: list[GpuPolicy]
+else:
+    GpuPolicy = _policy_model(
+        "GpuPolicy", "gpu",
+        index=(int | None, Field(description="GPU index on this node; null for an entry of an absent GPU")),
+        uuid=(str, ...))
+    PolicyDoc = _policy_model("PolicyDoc", "node", generation=(int, ...), preset=(str, ...),
+                              gpus=(list[GpuPolicy], ...))
 
 
 class GpuStats(_Model):
@@ -111,7 +126,7 @@ class GpuRates(_Model):
     gauges: dict[str, int]
     guest_traffic_mbyte_per_s: float = Field(
         default=0.0, description="guests' data copied into or out of this GPU over the interval, MB/s (what its "
-                                 "lend_traffic budget limits, per 20 ms window)")
+                                 "lend_traffic_mbyte_per_s budget limits, per 20 ms window)")
 
 
 class _Doc(_Model):
@@ -503,20 +518,26 @@ def node(info: NodeInfo) -> Node:
                        for k in info.links])
 
 
+def policy_value(spec: KeySpec, value: int) -> PolicyValue:
+    """A policy field's value as the policy document holds it (:func:`_policy_field`)."""
+    if spec.kind == "bool":
+        return bool(value)
+    if spec.kind == "enum":
+        return abi.enum_names(spec.enum_prefix).get(value, str(value)).replace("_", "-")
+    if spec.kind == "flags":
+        return flag_names(spec, value)
+    if spec.unlimited and value == abi.UNLIMITED:
+        return None
+    return value
+
+
 def policy(p: Policy, info: NodeInfo | None = None) -> PolicyDoc:
-    values: dict[str, Any] = {}
-    for k in NODE_KEYS:
-        spec, v = KEYS[k], getattr(p, k)
-        values[k] = bool(v) if spec.kind == "bool" else (
-            abi.enum_names(spec.enum_prefix).get(v, str(v)).replace("_", "-") if spec.kind == "enum" else v)
     index = {g.uuid.lower(): g.index for g in info.gpus} if info else {}
-    assert set(GPU_KEYS) == {"role", "lend_limit", "lend_reserve", "lend_traffic", "flags"}
-    gpus = [GpuPolicy(index=index.get(g.uuid.lower()), uuid=g.uuid, role=g.role_name,
-                      lend_limit_bytes=None if g.lend_limit_bytes == abi.UNLIMITED else g.lend_limit_bytes,
-                      lend_reserve_bytes=g.lend_reserve_bytes, flags=flag_names(KEYS["flags"], g.flags),
-                      lend_traffic_mbyte_per_s=g.lend_traffic_mbyte_per_s)
+    gpus = [GpuPolicy(index=index.get(g.uuid.lower()), uuid=g.uuid,
+                      **{k: policy_value(KEYS[k], getattr(g, k)) for k in GPU_KEYS})
             for g in p.gpus]
-    return PolicyDoc(generation=p.generation, preset=p.preset_name, gpus=gpus, **values)
+    return PolicyDoc(generation=p.generation, preset=p.preset_name, gpus=gpus,
+                     **{k: policy_value(KEYS[k], getattr(p, k)) for k in NODE_KEYS})
 
 
 def _name(m: Metric) -> str:

@@ -21,7 +21,7 @@ from .policy import KEYS, Origin, Policy, Setting, format_value, rate_range
 
 # Keys whose setting may be the one to blame when the core refuses the first one (file and line).
 _RELATED = {"prefetch_chunks": ("prefetch_mode",), "prefetch_stride": ("prefetch_chunks",),
-            "lend_limit": ("role",), "lend_reserve": (), "lend_traffic": ()}
+            "lend_limit_bytes": ("role",), "lend_reserve_bytes": (), "lend_traffic_mbyte_per_s": ()}
 
 
 class Mirror:
@@ -124,8 +124,8 @@ class Mirror:
         if name.startswith("gpus["):
             entry = int(name[5 : name.index("]")])
             sub = name.split(".", 1)[1]
-            if entry >= len(policy.gpus) or sub not in ("lend_limit_bytes", "lend_reserve_bytes",
-                                                          "lend_traffic_mbyte_per_s"):
+            spec = KEYS.get(sub)
+            if entry >= len(policy.gpus) or spec is None or spec.scope != "gpu" or spec.kind not in ("bytes", "rate"):
                 return None
 
             def put_gpu(v: int) -> bool:
@@ -135,8 +135,8 @@ class Mirror:
                 return bool(self.check(replace(policy, gpus=tuple(gpus)))[0] == abi.lib.HUVM_NV_OK)
 
             return (lambda: int(getattr(policy.gpus[entry], sub))), put_gpu
-        spec = KEYS.get(name)
-        if spec is None or spec.scope != "node" or spec.kind != "int":
+        node_spec = KEYS.get(name)
+        if node_spec is None or node_spec.scope != "node" or node_spec.kind != "int":
             return None
 
         def put_node(v: int) -> bool:
@@ -178,12 +178,12 @@ class Mirror:
         if name == "prefetch_stride":
             return f" with prefetch_chunks={policy.prefetch_chunks} (the prefetch window is limited)"
         sel = key.split(".")[1] if key.count(".") == 2 else None
-        if name == "lend_limit" and sel is not None:
+        if name == "lend_limit_bytes" and sel is not None:
             uuid = next((g.uuid for g in self.info.gpus if str(g.index) == sel), sel).lower()
             entry = next((g for g in policy.gpus if g.uuid.lower() == uuid), None)
             if entry is not None:
-                return f" while gpu.{sel}.role is {entry.role_name} (a lender with lend_limit 0 lends nothing)"
-        if name == "lend_reserve":
+                return f" while gpu.{sel}.role is {entry.role_name} (a lender with lend_limit_bytes 0 lends nothing)"
+        if name == "lend_reserve_bytes":
             return " (the GPU's memory)"
         return ""
 
@@ -193,8 +193,7 @@ class Mirror:
         if name.startswith("gpus["):
             entry = int(name[5 : name.index("]")])
             field = name.split(".", 1)[1]
-            sub = next((k for k, s in KEYS.items() if s.scope == "gpu" and s.field == field),
-                       field.removesuffix("_bytes"))
+            sub = field  # a GPU field's key is its member
             sel: str = str(entry)
             if entry < len(policy.gpus):
                 uuid = policy.gpus[entry].uuid.lower()
@@ -204,7 +203,7 @@ class Mirror:
 
 
 def _fmt(kind: str, value: int) -> str:
-    return format_value(KEYS["lend_reserve"], value) if kind == "bytes" else str(value)
+    return format_value(KEYS["lend_reserve_bytes"], value) if kind == "bytes" else str(value)
 
 
 def _status_words(status: int) -> str:

@@ -27,18 +27,22 @@ Kind = Literal["enum", "bool", "int", "bytes", "flags", "rate"]
 
 @dataclass(frozen=True)
 class KeySpec:
-    """One settable key."""
+    """One settable key: a row of the ABI header's policy field table (``HUVM_POLICY_FIELDS``,
+    ``HUVM_GPU_POLICY_FIELDS``), as the core exports it (:func:`policy_fields`)."""
 
-    name: str
-    kind: Kind
+    name: str  # the struct member (huvm_policy_t or huvm_gpu_policy_t): the key's one spelling
+    kind: Kind  # how it is written and checked, from the row's unit
     scope: Literal["node", "gpu"]
-    field: str  # struct field (huvm_policy_t or huvm_gpu_policy_t)
+    field: str  # the struct member (= name)
     help: str
     enum_prefix: str = ""
     lo: int = 0
     hi: int = 0xFFFFFFFF
     unlimited: bool = False  # bytes: "unlimited" allowed (HUVM_UNLIMITED)
-    off: bool = False  # rate: 0 ("off", "none": no budget) allowed besides lo..hi
+    off: bool = False  # 0 ("off", "none") allowed besides lo..hi (the row's HUVM_POLICY_FIELD_ZERO_OFF)
+    unit: str = ""  # the row's HUVM_UNIT_* in lower case: chunks, percent, ms, bytes, mbyte_per_s, ...
+    code: int = 0  # error_field: HUVM_FIELD_* (node), HUVM_FIELD_GPU_* within an entry (GPU)
+    presets: tuple[int, ...] = ()  # the value in stock, huvm-atc22, huvm (huvm's lend reserve: per GPU)
 
     def choices(self) -> dict[str, int]:
         """Display name -> value for enums; name -> bit for flags."""
@@ -78,52 +82,60 @@ def _macro_value(m: re.Match[str]) -> str:
     return f"{value}{unit}"
 
 
-def _specs() -> dict[str, KeySpec]:
-    lib = abi.lib
-    node = "huvm_policy_t"
-    gpu = "huvm_gpu_policy_t"
-    specs = [
-        KeySpec("peer_select", "enum", "node", "peer_select", _help(node, "peer_select"), "HUVM_PEER_SELECT_"),
-        KeySpec("nvlink_only", "bool", "node", "nvlink_only", _help(node, "nvlink_only"), lo=0, hi=1),
-        KeySpec("peer_usage_max_pct", "int", "node", "peer_usage_max_pct", _help(node, "peer_usage_max_pct"),
-                lo=lib.HUVM_PEER_USAGE_PCT_MIN, hi=lib.HUVM_PEER_USAGE_PCT_MAX),
-        KeySpec("preevict_chunks", "int", "node", "preevict_chunks", _help(node, "preevict_chunks"),
-                lo=0, hi=lib.HUVM_PREEVICT_MAX_CHUNKS),
-        KeySpec("preevict_batch", "int", "node", "preevict_batch", _help(node, "preevict_batch"),
-                lo=1, hi=lib.HUVM_PREEVICT_MAX_BATCH),
-        KeySpec("fetch_mode", "enum", "node", "fetch_mode", _help(node, "fetch_mode"), "HUVM_FETCH_"),
-        KeySpec("prefetch_mode", "enum", "node", "prefetch_mode", _help(node, "prefetch_mode"), "HUVM_PREFETCH_"),
-        KeySpec("prefetch_chunks", "int", "node", "prefetch_chunks", _help(node, "prefetch_chunks"),
-                lo=0, hi=lib.HUVM_PREFETCH_MAX_CHUNKS),
-        KeySpec("prefetch_stride", "int", "node", "prefetch_stride", _help(node, "prefetch_stride"),
-                lo=1, hi=lib.HUVM_PREFETCH_MAX_STRIDE),
-        KeySpec("hysteresis_ms", "int", "node", "hysteresis_ms", _help(node, "hysteresis_ms"),
-                lo=0, hi=lib.HUVM_HYSTERESIS_MAX_MS),
-        KeySpec("role", "enum", "gpu", "role", _help(gpu, "role"), "HUVM_ROLE_"),
-        KeySpec("lend_limit", "bytes", "gpu", "lend_limit_bytes", _help(gpu, "lend_limit_bytes"),
-                hi=abi.UNLIMITED, unlimited=True),
-        # at most the GPU's memory (the core checks against the node); HUVM_MAX_MEMORY_BYTES bounds any GPU
-        KeySpec("lend_reserve", "bytes", "gpu", "lend_reserve_bytes", _help(gpu, "lend_reserve_bytes"),
-                hi=lib.HUVM_MAX_MEMORY_BYTES),
-        KeySpec("lend_traffic", "rate", "gpu", "lend_traffic_mbyte_per_s", _help(gpu, "lend_traffic_mbyte_per_s"),
-                lo=lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S, hi=lib.HUVM_MAX_MBYTE_PER_S, off=True),
-        KeySpec("flags", "flags", "gpu", "flags", "", "HUVM_GPU_POLICY_", hi=lib.HUVM_GPU_POLICY_FLAGS_KNOWN),
-    ]
-    out = {}
-    for s in specs:
-        if s.kind == "enum" and (not s.help or s.help.startswith("HUVM_")):
-            s = replace(s, help="one of " + ", ".join(s.choices()))
-        if s.kind == "flags":
-            s = replace(s, help="comma-separated, any of " + ", ".join(s.choices()) + "; or none")
-        out[s.name] = s
-    return out
+# How a unit is written and checked (huvm.units' grammar: "64MiB", "18GB/s", "off").
+_UNIT_KIND: dict[str, Kind] = {"chunks": "int", "percent": "int", "ms": "int", "bytes": "bytes",
+                               "mbyte_per_s": "rate", "enum": "enum", "flags": "flags", "bool": "bool"}
 
 
-KEYS: dict[str, KeySpec] = _specs()
+def policy_fields() -> tuple[KeySpec, ...]:
+    """The core's policy field descriptors (``huvm_policy_field()``, built from the header's table), node
+    fields then GPU fields, each in struct order."""
+    lib, ffi = abi.lib, abi.ffi
+    units = {v: k.removeprefix("HUVM_UNIT_").lower() for k, v in abi.constants("HUVM_UNIT_").items()
+             if k != "HUVM_UNIT_COUNT"}
+    out = []
+    for i in range(lib.huvm_policy_field_count()):
+        d = lib.huvm_policy_field(i)
+        name = abi.cstr(d.name)
+        scope: Literal["node", "gpu"] = "node" if d.scope == lib.HUVM_POLICY_SCOPE_NODE else "gpu"
+        unit = units[int(d.unit)]
+        kind = _UNIT_KIND[unit]
+        choices = abi.cstr(d.choices)
+        struct = "huvm_policy_t" if scope == "node" else "huvm_gpu_policy_t"
+        spec = KeySpec(name, kind, scope, name, _help(struct, name),
+                       "HUVM_" + choices if choices else "", int(d.min), int(d.max),
+                       unlimited=bool(d.special & lib.HUVM_POLICY_FIELD_UNLIMITED),
+                       off=bool(d.special & lib.HUVM_POLICY_FIELD_ZERO_OFF), unit=unit, code=int(d.field),
+                       presets=tuple(int(v) for v in ffi.unpack(d.preset, 3)))
+        if kind == "enum" and (not spec.help or spec.help.startswith("HUVM_")):
+            spec = replace(spec, help="one of " + ", ".join(spec.choices()))
+        if kind == "flags":
+            spec = replace(spec, help="comma-separated, any of " + ", ".join(spec.choices()) + "; or none")
+        out.append(spec)
+    return tuple(out)
+
+
+KEYS: dict[str, KeySpec] = {s.name: s for s in policy_fields()}
 NODE_KEYS: tuple[str, ...] = tuple(k for k, s in KEYS.items() if s.scope == "node")
 GPU_KEYS: tuple[str, ...] = tuple(k for k, s in KEYS.items() if s.scope == "gpu")
-_ALIASES = {"lend_limit_bytes": "lend_limit", "lend_reserve_bytes": "lend_reserve",
-            "lend_traffic_mbyte_per_s": "lend_traffic"}
+#: Former spellings, accepted for one release (deprecated, docs/policy.md): the key is the struct member.
+DEPRECATED_ALIASES: dict[str, str] = {"lend_limit": "lend_limit_bytes", "lend_reserve": "lend_reserve_bytes",
+                                      "lend_traffic": "lend_traffic_mbyte_per_s"}
+
+
+def key_spec(name: str) -> KeySpec | None:
+    """The key a name (or a deprecated spelling of one) names."""
+    return KEYS.get(DEPRECATED_ALIASES.get(name, name))
+
+
+def spellings(key: str) -> tuple[str, ...]:
+    """A key and its deprecated spellings (what a file may write for it)."""
+    return (key, *(a for a, k in DEPRECATED_ALIASES.items() if k == key))
+
+
+def written(table: dict[str, Any], keys: Iterable[str]) -> list[tuple[str, str]]:
+    """(key, the spelling written) for each of keys a table (a file's) sets, by any of its spellings."""
+    return [(k, w) for k in keys for w in spellings(k) if w in table]
 
 
 def preset_names() -> dict[str, int]:
@@ -194,11 +206,8 @@ class Policy:
     # -- conversion to/from the ABI struct --
     @classmethod
     def from_struct(cls, p: Any) -> Policy:
-        gpus = tuple(
-            GpuPolicy(abi.uuid_str(g.uuid), int(g.role), int(g.lend_limit_bytes), int(g.lend_reserve_bytes),
-                      int(g.flags), int(g.lend_traffic_mbyte_per_s))
-            for g in (p.gpus[i] for i in range(int(p.gpu_count)))
-        )
+        gpus = tuple(GpuPolicy(abi.uuid_str(g.uuid), **{k: int(getattr(g, k)) for k in GPU_KEYS})
+                     for g in (p.gpus[i] for i in range(int(p.gpu_count))))
         values: dict[str, Any] = {k: int(getattr(p, k)) for k in NODE_KEYS}
         return cls(generation=int(p.generation), preset=int(p.preset), gpus=gpus, **values)
 
@@ -212,9 +221,8 @@ class Policy:
         for i, g in enumerate(self.gpus):
             e = p.gpus[i]
             abi.ffi.memmove(e.uuid, abi.uuid_bytes(g.uuid), 16)
-            e.role, e.flags = g.role, g.flags
-            e.lend_limit_bytes, e.lend_reserve_bytes = g.lend_limit_bytes, g.lend_reserve_bytes
-            e.lend_traffic_mbyte_per_s = g.lend_traffic_mbyte_per_s
+            for k in GPU_KEYS:
+                setattr(e, k, getattr(g, k))
 
     # -- views --
     @property
@@ -377,6 +385,9 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
             raise _error(str(exc), key, origin, text=text if str(exc).startswith("must be") else None) from None
         return value
     if spec.kind == "int":
+        if spec.off and (raw == 0 and not isinstance(raw, bool) or
+                         isinstance(raw, str) and raw.strip().lower() in ("0", "off", "none")):
+            return 0
         if isinstance(raw, bool) or not isinstance(raw, (int, str)) or (typed and isinstance(raw, str)):
             raise _error(f"expected an integer, got {raw!r}", key, origin)
         try:
@@ -443,6 +454,14 @@ def value_type(spec: KeySpec) -> Any:
         return Annotated[Any, AfterValidator(choice)]
     if spec.kind == "bool":
         return Annotated[bool, AfterValidator(int)]
+    if spec.kind == "int" and spec.off:
+        def off_or_range(raw: Any) -> int:
+            try:
+                return parse_value(spec, raw, spec.name, Origin(file="-"))
+            except PolicyFileError as exc:
+                raise ValueError(exc.reason) from None
+
+        return Annotated[Any, AfterValidator(off_or_range)]
     if spec.kind == "int":
         return Annotated[int, Field(ge=spec.lo, le=spec.hi)]
     if spec.kind == "rate":
@@ -500,7 +519,7 @@ def parse_setting(key: str, raw: object, info: NodeInfo, origin: Origin | None =
     """One KEY=VALUE into canonical settings (several for gpu.all.*)."""
     sel, name = split_key(key)
     name = name.strip().lower().replace("-", "_")
-    name = _ALIASES.get(name, name)
+    name = DEPRECATED_ALIASES.get(name, name)
     spec = KEYS.get(name)
     if spec is None or (sel is None) != (spec.scope == "node"):
         known = ", ".join([*NODE_KEYS, *(f"gpu.N.{k}" for k in GPU_KEYS)])

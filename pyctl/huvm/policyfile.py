@@ -8,9 +8,12 @@ Format::
 
     [gpu.0]                      # per GPU: by index, by UUID ([gpu."GPU-..."]) or [gpu.all]
     role = "harvester"
-    lend_limit = "8GiB"          # bytes, or a size with a unit, or "unlimited"
-    lend_reserve = "1GiB"
-    lend_traffic = "18GB/s"      # MB/s, or a rate with a decimal unit (MB/s, GB/s, TB/s), or "off"
+    lend_limit_bytes = "8GiB"    # bytes, or a size with a unit, or "unlimited"
+    lend_reserve_bytes = "1GiB"
+    lend_traffic_mbyte_per_s = "18GB/s"  # MB/s, or a rate with a decimal unit (MB/s, GB/s, TB/s), or "off"
+
+Keys are the policy table's fields (``huvmctl policy keys``); the former spellings ``lend_limit``,
+``lend_reserve`` and ``lend_traffic`` are still read (deprecated, :data:`huvm.policy.DEPRECATED_ALIASES`).
 
 ``generation`` (written by ``save``) is ignored on load, and so is ``preset = "custom"`` (a saved policy
 lists every value); ``index`` in a [gpu."GPU-..."] table is a comment.
@@ -27,7 +30,19 @@ from pydantic import AfterValidator, create_model
 
 from .errors import PolicyError, PolicyFileError
 from .info import NodeInfo
-from .policy import GPU_KEYS, KEYS, NODE_KEYS, Origin, Policy, Setting, gpu_indices, preset_value, value_type
+from .policy import (
+    DEPRECATED_ALIASES,
+    GPU_KEYS,
+    KEYS,
+    NODE_KEYS,
+    Origin,
+    Policy,
+    Setting,
+    gpu_indices,
+    preset_value,
+    value_type,
+    written,
+)
 from .schema import FileModel, validate
 from .tomlpos import TomlDoc
 
@@ -47,9 +62,14 @@ def _fields(keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: (value_type(KEYS[k]) | None, None) for k in keys}
 
 
+def _deprecated_fields(keys: tuple[str, ...]) -> dict[str, Any]:
+    """The former spellings of keys, still read (deprecated)."""
+    return {a: (value_type(KEYS[k]) | None, None) for a, k in DEPRECATED_ALIASES.items() if k in keys}
+
+
 #: one [gpu.SEL] table: the per-GPU keys; ``index`` (written by ``save`` beside a UUID) is a comment
 GpuTable: type[FileModel] = create_model("GpuTable", __base__=FileModel, index=(int | None, None),
-                                         **_fields(GPU_KEYS))
+                                         **_fields(GPU_KEYS), **_deprecated_fields(GPU_KEYS))
 _Gpus = dict[str, GpuTable]  # type: ignore[valid-type]
 #: a policy file, or an experiment's [policy.NAME] table: node-wide keys, preset, [gpu.SEL] tables
 PolicyTable: type[FileModel] = create_model(
@@ -79,11 +99,9 @@ def parse(doc: TomlDoc, info: NodeInfo, table: tuple[str, ...] = ()) -> PolicyFi
             settings.append(Setting(key, KEYS[key], None, getattr(model, key), str(data[key]), origin))
     for name in ("gpu", "gpus"):
         for sel, entry in getattr(model, name).items():
-            for k in GPU_KEYS:
-                if k not in data[name][sel]:
-                    continue
-                origin = Origin(doc.path, doc.line(*table, name, sel, k))
-                value, text = getattr(entry, k), str(data[name][sel][k])
+            for k, w in written(data[name][sel], GPU_KEYS):
+                origin = Origin(doc.path, doc.line(*table, name, sel, w))
+                value, text = getattr(entry, w), str(data[name][sel][w])
                 settings += [Setting(f"gpu.{i}.{k}", KEYS[k], i, value, text, origin)
                              for i in gpu_indices(sel, info, f"gpu.{sel}.{k}", origin)]
     preset: str | None = getattr(model, "preset")  # noqa: B009 - a field of a model made at run time

@@ -20,8 +20,8 @@ def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapsho
     for col in ("gpu", "uuid", "name", "memory", "free"):
         t.add_column(col, justify="right" if col in ("gpu", "memory", "free") else "left")
     if policy:
-        for col in ("role", "lend limit", "lend reserve", "lend traffic", "flags"):
-            t.add_column(col)
+        for col in GPU_KEYS:
+            t.add_column(col, overflow="fold")  # a key's one spelling, folded rather than cut
     if stats:
         t.add_column("lent", justify="right")
         t.add_column("harvested", justify="right")
@@ -29,10 +29,7 @@ def gpus_table(info: NodeInfo, policy: Policy | None = None, stats: StatsSnapsho
         row = [str(g.index), g.uuid, g.name, human_bytes(g.memory_bytes), human_bytes(g.free_bytes)]
         if policy:
             e = policy.gpu_by_uuid(g.uuid)
-            row += ([e.role_name, format_value(KEYS["lend_limit"], e.lend_limit_bytes),
-                     format_value(KEYS["lend_reserve"], e.lend_reserve_bytes),
-                     format_value(KEYS["lend_traffic"], e.lend_traffic_mbyte_per_s),
-                     format_value(KEYS["flags"], e.flags)] if e else ["-"] * 5)
+            row += ([format_value(KEYS[k], getattr(e, k)) for k in GPU_KEYS] if e else ["-"] * len(GPU_KEYS))
         if stats:
             c = next((x for x in stats.gpus if x.gpu == g.index), None)
             row += ([human_bytes(c.scalar("lent_bytes")), human_bytes(c.scalar("harvested_bytes"))]
@@ -79,12 +76,12 @@ def lender_budget_table(budgets: Sequence[LenderBudget], info: NodeInfo, policy:
     share = budgets[0].share if budgets else 0.0
     t = Table(title=f"Lender budgets for at most {max_slowdown:.2%} slowdown (guests' copies: {share:.2%} of "
                     "the HBM bandwidth)", title_justify="left")
-    for col in ("gpu", "uuid", "role", "hbm", "from", "lend_traffic now", "lend_traffic"):
+    for col in ("gpu", "uuid", "role", "hbm", "from", "lend_traffic_mbyte_per_s now", "lend_traffic_mbyte_per_s"):
         t.add_column(col)
     entries = {e.uuid.lower(): e for e in policy.gpus}
     for b in budgets:
         e = entries.get(b.uuid.lower())
-        now = "-" if e is None else format_value(KEYS["lend_traffic"], e.lend_traffic_mbyte_per_s)
+        now = "-" if e is None else format_value(KEYS["lend_traffic_mbyte_per_s"], e.lend_traffic_mbyte_per_s)
         role = "-" if e is None else e.role_name
         t.add_row(str(b.gpu), b.uuid, role, format_rate(b.hbm_mbyte_per_s), b.hbm_source, now,
                   format_rate(b.lend_traffic_mbyte_per_s))

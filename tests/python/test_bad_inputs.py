@@ -34,7 +34,7 @@ HEADER = ROOT / "driver" / "include" / "uapi" / "uvm_huvm_ioctl.h"
 TABLES = ("ops", "storages", "accesses", "segments", "chunks")
 
 NODE = '[node]\npreset = "aws-p3.8xlarge"\n'
-POLICY = 'prefetch_chunks = 16\n\n[gpu.1]\nrole = "lender"\nlend_limit = "8GiB"\n'
+POLICY = 'prefetch_chunks = 16\n\n[gpu.1]\nrole = "lender"\nlend_limit_bytes = "8GiB"\n'
 EXPERIMENT = """[experiment]
 name = "small"
 policies = ["stock", "huvm"]
@@ -153,11 +153,11 @@ for value in ('"4"', "4.7", "true"):
         Case(f"exp-gpu-count-{value.strip(chr(34))}", ("sim", "run", "in/e.toml"), "node.gpu_count",
              {"e.toml": exp("gpu_count = 2", f"gpu_count = {value}")}))
 for assignment in ("prefetch_chunks=1_0", "prefetch_chunks=0b11", "prefetch_chunks=+8", "hysteresis_ms=0x10",
-                   "gpu.1.lend_limit=8gb", "gpu.1.lend_limit=8G", "gpu.1.lend_limit=1e9"):
+                   "gpu.1.lend_limit_bytes=8gb", "gpu.1.lend_limit_bytes=8G", "gpu.1.lend_limit_bytes=1e9"):
     add(Case(f"set-{assignment}", ("--sim", "policy", "set", assignment), assignment.split("=")[0]))
 for line, key in (('prefetch_chunks = "16"', "prefetch_chunks"), ('nvlink_only = "true"', "nvlink_only"),
-                  ('peer_select = 1', "peer_select"), ('[gpu.1]\nlend_limit = "8gb"', "gpu.1.lend_limit"),
-                  ('[gpu.1]\nlend_reserve = "1G"', "gpu.1.lend_reserve")):
+                  ('peer_select = 1', "peer_select"), ('[gpu.1]\nlend_limit_bytes = "8gb"', "gpu.1.lend_limit_bytes"),
+                  ('[gpu.1]\nlend_reserve_bytes = "1G"', "gpu.1.lend_reserve_bytes")):
     add(Case(f"policy-file-{key}-{line.split()[-1]}", ("--sim", "policy", "apply", "in/p.toml"), key,
              {"p.toml": line + "\n"}))
 for value, key in (('"-5"', "gpu_reserved_bytes"), ('"2Gi"', "gpu_reserved_bytes"),

@@ -99,15 +99,15 @@ def test_policy_show_set_preset(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_policy_set_lend_traffic(capsys: pytest.CaptureFixture[str]) -> None:
     """The guest-traffic budget on the simulated node: set in GB/s, sent in MB/s, shown in the GPU table."""
-    d = run_json(capsys, *SIM, "policy", "set", "gpu.1.lend_traffic=18GB/s")
+    d = run_json(capsys, *SIM, "policy", "set", "gpu.1.lend_traffic_mbyte_per_s=18GB/s")
     assert isinstance(d, dict) and d["applied"] is True
     assert {"key": "gpu.1.lend_traffic_mbyte_per_s", "old": 0, "new": 18000} in d["changes"]
-    rc, out, _ = run(capsys, *SIM, "policy", "set", "gpu.1.lend_traffic=18GB/s")
-    assert rc == 0 and re.search(r"gpu\.1\.lend_traffic\s.*off\s.*18GB/s", out)
+    rc, out, _ = run(capsys, *SIM, "policy", "set", "gpu.1.lend_traffic_mbyte_per_s=18GB/s")
+    assert rc == 0 and re.search(r"gpu\.1\.lend_traffic_mbyte_per_s\s.*off\s.*18GB/s", out)
     d = run_json(capsys, *SIM, "policy", "show")
     assert isinstance(d, dict) and [g["lend_traffic_mbyte_per_s"] for g in d["policy"]["gpus"]] == [0] * 4
     rc, out, _ = run(capsys, *SIM, "status")
-    assert rc == 0 and "lend traffic" in out
+    assert rc == 0 and "lend_traffic" in out
 
 
 def test_lender_busy_reason_in_stats(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -146,13 +146,13 @@ def test_policy_save_diff_apply(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         (["policy", "set", "bogus=1"], "bogus: unknown key"),
         (["policy", "set", "prefetch_chunks=lots"], "expected an integer"),
         (["policy", "set", "prefetch_stride=17"], "prefetch_stride=17: must be <= 16"),
-        (["policy", "set", "gpu.0.lend_reserve=20GiB"], "gpu.0.lend_reserve=20GiB: must be <= 15872MiB"),
-        (["policy", "set", "gpu.1.role=lender", "gpu.1.lend_limit=0"], "gpu.1.lend_limit=0: must be more than 0"),
-        (["policy", "set", "gpu.1.role=both", "gpu.1.lend_limit=0"], "gpu.1.lend_limit=0: must be more than 0"),
+        (["policy", "set", "gpu.0.lend_reserve_bytes=20GiB"], "gpu.0.lend_reserve_bytes=20GiB: must be <= 15872MiB"),
+        (["policy", "set", "gpu.1.role=lender", "gpu.1.lend_limit_bytes=0"], "gpu.1.lend_limit_bytes=0: must be more than 0"),
+        (["policy", "set", "gpu.1.role=both", "gpu.1.lend_limit_bytes=0"], "gpu.1.lend_limit_bytes=0: must be more than 0"),
         (["policy", "set", "preevict_chunks=65536"], "preevict_chunks=65536: must be <= 7936"),
-        (["policy", "set", "gpu.1.lend_traffic=50"], "gpu.1.lend_traffic=50: must be 0 (off) or "
+        (["policy", "set", "gpu.1.lend_traffic_mbyte_per_s=50"], "gpu.1.lend_traffic_mbyte_per_s=50: must be 0 (off) or "
          f"{abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S}MB/s..{abi.lib.HUVM_MAX_MBYTE_PER_S}MB/s"),
-        (["policy", "set", "gpu.1.lend_traffic=18GiB/s"], "gpu.1.lend_traffic: not a rate: '18GiB/s'"),
+        (["policy", "set", "gpu.1.lend_traffic_mbyte_per_s=18GiB/s"], "gpu.1.lend_traffic_mbyte_per_s: not a rate: '18GiB/s'"),
         (["policy", "set", "prefetch_chunks=1", "prefetch_chunks=2"], "contradictory"),
         (["policy", "set", "prefetch_chunks"], "expected KEY=VALUE"),
         (["policy", "preset", "turbo"], "unknown preset"),
@@ -330,8 +330,8 @@ def test_console_script_and_help() -> None:
                        timeout=60)
     assert r.returncode == 2 and r.stderr == "huvmctl: error: nope: unknown key (known: peer_select, nvlink_only, " \
         "peer_usage_max_pct, preevict_chunks, preevict_batch, fetch_mode, prefetch_mode, prefetch_chunks, " \
-        "prefetch_stride, hysteresis_ms, gpu.N.role, gpu.N.lend_limit, gpu.N.lend_reserve, gpu.N.lend_traffic, " \
-        "gpu.N.flags)\n"
+        "prefetch_stride, hysteresis_ms, gpu.N.role, gpu.N.flags, gpu.N.lend_limit_bytes, gpu.N.lend_reserve_bytes, " \
+        "gpu.N.lend_traffic_mbyte_per_s)\n"
 
 
 def test_sim_config_experiment_file_runs_its_tenants(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -89,15 +89,15 @@ def _host_reasons(res: experiment.ExperimentResult, gpu: int) -> dict[str, int]:
 
 
 def test_lender_traffic_budget_reaches_the_simulated_node(tmp_path: Path) -> None:
-    """A lender tenant's lend_traffic: the run's policy carries it, and the smallest budget there is turns
+    """A lender tenant's lend_traffic_mbyte_per_s: the run's policy carries it, and the smallest budget there is turns
     the harvester's evictions to host with reason lender_busy; without the key none is lender_busy."""
     f = tmp_path / "exp.toml"
     lo = abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
     f.write_text(lender_budget_experiment(f"{lo}MB/s"))
     spec = load(f)
-    assert dict(spec.tenants[2].gpu_settings)["lend_traffic"] == f"{lo}MB/s"
+    assert dict(spec.tenants[2].gpu_settings)["lend_traffic_mbyte_per_s"] == f"{lo}MB/s"
     res = experiment.run(spec)
-    assert res.runs[0].policy_settings["gpu.1.lend_traffic"] == f"{lo}MB/s"
+    assert res.runs[0].policy_settings["gpu.1.lend_traffic_mbyte_per_s"] == f"{lo}MB/s"
     busy = _host_reasons(res, 0)
     f.write_text(lender_budget_experiment(None))
     free = _host_reasons(experiment.run(load(f)), 0)
@@ -110,5 +110,5 @@ def test_lender_traffic_budget_out_of_range_names_the_tenant_key(tmp_path: Path)
     f.write_text(lender_budget_experiment("50MB/s"))
     with pytest.raises(ConfigError) as info:
         experiment.run(load(f))
-    assert info.value.key == "tenant[2].lend_traffic" and info.value.line == 20
+    assert info.value.key == "tenant[2].lend_traffic_mbyte_per_s" and info.value.line == 20
     assert "50MB/s: must be 0 (off) or" in str(info.value) and "\n" not in str(info.value)

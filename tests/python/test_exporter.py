@@ -72,7 +72,7 @@ def test_every_metric_is_exported_with_labels() -> None:
         assert through[str(g)] == want * abi.CHUNK_SIZE
     assert sum(through.values()) > 0
     assert [v for _, v in m["huvm_gpu_lend_traffic_budget_mbyte_per_s"]] == [0, 0, 0]
-    node.set(["gpu.1.lend_traffic=18GB/s"])
+    node.set(["gpu.1.lend_traffic_mbyte_per_s=18GB/s"])
     m = scrape(make_registry(node, hostname="nodeA"))
     assert [v for _, v in m["huvm_gpu_lend_traffic_budget_mbyte_per_s"]] == [0, 18000, 0]
 

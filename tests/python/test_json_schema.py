@@ -49,8 +49,8 @@ def validate(doc: dict[str, Any]) -> None:
         ((*SIM, "--sim-config", EXAMPLE, "stats", "0.01", "2"), "stats-interval"),
         ((*SIM, "va-spaces"), "va-spaces"),
         ((*SIM, "topology"), "topology"),
-        ((*SIM, "policy", "set", "prefetch_chunks=8", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
-          "gpu.1.lend_traffic=18GB/s"), "policy-change"),
+        ((*SIM, "policy", "set", "prefetch_chunks=8", "gpu.1.role=lender", "gpu.1.lend_limit_bytes=8GiB",
+          "gpu.1.lend_traffic_mbyte_per_s=18GB/s"), "policy-change"),
         ((*SIM, "policy", "preset", "stock", "--dry-run"), "policy-change"),
         ((*SIM, "policy", "apply", "{policy}"), "policy-change"),
         ((*SIM, "policy", "diff", "{policy}"), "policy-diff"),
@@ -67,7 +67,7 @@ def validate(doc: dict[str, Any]) -> None:
 )
 def test_documents_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: tuple[str, ...],
                                      kind: str) -> None:
-    (tmp_path / "p.toml").write_text('preset = "huvm-atc22"\n[gpu.1]\nrole = "lender"\nlend_limit = "4GiB"\n')
+    (tmp_path / "p.toml").write_text('preset = "huvm-atc22"\n[gpu.1]\nrole = "lender"\nlend_limit_bytes = "4GiB"\n')
     (tmp_path / "e.toml").write_text(SMALL)
     files = {"policy": str(tmp_path / "p.toml"), "experiment": str(tmp_path / "e.toml"), "out": str(tmp_path / "o")}
     out = docs(capsys, *(a.format(**files) for a in argv))
@@ -138,20 +138,20 @@ def test_watch_events_follow_the_schema(capsys: pytest.CaptureFixture[str], monk
 
 
 def test_policy_changes_carry_typed_values(capsys: pytest.CaptureFixture[str]) -> None:
-    (doc,) = docs(capsys, *SIM, "policy", "set", "--dry-run", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
-                  "nvlink_only=false", "gpu.2.lend_traffic=1.5TB/s")
+    (doc,) = docs(capsys, *SIM, "policy", "set", "--dry-run", "gpu.1.role=lender", "gpu.1.lend_limit_bytes=8GiB",
+                  "nvlink_only=false", "gpu.2.lend_traffic_mbyte_per_s=1.5TB/s")
     changes = {c["key"]: (c["old"], c["new"]) for c in doc["changes"]}
     assert changes["gpu.1.lend_limit_bytes"] == (None, 8 << 30)  # unlimited -> 8 GiB, in bytes
     assert changes["gpu.1.role"][1] == "lender" and changes["nvlink_only"] == (True, False)
     assert changes["gpu.2.lend_traffic_mbyte_per_s"] == (0, 1_500_000)  # a rate: in MB/s, 0 for no budget
     (keys,) = docs(capsys, "policy", "keys")
     by_key = {k["key"]: k for k in keys["keys"]}
-    assert by_key["gpu.N.lend_limit"]["type"] == "size" and by_key["gpu.N.lend_limit"]["max"] is None
+    assert by_key["gpu.N.lend_limit_bytes"]["type"] == "size" and by_key["gpu.N.lend_limit_bytes"]["max"] is None
     assert by_key["preevict_chunks"]["max"] == jsonout.abi.lib.HUVM_PREEVICT_MAX_CHUNKS
-    traffic = by_key["gpu.N.lend_traffic"]
+    traffic = by_key["gpu.N.lend_traffic_mbyte_per_s"]
     assert (traffic["type"], traffic["min"], traffic["max"], traffic["off_allowed"]) == (
         "rate", jsonout.abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S, jsonout.abi.lib.HUVM_MAX_MBYTE_PER_S, True)
-    assert not by_key["gpu.N.lend_limit"]["off_allowed"]
+    assert not by_key["gpu.N.lend_limit_bytes"]["off_allowed"]
 
 
 def test_every_kind_is_tested_and_every_verb_prints_through_the_models() -> None:

@@ -33,16 +33,29 @@ def sent(fake: CoreNode) -> int:
     return fake.calls.count(abi.lib.HUVM_IOCTL_SET_POLICY)
 
 
+def test_deprecated_spellings_are_accepted_and_shown_canonically(node: Node, tmp_path: Path) -> None:
+    """lend_limit, lend_reserve and lend_traffic (the keys before the policy field table) still set their
+    fields, on the command line and in a file, for one release; output names the struct member."""
+    before, after = node.set(["gpu.1.lend_limit=8GiB", "gpu.1.lend_reserve=512MiB", "gpu.1.lend_traffic=18GB/s"])
+    s = after.settings(node.info())
+    assert (s["gpu.1.lend_limit_bytes"], s["gpu.1.lend_reserve_bytes"]) == ("8GiB", "512MiB")
+    assert s["gpu.1.lend_traffic_mbyte_per_s"] == "18GB/s" and not any(k.endswith("lend_traffic") for k in s)
+    f = tmp_path / "p.toml"
+    f.write_text('[gpu.1]\nlend_traffic = "20GB/s"\n')
+    settings = policyfile.load(f, node.info()).settings
+    assert [(x.key, x.value) for x in settings] == [("gpu.1.lend_traffic_mbyte_per_s", 20000)]
+
+
 def test_set_typed_values(node: Node) -> None:
     before, after = node.set(["prefetch_chunks=32", "peer_select=fewest-lent", "nvlink_only=false",
-                              "hysteresis_ms=16", "gpu.1.role=lender", "gpu.1.lend_limit=8GiB",
-                              "gpu.all.lend_reserve=512MiB"])
+                              "hysteresis_ms=16", "gpu.1.role=lender", "gpu.1.lend_limit_bytes=8GiB",
+                              "gpu.all.lend_reserve_bytes=512MiB"])
     info = node.info()
     s = after.settings(info)
     assert s["prefetch_chunks"] == "32" and s["peer_select"] == "fewest-lent" and s["nvlink_only"] == "false"
     assert s["hysteresis_ms"] == "16"
-    assert s["gpu.1.role"] == "lender" and s["gpu.1.lend_limit"] == "8GiB"
-    assert all(s[f"gpu.{i}.lend_reserve"] == "512MiB" for i in range(4))
+    assert s["gpu.1.role"] == "lender" and s["gpu.1.lend_limit_bytes"] == "8GiB"
+    assert all(s[f"gpu.{i}.lend_reserve_bytes"] == "512MiB" for i in range(4))
     assert after.generation == before.generation + 1
     assert after.preset_name == "custom"
     assert node.get_policy() == after
@@ -67,30 +80,30 @@ def test_gpu_flags_by_name(node: Node) -> None:
 
 
 def test_lend_traffic_rates(node: Node) -> None:
-    """gpu.N.lend_traffic: MB/s bare, or a decimal rate unit; off/none/0 for no budget; shown in the largest
+    """gpu.N.lend_traffic_mbyte_per_s: MB/s bare, or a decimal rate unit; off/none/0 for no budget; shown in the largest
     exact unit, and reaching the module's entry as lend_traffic_mbyte_per_s."""
     lo = abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
-    _, after = node.set(["gpu.1.lend_traffic=18GB/s", "gpu.2.lend_traffic=500 MB/s", f"gpu.3.lend_traffic={lo}"])
+    _, after = node.set(["gpu.1.lend_traffic_mbyte_per_s=18GB/s", "gpu.2.lend_traffic_mbyte_per_s=500 MB/s", f"gpu.3.lend_traffic_mbyte_per_s={lo}"])
     assert [g.lend_traffic_mbyte_per_s for g in after.gpus] == [0, 18000, 500, lo]
     s = after.settings(node.info())
-    assert (s["gpu.0.lend_traffic"], s["gpu.1.lend_traffic"], s["gpu.2.lend_traffic"]) == ("off", "18GB/s", "500MB/s")
+    assert (s["gpu.0.lend_traffic_mbyte_per_s"], s["gpu.1.lend_traffic_mbyte_per_s"], s["gpu.2.lend_traffic_mbyte_per_s"]) == ("off", "18GB/s", "500MB/s")
     assert node.get_policy() == after  # what the module holds
-    _, after = node.set(["gpu.1.lend_traffic=off", "gpu.2.lend_traffic=none", "gpu.3.lend_traffic=0"])
+    _, after = node.set(["gpu.1.lend_traffic_mbyte_per_s=off", "gpu.2.lend_traffic_mbyte_per_s=none", "gpu.3.lend_traffic_mbyte_per_s=0"])
     assert all(g.lend_traffic_mbyte_per_s == 0 for g in after.gpus)
     _, after = node.set([f"gpu.all.lend_traffic_mbyte_per_s={abi.lib.HUVM_MAX_MBYTE_PER_S}"])  # the struct field
     assert all(g.lend_traffic_mbyte_per_s == abi.lib.HUVM_MAX_MBYTE_PER_S for g in after.gpus)
 
 
 def test_lend_traffic_round_trip_on_the_simulated_node() -> None:
-    """`huvmctl policy set gpu.1.lend_traffic=18GB/s` on the simulator: the C simulator's own policy holds
+    """`huvmctl policy set gpu.1.lend_traffic_mbyte_per_s=18GB/s` on the simulator: the C simulator's own policy holds
     18000 MB/s for GPU 1, and reading the policy back shows 18GB/s."""
     from huvm.simbackend import SimBackend
 
     backend = SimBackend.from_config("aws-p3.8xlarge")
     with Node(backend) as n:
-        n.set(["gpu.1.lend_traffic=18GB/s"])
+        n.set(["gpu.1.lend_traffic_mbyte_per_s=18GB/s"])
         got = n.get_policy()
-        assert got.settings(n.info())["gpu.1.lend_traffic"] == "18GB/s"
+        assert got.settings(n.info())["gpu.1.lend_traffic_mbyte_per_s"] == "18GB/s"
         assert got.gpus[1].lend_traffic_mbyte_per_s == 18000
         raw = backend.node.get_policy()
         assert [int(raw.gpus[i].lend_traffic_mbyte_per_s) for i in range(4)] == [0, 18000, 0, 0]
@@ -113,31 +126,31 @@ def test_gpu_by_uuid_prefix(node: Node) -> None:
         ("prefetch_chunks=1_0", "decimal digits"),
         ("prefetch_chunks=0b11", "decimal digits"),
         ("hysteresis_ms=0x10", "decimal digits"),
-        ("gpu.0.lend_limit=8gb", "ambiguous unit 'gb'"),        # one size grammar: KiB.. or kB.., nothing else
-        ("gpu.0.lend_limit=8G", "ambiguous unit 'G'"),
-        ("gpu.0.lend_limit=1e9", "not a size"),
+        ("gpu.0.lend_limit_bytes=8gb", "ambiguous unit 'gb'"),        # one size grammar: KiB.. or kB.., nothing else
+        ("gpu.0.lend_limit_bytes=8G", "ambiguous unit 'G'"),
+        ("gpu.0.lend_limit_bytes=1e9", "not a size"),
         ("nvlink_only=maybe", "expected a boolean"),
         ("peer_select=fastest", "expected one of"),
-        ("gpu.0.lend_limit=lots", "not a size"),
+        ("gpu.0.lend_limit_bytes=lots", "not a size"),
         ("prefetch_chunks=65", "prefetch_chunks=65: must be <= 64"),      # out of range: the limit named
         ("prefetch_stride=0", "prefetch_stride=0: must be >= 1"),
         ("peer_usage_max_pct=0", "peer_usage_max_pct=0: must be >= 1"),
         ("hysteresis_ms=60001", "hysteresis_ms=60001: must be <= 60000"),
         ("gpu.9.role=lender", "unknown GPU"),                   # unknown GPU
-        ("gpu.0.lend_reserve=17GiB", "gpu.0.lend_reserve=17GiB: must be <= 16GiB"),  # the core: capacity
+        ("gpu.0.lend_reserve_bytes=17GiB", "gpu.0.lend_reserve_bytes=17GiB: must be <= 16GiB"),  # the core: capacity
         ("prefetch_chunks", "KEY=VALUE"),
         ("gpu.0.flags=turbo", "unknown flag 'turbo'"),          # flags: names only
         ("gpu.0.flags=1", "unknown flag '1'"),
         ("flags=none", "per-GPU key"),
-        ("gpu.0.lend_traffic=50", f"gpu.0.lend_traffic=50: must be {TRAFFIC_RANGE}"),  # rates: 0 or MIN..MAX
-        ("gpu.0.lend_traffic=104MB/s", f"gpu.0.lend_traffic=104MB/s: must be {TRAFFIC_RANGE}"),
-        ("gpu.0.lend_traffic=17TB/s", f"gpu.0.lend_traffic=17TB/s: must be {TRAFFIC_RANGE}"),
-        ("gpu.0.lend_traffic=-1", f"gpu.0.lend_traffic=-1: must be {TRAFFIC_RANGE}"),
-        ("gpu.0.lend_traffic=18GiB/s", "unknown unit 'GiB/s'"),            # rates are decimal, MB = 10^6 B
-        ("gpu.0.lend_traffic=8Gbps", "unknown unit 'Gbps'"),
-        ("gpu.0.lend_traffic=fast", "not a rate"),
-        ("gpu.0.lend_traffic=0.5MB/s", "not a whole number of MB/s"),
-        ("lend_traffic=off", "per-GPU key"),
+        ("gpu.0.lend_traffic_mbyte_per_s=50", f"gpu.0.lend_traffic_mbyte_per_s=50: must be {TRAFFIC_RANGE}"),  # rates: 0 or MIN..MAX
+        ("gpu.0.lend_traffic_mbyte_per_s=104MB/s", f"gpu.0.lend_traffic_mbyte_per_s=104MB/s: must be {TRAFFIC_RANGE}"),
+        ("gpu.0.lend_traffic_mbyte_per_s=17TB/s", f"gpu.0.lend_traffic_mbyte_per_s=17TB/s: must be {TRAFFIC_RANGE}"),
+        ("gpu.0.lend_traffic_mbyte_per_s=-1", f"gpu.0.lend_traffic_mbyte_per_s=-1: must be {TRAFFIC_RANGE}"),
+        ("gpu.0.lend_traffic_mbyte_per_s=18GiB/s", "unknown unit 'GiB/s'"),            # rates are decimal, MB = 10^6 B
+        ("gpu.0.lend_traffic_mbyte_per_s=8Gbps", "unknown unit 'Gbps'"),
+        ("gpu.0.lend_traffic_mbyte_per_s=fast", "not a rate"),
+        ("gpu.0.lend_traffic_mbyte_per_s=0.5MB/s", "not a whole number of MB/s"),
+        ("lend_traffic_mbyte_per_s=off", "per-GPU key"),
     ],
 )
 def test_bad_input_refused_before_sending(node: Node, fake: CoreNode, item: str, match: str) -> None:
@@ -156,20 +169,20 @@ def test_contradictory_combinations(node: Node, fake: CoreNode) -> None:
     assert sent(fake) == 0
 
 
-LEND_NOTHING = r"^gpu\.1\.lend_limit=0: must be more than 0 while gpu\.1\.role is {role} .*lends nothing"
+LEND_NOTHING = r"^gpu\.1\.lend_limit_bytes=0: must be more than 0 while gpu\.1\.role is {role} .*lends nothing"
 
 
 @pytest.mark.parametrize("role", ["lender", "both"])
 def test_lender_lending_nothing_refused_in_one_command_or_two(node: Node, fake: CoreNode, role: str) -> None:
     """The core's verdict on the whole policy, not on the keys of one command: the same refusal whether
-    role and lend_limit come together, limit first, or role first."""
+    role and lend_limit_bytes come together, limit first, or role first."""
     with pytest.raises(PolicyError, match=LEND_NOTHING.format(role=role)) as one:
-        node.set([f"gpu.1.role={role}", "gpu.1.lend_limit=0"])
-    assert one.value.key == "gpu.1.lend_limit"
-    node.set([f"gpu.1.role={role}"])  # a lender (lend_limit unlimited): fine
+        node.set([f"gpu.1.role={role}", "gpu.1.lend_limit_bytes=0"])
+    assert one.value.key == "gpu.1.lend_limit_bytes"
+    node.set([f"gpu.1.role={role}"])  # a lender (lend_limit_bytes unlimited): fine
     with pytest.raises(PolicyError, match=LEND_NOTHING.format(role=role)):
-        node.set(["gpu.1.lend_limit=0"])  # second command
-    node.set(["gpu.1.role=harvester", "gpu.1.lend_limit=0"])  # a harvester lends nothing anyway: fine
+        node.set(["gpu.1.lend_limit_bytes=0"])  # second command
+    node.set(["gpu.1.role=harvester", "gpu.1.lend_limit_bytes=0"])  # a harvester lends nothing anyway: fine
     with pytest.raises(PolicyError, match=LEND_NOTHING.format(role=role)):
         node.set([f"gpu.1.role={role}"])  # the limit from an earlier command, the role now
     assert node.get_policy().gpu_by_uuid(node.info().gpus[1].uuid).role_name == "harvester"  # type: ignore[union-attr]
@@ -249,9 +262,9 @@ def test_lend_traffic_refused_by_the_core_is_named(node: Node) -> None:
         node.set_policy(bad)
     assert info.value.field == "gpus[1].lend_traffic_mbyte_per_s"
     assert node.get_policy() == current
-    with pytest.raises(PolicyError, match=rf"^gpu\.1\.lend_traffic=104MB/s: must be {TRAFFIC_RANGE}$") as err:
+    with pytest.raises(PolicyError, match=rf"^gpu\.1\.lend_traffic_mbyte_per_s=104MB/s: must be {TRAFFIC_RANGE}$") as err:
         Mirror(node.info(), current).validate(bad)
-    assert err.value.key == "gpu.1.lend_traffic"
+    assert err.value.key == "gpu.1.lend_traffic_mbyte_per_s"
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -268,13 +281,13 @@ prefetch_chunks = 8
 
 [gpu.0]
 role = "harvester"
-lend_traffic = "18GB/s"
+lend_traffic_mbyte_per_s = "18GB/s"
 
 [gpu.1]
-lend_traffic = 500
+lend_traffic_mbyte_per_s = 500
 
 [gpu.all]
-lend_reserve = "1GiB"
+lend_reserve_bytes = "1GiB"
 flags = ["lend-above-peak"]
 ''')
     pf = policyfile.load(f, info)
@@ -298,8 +311,8 @@ flags = ["lend-above-peak"]
         ("prefetch_chunks = \"eight\"\n", 1, "prefetch_chunks", "expected an integer"),
         ("\n\nprefetch_stride = 99\n", 3, "prefetch_stride", "99: must be <= 16"),
         ("nvlink_only = 3\n", 1, "nvlink_only", "boolean"),
-        ("[gpu.0]\nrole = \"harvester\"\nlend_reserve = \"20GiB\"\n", 3, "gpu.0.lend_reserve", "must be <= 16GiB"),
-        ("[gpu.1]\nrole = \"lender\"\nlend_limit = 0\n", 3, "gpu.1.lend_limit", "0: must be more than 0"),
+        ("[gpu.0]\nrole = \"harvester\"\nlend_reserve_bytes = \"20GiB\"\n", 3, "gpu.0.lend_reserve_bytes", "must be <= 16GiB"),
+        ("[gpu.1]\nrole = \"lender\"\nlend_limit_bytes = 0\n", 3, "gpu.1.lend_limit_bytes", "0: must be more than 0"),
         ("[gpu.7]\nrole = \"lender\"\n", 2, "gpu.7.role", "unknown GPU"),
         ("prefetch_chunks = 4\n[gpu.0]\nrole = \"lender\"\n[gpu.\"0\"]\n", None, None, "TOML syntax"),
         ("prefetch_chunks = 4\nprefetch_chunks = 5\n", 2, None, "TOML syntax"),
@@ -308,9 +321,9 @@ flags = ["lend-above-peak"]
         ("[tuning]\nx = 1\n", 1, "tuning", "unknown table"),
         ("[gpu.0]\nflags = [\"lend-above-peak\", \"warp\"]\n", 2, "gpu.0.flags", "unknown flag 'warp'"),
         ("[gpu.0]\nflags = 3\n", 2, "gpu.0.flags", "expected flag names"),
-        ("[gpu.1]\nlend_traffic = 50\n", 2, "gpu.1.lend_traffic", f"50: must be {TRAFFIC_RANGE}"),
-        ("[gpu.1]\nlend_traffic = \"18GiB/s\"\n", 2, "gpu.1.lend_traffic", "unknown unit 'GiB/s'"),
-        ("[gpu.1]\nlend_traffic = true\n", 2, "gpu.1.lend_traffic", "expected a rate"),
+        ("[gpu.1]\nlend_traffic_mbyte_per_s = 50\n", 2, "gpu.1.lend_traffic_mbyte_per_s", f"50: must be {TRAFFIC_RANGE}"),
+        ("[gpu.1]\nlend_traffic_mbyte_per_s = \"18GiB/s\"\n", 2, "gpu.1.lend_traffic_mbyte_per_s", "unknown unit 'GiB/s'"),
+        ("[gpu.1]\nlend_traffic_mbyte_per_s = true\n", 2, "gpu.1.lend_traffic_mbyte_per_s", "expected a rate"),
     ],
 )
 def test_policy_file_errors_name_file_line_key(node: Node, fake: CoreNode, tmp_path: Path, text: str,

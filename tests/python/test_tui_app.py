@@ -194,7 +194,7 @@ async def test_editor_refuses_out_of_range_value_naming_the_field_and_keeps_the_
         limit = await type_into(pilot, editor, "g2-lend_limit_bytes", "lots")
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert status_text(editor).startswith("not sent: gpu.2.lend_limit: 'lots'")  # huvmctl's key
+        assert status_text(editor).startswith("not sent: gpu.2.lend_limit_bytes: 'lots'")  # huvmctl's key
         assert limit.value == "lots" and fake.sent == []
         # fix it: the same form applies, with every edit made
         await type_into(pilot, editor, "g2-lend_limit_bytes", "8GiB")
@@ -210,7 +210,7 @@ async def test_editor_refuses_out_of_range_value_naming_the_field_and_keeps_the_
 
 
 async def test_editor_lend_traffic_with_its_range() -> None:
-    """The guest-traffic budget is edited like lend_reserve: shown as huvm prints it (off, 18GB/s), its range
+    """The guest-traffic budget is edited like lend_reserve_bytes: shown as huvm prints it (off, 18GB/s), its range
     from the ABI in the help, a value in the gap between 0 and the smallest budget refused before sending."""
     lo, hi = abi.define("HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S"), abi.define("HUVM_MAX_MBYTE_PER_S")
     fake = FakeSource()
@@ -219,13 +219,13 @@ async def test_editor_lend_traffic_with_its_range() -> None:
         editor = await open_editor(app, pilot)
         names = [str(w.render()) for w in editor.query(".row .name")]
         helps = {n: str(h.render()) for n, h in zip(names, list(editor.query(".row .help")), strict=True)}
-        assert helps["gpu.1.lend_traffic"].startswith(f"0 (off) or {lo}MB/s..{hi}MB/s: ")
+        assert helps["gpu.1.lend_traffic_mbyte_per_s"].startswith(f"0 (off) or {lo}MB/s..{hi}MB/s: ")
         assert editor.query_one("#g1-lend_traffic_mbyte_per_s", Input).value == "off"
         inp = editor.query_one("#g1-lend_traffic_mbyte_per_s", Input)
         inp.value = f"{lo - 1}"
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert status_text(editor).startswith(f"not sent: gpu.1.lend_traffic: '{lo - 1}': must be 0 (off) or {lo}MB/s")
+        assert status_text(editor).startswith(f"not sent: gpu.1.lend_traffic_mbyte_per_s: '{lo - 1}': must be 0 (off) or {lo}MB/s")
         assert inp.has_class("-invalid") and fake.sent == []
         inp.value = "18GB/s"
         await pilot.press("ctrl+s")
@@ -243,7 +243,7 @@ async def test_editor_shows_the_core_refusal_without_losing_the_edit() -> None:
         inp = await type_into(pilot, editor, "g1-lend_reserve_bytes", "1TiB")
         await pilot.press("ctrl+s")
         await until(pilot, lambda: "refused by the core" in status_text(editor))
-        assert "gpu.1.lend_reserve" in status_text(editor)
+        assert "gpu.1.lend_reserve_bytes" in status_text(editor)
         assert inp.value == "1TiB" and inp.has_class("-invalid")
         assert fake.sent == [] and app.screen is editor
 
@@ -441,11 +441,11 @@ async def test_editor_names_fields_by_huvmctl_keys_with_ranges() -> None:
         names = [str(w.render()) for w in editor.query(".row .name")][1:]  # after "load preset"
         assert names[: len(hp.NODE_KEYS)] == list(hp.NODE_KEYS)
         gpu_names = names[len(hp.NODE_KEYS):]
-        assert gpu_names[:3] == ["gpu.0.role", "gpu.0.lend_limit", "gpu.0.lend_reserve"]
+        assert gpu_names[:3] == ["gpu.0.role", "gpu.0.flags", "gpu.0.lend_limit_bytes"]
         for name in gpu_names:
             sel, key = hp.split_key(name)
             assert sel is not None and key in hp.GPU_KEYS  # what `huvmctl policy set` takes
         helps = {n: str(h.render()) for n, h in zip(names, list(editor.query(".row .help"))[1:], strict=True)}
         assert helps["prefetch_chunks"].startswith("0..64:")
-        assert helps["gpu.0.lend_limit"].startswith("0..unlimited:")
+        assert helps["gpu.0.lend_limit_bytes"].startswith("0..unlimited:")
         assert "multipath" in helps["prefetch_mode"]

@@ -111,7 +111,7 @@ async def test_editor_over_the_core_refuses_with_the_field_named() -> None:
         await pilot.press("ctrl+s")
         await pilot.pause()
         status = str(editor.query_one("#policy-error", Static).render())
-        assert status.startswith("not sent: gpu.3.lend_reserve: must be <= 16GiB (the GPU's memory)")
+        assert status.startswith("not sent: gpu.3.lend_reserve_bytes: must be <= 16GiB (the GPU's memory)")
         assert inp.value == "64GiB" and inp.has_class("-invalid")
 
 
@@ -225,7 +225,7 @@ gpu = 1
 trace = "bundled:lender-idle"
 steps = 0
 role = "lender"
-lend_limit = "4GiB"
+lend_limit_bytes = "4GiB"
 
 [policy.huvm]
 prefetch_chunks = 4

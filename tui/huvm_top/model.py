@@ -6,7 +6,7 @@ widgets and the tests need nothing but this module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 # Counters of one GPU or one pair, by metric name; array fields are flattened as ``host_reason[4]``.
@@ -58,7 +58,8 @@ class Snapshot:
 
 @dataclass
 class GpuPolicy:
-    """One per-GPU policy entry (huvm_gpu_policy_t), keyed by UUID."""
+    """One per-GPU policy entry (huvm_gpu_policy_t), keyed by UUID; its fields are the header table's GPU fields
+    (huvm.policy.GPU_KEYS; tests/python/test_policy_fields.py holds them equal)."""
 
     uuid: str
     role: int
@@ -80,8 +81,7 @@ class PolicyState:
         return PolicyState(
             self.generation,
             dict(self.node),
-            [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, g.flags, g.lend_traffic_mbyte_per_s)
-             for g in self.gpus],
+            [replace(g) for g in self.gpus],
         )
 
 

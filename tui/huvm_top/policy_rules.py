@@ -109,8 +109,8 @@ def check_value(s: FieldSpec, value: int) -> str | None:
     if s.is_rate:
         ok = (value == 0 and s.huvm.off) or s.lo <= value <= s.hi
         return None if ok else f"{value} MB/s is not {rate_range(s)}"
-    if not s.lo <= value <= s.hi:
-        return f"{value} is out of range [{s.lo}, {s.hi}]"
+    if not s.lo <= value <= s.hi and not (value == 0 and s.huvm.off):
+        return f"{value} is out of range [{s.lo}, {s.hi}]" + (" (or 0: off)" if s.huvm.off else "")
     return None
 
 

@@ -46,7 +46,7 @@ class Rates:
         return sum(g.get(key, 0.0) for g in self.gpus)
 
     def guest_traffic_mbyte_per_s(self, holder: int) -> float:
-        """Guests' data copied into or out of ``holder`` per second, MB/s (10^6 bytes, as its lend_traffic
+        """Guests' data copied into or out of ``holder`` per second, MB/s (10^6 bytes, as its lend_traffic_mbyte_per_s
         budget): the pair counters the core's budget sums (:data:`huvm.stats.GUEST_TRAFFIC_FIELDS`)."""
         chunks = sum(row[holder].get(f, 0.0) for o, row in enumerate(self.pairs) if o != holder and holder < len(row)
                      for f in hstats.GUEST_TRAFFIC_FIELDS)

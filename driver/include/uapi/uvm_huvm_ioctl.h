@@ -133,6 +133,22 @@
 #define HUVM_FIELD_GPU_FREE             6
 #define HUVM_FIELD_GPU_LEND_TRAFFIC     7
 
+/* The policy field table (HUVM_POLICY_FIELDS / HUVM_GPU_POLICY_FIELDS below the ABI block): each field's
+ * unit, which says how it is written and checked, and the markers of its special values. */
+#define HUVM_UNIT_CHUNKS                0   /* a number of 2 MiB chunks */
+#define HUVM_UNIT_PERCENT               1
+#define HUVM_UNIT_MS                    2   /* milliseconds */
+#define HUVM_UNIT_BYTES                 3
+#define HUVM_UNIT_MBYTE_PER_S           4   /* 10^6 bytes per second */
+#define HUVM_UNIT_ENUM                  5   /* one of the constants HUVM_<choices>*, min..max */
+#define HUVM_UNIT_FLAGS                 6   /* a set of the constants HUVM_<choices>*; max: the known bits */
+#define HUVM_UNIT_BOOL                  7   /* 0 or 1 */
+#define HUVM_UNIT_COUNT                 8
+#define HUVM_POLICY_FIELD_UNLIMITED     0x1 /* max is HUVM_UNLIMITED, written "unlimited" */
+#define HUVM_POLICY_FIELD_ZERO_OFF      0x2 /* 0 (off) is allowed besides min..max */
+#define HUVM_POLICY_SCOPE_NODE          0   /* a field of huvm_policy_t */
+#define HUVM_POLICY_SCOPE_GPU           1   /* a field of huvm_gpu_policy_t */
+
 /* Where an eviction goes, and why (the reason codes of huvm_decide_evict, also USDT/tracepoint args). */
 #define HUVM_REASON_PEER                0   /* a peer was chosen */
 #define HUVM_REASON_TIER_OFF            1   /* policy: peer tier off (stock preset) or the GPU's role forbids */
@@ -435,6 +451,43 @@ typedef struct {
 
 /* HUVM_ABI_END */
 
+/* The policy fields: one row per settable field, the one declaration of its name (the struct member, the key
+ * huvmctl, policy files, JSON and huvm-top use), its error_field code (HUVM_FIELD_<id>; GPU fields:
+ * HUVM_FIELD_GPU_<id> within the entry), unit (HUVM_UNIT_<unit>), range, special values (HUVM_POLICY_FIELD_*)
+ * and its value in each preset (stock, huvm-atc22, huvm). huvm_policy.c builds its descriptor array from the
+ * rows (validation and presets loop over it; huvm_policy_field() exports it, to Python through cffi); cross-field
+ * rules stay explicit code there. Rows are in struct order; docs/policy.md says how to add one.
+ *
+ * X(id, member, type, unit, min, max, special, choices, stock, atc22, huvm)
+ *   choices: for ENUM and FLAGS, the prefix of the constants after HUVM_ ("ROLE_": HUVM_ROLE_*), else "". */
+#define HUVM_POLICY_FIELDS(X)                                                                                   \
+    X(PEER_SELECT, peer_select, uint32_t, ENUM, 0, HUVM_PEER_SELECT_COUNT - 1, 0, "PEER_SELECT_",             \
+      HUVM_PEER_SELECT_MOST_FREE, HUVM_PEER_SELECT_FEWEST_LENT, HUVM_PEER_SELECT_FASTEST_LINK)                  \
+    X(NVLINK_ONLY, nvlink_only, uint32_t, BOOL, 0, 1, 0, "", 1, 1, 1)                                           \
+    X(PEER_USAGE_MAX_PCT, peer_usage_max_pct, uint32_t, PERCENT, HUVM_PEER_USAGE_PCT_MIN,                      \
+      HUVM_PEER_USAGE_PCT_MAX, 0, "", 100, 85, 90)                                                              \
+    X(PREEVICT_CHUNKS, preevict_chunks, uint32_t, CHUNKS, 0, HUVM_PREEVICT_MAX_CHUNKS, 0, "", 0, 50, 64)       \
+    X(PREEVICT_BATCH, preevict_batch, uint32_t, CHUNKS, 1, HUVM_PREEVICT_MAX_BATCH, 0, "", 1, 50, 64)          \
+    X(FETCH_MODE, fetch_mode, uint32_t, ENUM, 0, HUVM_FETCH_COUNT - 1, 0, "FETCH_",                            \
+      HUVM_FETCH_MIGRATE, HUVM_FETCH_MIGRATE, HUVM_FETCH_MIGRATE)                                               \
+    X(PREFETCH_MODE, prefetch_mode, uint32_t, ENUM, 0, HUVM_PREFETCH_COUNT - 1, 0, "PREFETCH_",                \
+      HUVM_PREFETCH_OFF, HUVM_PREFETCH_TWO_STAGE, HUVM_PREFETCH_TWO_STAGE)                                      \
+    X(PREFETCH_CHUNKS, prefetch_chunks, uint32_t, CHUNKS, 0, HUVM_PREFETCH_MAX_CHUNKS, 0, "", 0, 16, 16)       \
+    X(PREFETCH_STRIDE, prefetch_stride, uint32_t, CHUNKS, 1, HUVM_PREFETCH_MAX_STRIDE, 0, "", 1, 2, 2)         \
+    X(HYSTERESIS_MS, hysteresis_ms, uint32_t, MS, 0, HUVM_HYSTERESIS_MAX_MS, 0, "", 0, 0, 5)
+
+/* huvm's lend_reserve_bytes is computed per GPU (5 % of its memory, huvm_policy.c): the row's 0 stands for it. */
+#define HUVM_GPU_POLICY_FIELDS(X)                                                                               \
+    X(ROLE, role, uint32_t, ENUM, 0, HUVM_ROLE_COUNT - 1, 0, "ROLE_",                                          \
+      HUVM_ROLE_NONE, HUVM_ROLE_BOTH, HUVM_ROLE_BOTH)                                                           \
+    X(FLAGS, flags, uint32_t, FLAGS, 0, HUVM_GPU_POLICY_FLAGS_KNOWN, 0, "GPU_POLICY_", 0, 0,                   \
+      HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK | HUVM_GPU_POLICY_PREFETCH_FEEDBACK) \
+    X(LEND_LIMIT, lend_limit_bytes, uint64_t, BYTES, 0, HUVM_UNLIMITED, HUVM_POLICY_FIELD_UNLIMITED, "",       \
+      HUVM_UNLIMITED, HUVM_UNLIMITED, HUVM_UNLIMITED)                                                           \
+    X(LEND_RESERVE, lend_reserve_bytes, uint64_t, BYTES, 0, HUVM_MAX_MEMORY_BYTES, 0, "", 0, 0, 0)             \
+    X(LEND_TRAFFIC, lend_traffic_mbyte_per_s, uint32_t, MBYTE_PER_S, HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S,        \
+      HUVM_MAX_MBYTE_PER_S, HUVM_POLICY_FIELD_ZERO_OFF, "", 0, 0, 0)
+
 /* Layout checks: a change here is an ABI change (bump HUVM_ABI_VERSION_MAJOR). */
 #define HUVM_ABI_ASSERT(cond, msg) _Static_assert(cond, msg)
 HUVM_ABI_ASSERT(sizeof(huvm_hdr_t) == 16, "huvm_hdr_t");
@@ -445,6 +498,22 @@ HUVM_ABI_ASSERT(sizeof(huvm_policy_t) == 56 + 16 * 48, "huvm_policy_t");
 HUVM_ABI_ASSERT(sizeof(huvm_gpu_counters_t) == 8 * 30, "huvm_gpu_counters_t");
 HUVM_ABI_ASSERT(sizeof(huvm_pair_counters_t) == 40, "huvm_pair_counters_t");
 HUVM_ABI_ASSERT(sizeof(huvm_va_space_info_t) == 88, "huvm_va_space_info_t");
+/* Each row names a member of its struct, of its type's size, and a range its type holds: a row and the struct
+ * cannot drift (a row whose member does not exist does not compile). */
+#define HUVM_ABI_MEMBER_SIZE(type, field) sizeof(((type *)0)->field)
+#define HUVM_ABI_RANGE_OK(lo, hi, stock, atc22, huvm)                                                        \
+    ((uint64_t)(hi) - (uint64_t)(lo) <= (uint64_t)(hi) && (uint64_t)(stock) <= (uint64_t)(hi) &&               \
+     (uint64_t)(atc22) <= (uint64_t)(hi) && (uint64_t)(huvm) <= (uint64_t)(hi))
+#define HUVM_ABI_ASSERT_ROW(st, code, member, type, unit, lo, hi, stock, atc22, huvm)                           \
+    HUVM_ABI_ASSERT(HUVM_ABI_MEMBER_SIZE(st, member) == sizeof(type) && (type)(hi) == (hi) &&                  \
+                    HUVM_ABI_RANGE_OK(lo, hi, stock, atc22, huvm) && HUVM_UNIT_##unit < HUVM_UNIT_COUNT &&    \
+                    code < HUVM_FIELD_GPU_STRIDE, #st " row " #member)
+#define HUVM_ABI_ASSERT_NODE_FIELD(id, member, type, unit, lo, hi, special, choices, stock, atc22, huvm)       \
+    HUVM_ABI_ASSERT_ROW(huvm_policy_t, HUVM_FIELD_##id, member, type, unit, lo, hi, stock, atc22, huvm);
+#define HUVM_ABI_ASSERT_GPU_FIELD(id, member, type, unit, lo, hi, special, choices, stock, atc22, huvm)        \
+    HUVM_ABI_ASSERT_ROW(huvm_gpu_policy_t, HUVM_FIELD_GPU_##id, member, type, unit, lo, hi, stock, atc22, huvm);
+HUVM_POLICY_FIELDS(HUVM_ABI_ASSERT_NODE_FIELD)
+HUVM_GPU_POLICY_FIELDS(HUVM_ABI_ASSERT_GPU_FIELD)
 HUVM_ABI_ASSERT(HUVM_DEST_HOST == HUVM_MAX_GPUS, "host destination index");
 #define HUVM_ABI_ARRAY_LEN(type, field) (sizeof(((type *)0)->field) / sizeof(((type *)0)->field[0]))
 HUVM_ABI_ASSERT(HUVM_ABI_ARRAY_LEN(huvm_gpu_counters_t, host_reason) == HUVM_REASON_COUNT, "host_reason[]");

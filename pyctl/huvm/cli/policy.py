@@ -151,8 +151,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
 EXAMPLES = """examples:
   huvmctl policy show
   huvmctl policy set prefetch_chunks=16 prefetch_stride=2 peer_select=fewest-lent
-  huvmctl policy set gpu.0.role=harvester gpu.1.lend_limit=8GiB gpu.all.lend_reserve=1GiB
-  huvmctl policy set gpu.1.lend_traffic=18GB/s     # guests' traffic budget; gpu.1.lend_traffic=off: none
+  huvmctl policy set gpu.0.role=harvester gpu.1.lend_limit_bytes=8GiB gpu.all.lend_reserve_bytes=1GiB
+  huvmctl policy set gpu.1.lend_traffic_mbyte_per_s=18GB/s   # guests' traffic budget; =off: none
   huvmctl policy lender-budget 1 3 --max-slowdown 2%   # the budget from a slowdown target and NVML's HBM
   huvmctl policy preset huvm-atc22 --dry-run
   huvmctl policy save current.toml && huvmctl policy diff tuned.toml && huvmctl policy apply tuned.toml
@@ -191,7 +191,7 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     q = ps.add_parser("keys", parents=parents, help="list the settable keys")
     q.set_defaults(func=cmd_keys)
     q = ps.add_parser("lender-budget", parents=parents,
-                      help="set lenders' guest-traffic budget (gpu.N.lend_traffic) for a slowdown target",
+                      help="set lenders' guest-traffic budget (gpu.N.lend_traffic_mbyte_per_s) for a slowdown target",
                       description="Set each GPU's guest-traffic budget so that guests' copies take at most the "
                                   "share 1 - 1/(1 + target) of its HBM bandwidth (a memory-bound lender then "
                                   "runs at most target slower; docs/policy.md, 'Lender target'). The HBM "

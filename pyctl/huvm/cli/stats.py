@@ -43,7 +43,8 @@ def lending_table(lend: Sequence[GpuLending]) -> Table:
 
 
 def guest_traffic_table(rates: Mapping[int, float], budgets: Mapping[int, int]) -> Table:
-    """Per GPU: guests' traffic through it over the interval (MB/s) against its budget (gpu.N.lend_traffic)."""
+    """Per GPU: guests' traffic through it over the interval (MB/s) against its budget
+    (gpu.N.lend_traffic_mbyte_per_s)."""
     t = Table(title="Guests' traffic through each GPU (MB/s over the interval; the budget holds per 20 ms)",
               title_justify="left")
     for col in ("GPU", "guest traffic", "budget", "of budget"):
@@ -171,7 +172,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def lend_traffic_budgets(node: Any) -> dict[int, int]:
-    """Per GPU index: its lend_traffic budget now (MB/s; 0: none)."""
+    """Per GPU index: its lend_traffic_mbyte_per_s budget now (MB/s; 0: none)."""
     index = {g.uuid.lower(): g.index for g in node.info().gpus}
     return {index[e.uuid.lower()]: e.lend_traffic_mbyte_per_s for e in node.get_policy().gpus
             if e.uuid.lower() in index}

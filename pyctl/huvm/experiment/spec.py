@@ -21,7 +21,7 @@
     start_ms = 0
     managed = true                                 # UVM managed (evictable); false: cudaMalloc
     role = "harvester"                             # optional, its GPU's policy (not under stock/ideal):
-    lend_reserve = "1GiB"                          #   role, lend_limit, lend_reserve, lend_traffic, flags
+    lend_reserve_bytes = "1GiB"                    #   role, flags, lend_limit_bytes, lend_reserve_bytes, ...
 
     [policy.tuned]                                 # a policy file's keys, in a table
     preset = "huvm"
@@ -49,7 +49,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, StringConstraints, create_model
 
 from .. import abi
-from ..policy import GPU_KEYS, KEYS, NODE_KEYS, preset_names, value_type
+from ..policy import GPU_KEYS, KEYS, NODE_KEYS, key_spec, preset_names, spellings, value_type, written
 from ..policyfile import PolicyTable
 from ..schema import FileModel, size_value, validate, validate_value
 from ..sim.schema import MAX_GPUS as SIM_MAX_GPUS
@@ -174,9 +174,9 @@ class _Tenant(FileModel):
     cwd: str | None = None
 
 
-#: one ``[[tenant]]``: its own keys, plus its GPU's policy keys (role, lend_limit, lend_reserve, lend_traffic, flags)
+#: one ``[[tenant]]``: its own keys, plus its GPU's policy keys (huvm.policy.GPU_KEYS, and their deprecated spellings)
 TenantTable: type[_Tenant] = create_model(  # type: ignore[call-overload]
-    "TenantTable", __base__=_Tenant, **{k: (value_type(KEYS[k]) | None, None) for k in GPU_KEYS})
+    "TenantTable", __base__=_Tenant, **{w: (value_type(KEYS[k]) | None, None) for k in GPU_KEYS for w in spellings(k)})
 
 
 class SweepTable(FileModel):
@@ -404,7 +404,7 @@ def _tenants(doc: TomlDoc, tables: list[dict[str, Any]], kind: str = "sim") -> t
             raise doc.error("a tenant needs a trace or a static footprint", *path, "trace")
         out.append(TenantSpec(name, t.gpu, _trace_ref(doc, t.trace) if t.trace else "", t.steps, t.static,
                               int(t.start_ms * 1_000_000), doc.line(*path), t.managed,
-                              tuple((k, raw[k]) for k in GPU_KEYS if k in raw), i))
+                              tuple((k, raw[w]) for k, w in written(raw, GPU_KEYS)), i))
     if kind == "local":
         if not any(t.steps > 0 for t in out):
             raise doc.error("at least one tenant must run in the foreground (steps = 1)", "tenant")
@@ -437,7 +437,7 @@ def _local_tenant(doc: TomlDoc, t: Any, raw: dict[str, Any], name: str, i: int) 
         p = Path(t.cwd)
         cwd = str(p if p.is_absolute() else Path(doc.path).resolve().parent / p)
     return TenantSpec(name, gpus[0], "", t.steps, 0, int(t.start_ms * 1_000_000), doc.line(*path), True,
-                      tuple((k, raw[k]) for k in GPU_KEYS if k in raw), i, tuple(t.command), tuple(gpus),
+                      tuple((k, raw[w]) for k, w in written(raw, GPU_KEYS)), i, tuple(t.command), tuple(gpus),
                       tuple(sorted((t.env or {}).items())), cwd)
 
 
@@ -495,7 +495,8 @@ def _sweep(doc: TomlDoc, raw: dict[str, Any], tenants: tuple[TenantSpec, ...],
             labels.append(v)
             point_settings.append({parts[1]: v})
     else:
-        if key not in NODE_KEYS and not (len(parts) == 3 and parts[0] == "gpu" and parts[2] in GPU_KEYS):
+        gpu_spec = key_spec(parts[2]) if len(parts) == 3 and parts[0] == "gpu" else None
+        if key not in NODE_KEYS and (gpu_spec is None or gpu_spec.scope != "gpu"):
             raise doc.error(f"unknown sweep key (policy keys: {', '.join(KEYS)}; or tenant.NAME.static|steps; "
                             f"or node.{{{','.join(NODE_SWEEP_KEYS)}}})", "sweep", "key")
         for i, v in enumerate(s.values):
@@ -503,7 +504,7 @@ def _sweep(doc: TomlDoc, raw: dict[str, Any], tenants: tuple[TenantSpec, ...],
             if not point:
                 raise doc.error("an empty sweep point", "sweep", "values", str(i))
             for k, x in point.items():
-                spec = KEYS.get(k.split(".")[-1])
+                spec = key_spec(k.split(".")[-1])
                 if spec is None:
                     raise doc.error(f"unknown policy key {k!r} in a sweep point", "sweep", "values", str(i))
                 validate_value(doc, value_type(spec), x, "sweep", "values", str(i), *([k] if point is v else []))

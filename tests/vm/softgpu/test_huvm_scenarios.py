@@ -650,7 +650,7 @@ def test_lender_grows(session: sglib.Session, managed: Any, huvm_node: Any, kmsg
     reserve = 16 * MIB
 
     _, policy = node.apply_preset("huvm")
-    _, policy = node.set([f"gpu.{holder}.lend_reserve={reserve >> 20}MiB"])
+    _, policy = node.set([f"gpu.{holder}.lend_reserve_bytes={reserve >> 20}MiB"])
     assert policy.gpus[holder].lend_reserve_bytes == reserve, policy.gpus[holder]
 
     seed = 0x1E_6D0

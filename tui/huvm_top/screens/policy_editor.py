@@ -4,7 +4,7 @@ preset switcher.
 Nothing is sent until ctrl+s. Values are parsed and checked first (:mod:`huvm_top.policy_rules`, then the
 source's library checks); a refusal, local or by the core, names the field, marks it and leaves every edit
 in place. The form is generated from the ABI's policy structs (header comments as help). Fields are named
-by ``huvmctl policy set``'s keys (``prefetch_chunks``, ``gpu.2.lend_limit``) and show their range, so what
+by ``huvmctl policy set``'s keys (``prefetch_chunks``, ``gpu.2.lend_limit_bytes``) and show their range, so what
 works here can be typed there.
 """
 
@@ -110,7 +110,7 @@ class PolicyEditor(Screen[PolicyState | None]):
 
     def key_of(self, field: str) -> str:
         """The editor's field (``gpus[1].lend_reserve_bytes``, ``prefetch_chunks``) as huvmctl's key
-        (``gpu.1.lend_reserve``, by the GPU's index on the node)."""
+        (``gpu.1.lend_reserve_bytes``, by the GPU's index on the node)."""
         by_field = {s.name: s.key for s in (*node_specs(), *gpu_specs())}
         if field.startswith("gpus["):
             index, name = field[len("gpus["):].split("].", 1)

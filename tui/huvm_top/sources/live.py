@@ -80,14 +80,12 @@ def snapshot(stats: StatsSnapshot, info: HuvmNodeInfo | None, va_spaces: tuple[V
 
 def to_state(p: hp.Policy) -> PolicyState:
     node = {"preset": p.preset, **{hp.KEYS[k].field: int(getattr(p, hp.KEYS[k].field)) for k in hp.NODE_KEYS}}
-    gpus = [GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, g.flags, g.lend_traffic_mbyte_per_s)
-            for g in p.gpus]
+    gpus = [GpuPolicy(g.uuid, **{k: int(getattr(g, k)) for k in hp.GPU_KEYS}) for g in p.gpus]
     return PolicyState(p.generation, node, gpus)
 
 
 def to_policy(s: PolicyState, base: hp.Policy | None = None) -> hp.Policy:
-    gpus = tuple(hp.GpuPolicy(g.uuid, g.role, g.lend_limit_bytes, g.lend_reserve_bytes, g.flags,
-                              g.lend_traffic_mbyte_per_s) for g in s.gpus)
+    gpus = tuple(hp.GpuPolicy(g.uuid, **{k: int(getattr(g, k)) for k in hp.GPU_KEYS}) for g in s.gpus)
     fields = {hp.KEYS[k].field: s.node[hp.KEYS[k].field] for k in hp.NODE_KEYS if hp.KEYS[k].field in s.node}
     return hp.Policy(s.generation, s.node.get("preset", 0), gpus=gpus, **fields)
 
@@ -184,7 +182,7 @@ class LiveSource:
         return to_state(self._call("GET_POLICY", lambda n: n.get_policy()))
 
     def _field(self, key: str | None, policy: PolicyState) -> str:
-        """huvm's key (``gpu.2.lend_reserve``, GPU index) -> the editor's field (``gpus[i].lend_reserve_bytes``,
+        """huvm's key (``gpu.2.lend_reserve_bytes``, GPU index) -> the editor's field (``gpus[i].lend_reserve_bytes``,
         entry index)."""
         if not key:
             return "policy"

@@ -19,7 +19,8 @@ from huvm_top.rates import Rates
 # The headline: memory split between the GPU's own data and other GPUs' data it holds (lent), and its
 # data held by peers (harvested). "own" is used memory less lent bytes.
 HEADLINE: tuple[tuple[str, str], ...] = (("own", "own"), ("lent_bytes", "lent"), ("harvested_bytes", "harvested"))
-# First after the headline: guests' data copied into or out of the GPU, MB/s (what its lend_traffic budget limits).
+# First after the headline: guests' data copied into or out of the GPU, MB/s (what its lend_traffic_mbyte_per_s
+# budget limits).
 GUEST_TRAFFIC = ("guest_traffic", "guest MB/s")
 
 # Rate columns after the headline, in order (the full table is on the help screen and in the detail view).
@@ -128,7 +129,7 @@ class GpuTable(DataTable[str | Text]):
             self.update_cell(row, "lent_bytes", right(fmt.nbytes(lent)), update_width=True)
             self.update_cell(row, "harvested_bytes", right(fmt.nbytes(values.get("harvested_bytes", 0))),
                              update_width=True)
-            # guests' traffic through it, what its lend_traffic budget limits
+            # guests' traffic through it, what its lend_traffic_mbyte_per_s budget limits
             self.update_cell(row, GUEST_TRAFFIC[0], right(f"{rates.guest_traffic_mbyte_per_s(g.index):,.0f}"),
                              update_width=True)
             for m in self.metrics:
