@@ -14,7 +14,10 @@ VENV        ?= $(ROOT)/.venv
 PY          := $(VENV)/bin/python
 # The venv is made from Debian's python so that bcc (python3-bpfcc) is importable.
 SYSTEM_PY   ?= /usr/bin/python3
-UPSTREAM_VERSION := 535.261.03
+# The upstream nvidia-uvm to patch: UPSTREAM=535.261.03 (default) or 580.142 (docs/build.md).
+HUVM_DEFAULT_UPSTREAM := 535.261.03
+UPSTREAM    ?= $(HUVM_DEFAULT_UPSTREAM)
+UPSTREAM_VERSION := $(UPSTREAM)
 export ROOT BUILD VENV PY UPSTREAM_VERSION
 
 .PHONY: all help deps venv test demo bench lint

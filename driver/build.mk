@@ -1,8 +1,12 @@
-# driver/build.mk: pinned upstream nvidia-uvm 535.261.03 + patch series + huvm -> nvidia-uvm.ko;
-# static checks, lab-server load/unload, DKMS. Included by the top Makefile; see docs/build.md.
+# driver/build.mk: pinned upstream nvidia-uvm (UPSTREAM=535.261.03 by default, or 580.142) + patch
+# series + huvm -> nvidia-uvm.ko; static checks, lab-server load/unload, DKMS. Included by the top
+# Makefile; see docs/build.md.
+#
+# Every target below takes UPSTREAM=<version>: patches/<version>/, driver/scripts/upstream-<version>.*
+# and, for a version other than 535.261.03, build/upstream-<version>/ and build/module-<version>/.
 #
 #   make source            fetch + verify + unpack upstream into $(BUILD)/upstream/orig
-#                          (UPSTREAM_DIR=DIR or UPSTREAM_TARBALL=FILE instead of Debian's .deb)
+#                          (UPSTREAM_DIR=DIR or UPSTREAM_TARBALL=FILE instead of the pinned default)
 #   make patch             $(BUILD)/upstream/work = orig + patches/$(UPSTREAM_VERSION)/series
 #   make refresh-patches   regenerate the patches from an edited work tree [PATCH=NNNN-x.patch SUBJECT=..]
 #   make module            build nvidia-uvm.ko [UVM_BUILD_TYPE=debug] [KERNEL_OUT= KERNEL_SRC=]
@@ -14,11 +18,14 @@
 #   make module-test       (part of `make test`) release + debug builds, then check-kernel
 
 HUVM_SCRIPTS    := $(ROOT)/driver/scripts
-HUVM_UPSTREAM   := $(BUILD)/upstream
+# The default upstream keeps its historical paths; others live beside it (same rule in huvm-paths.sh).
+HUVM_VSUFFIX    := $(if $(filter $(HUVM_DEFAULT_UPSTREAM),$(UPSTREAM_VERSION)),,-$(UPSTREAM_VERSION))
+HUVM_UPSTREAM   := $(BUILD)/upstream$(HUVM_VSUFFIX)
 HUVM_ORIG       := $(HUVM_UPSTREAM)/orig
 HUVM_WORK       := $(HUVM_UPSTREAM)/work
-HUVM_PATCHDIR   := $(ROOT)/patches/$(UPSTREAM_VERSION)
-HUVM_MODULES    := $(BUILD)/module
+# UPSTREAM_PATCHES=<version>: apply another version's series (a 580.x tree given by UPSTREAM_DIR).
+HUVM_PATCHDIR   := $(ROOT)/patches/$(or $(UPSTREAM_PATCHES),$(UPSTREAM_VERSION))
+HUVM_MODULES    := $(BUILD)/module$(HUVM_VSUFFIX)
 UVM_BUILD_TYPE  ?= release
 # huvm's files (driver/ of this repository; another checkout's driver/ for experiments)
 HUVM_DRIVER     ?= $(ROOT)/driver
@@ -26,7 +33,7 @@ HUVM_KO          = $(HUVM_MODULES)/$(UVM_BUILD_TYPE)/nvidia-uvm.ko
 
 # Passed to the scripts through the environment (only those given: an empty FORCE or PATCH must not
 # reach kbuild).
-HUVM_ENV_VARS := UPSTREAM_DIR UPSTREAM_TARBALL DEBIAN_MIRROR KERNEL_OUT KERNEL_SRC NVIDIA_SYMVERS \
+HUVM_ENV_VARS := UPSTREAM_DIR UPSTREAM_TARBALL UPSTREAM_PATCHES DEBIAN_MIRROR KERNEL_OUT KERNEL_SRC NVIDIA_SYMVERS \
                  MODULE_PARAMS DRY_RUN FORCE PATCH SUBJECT
 $(foreach v,$(HUVM_ENV_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval export $(v))))
 
