@@ -51,9 +51,12 @@ long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);
 
 // GPU lifetime (uvm_gpu.c): register a GPU with the core at the end of init_gpu(), its links when peer
 // access is initialised, and remove it (stopping its pre-eviction worker) at the start of deinit_gpu().
+// uvm_huvm_add_peer() takes the link as scalars, the same on every branch: uvm_link_type is UVM's
+// uvm_gpu_link_type_t (535: in uvm_gpu_peer_t; 570+: in the parents' uvm_parent_gpu_peer_t), mapped to
+// HUVM_LINK_* by uvm_huvm_link_type().
 // LOCKING: the global lock is held by the callers.
 void uvm_huvm_add_gpu(uvm_gpu_t *gpu);
-void uvm_huvm_add_peer(uvm_gpu_t *gpu0, uvm_gpu_t *gpu1, const uvm_gpu_peer_t *peer_caps);
+void uvm_huvm_add_peer(uvm_gpu_t *gpu0, uvm_gpu_t *gpu1, NvU32 uvm_link_type, NvU32 mbyte_per_s);
 void uvm_huvm_remove_gpu(uvm_gpu_t *gpu);
 
 // VA space lifetime (uvm_va_space.c). destroy flushes huvm work that may reference the VA space.

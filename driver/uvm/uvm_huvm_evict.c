@@ -34,8 +34,8 @@ static NvU32 evict_candidates_locked(uvm_va_space_t *va_space, uvm_gpu_t *gpu)
         if (!uvm_processor_mask_test(&va_space->can_copy_from[uvm_id_value(id)], gpu->id))
             continue;
 
-        peer = va_space->registered_gpus_table[uvm_id_gpu_index(id)];
-        if (!peer || !uvm_gpu_supports_eviction(peer))
+        peer = uvm_huvm_va_space_gpu_or_null(va_space, id);
+        if (!peer || !uvm_huvm_gpu_supports_eviction(peer))
             continue;
 
         // A static property of the GPU, unlike the VA space's indirect_peers mask: indirect peers are
