@@ -15,7 +15,8 @@
 #   make load / unload     swap the stock nvidia_uvm for ours and back (root) [MODULE_PARAMS=..] [DRY_RUN=1]
 #   make dkms-install / dkms-remove   register the patched module with DKMS [DRY_RUN=1]
 #   make dkms-check        dkms add + build in private trees under $(BUILD)/dkms (no root effects)
-#   make module-test       (part of `make test`) release + debug builds, then check-kernel
+#   make module-test       (part of `make test`) per MODULE_TEST_UPSTREAMS (535.261.03 580.142): release
+#                          build + check-kernel; debug too for 535 (all with MODULE_TEST_FULL=1)
 
 HUVM_SCRIPTS    := $(ROOT)/driver/scripts
 # The default upstream keeps its historical paths; others live beside it (same rule in huvm-paths.sh).
@@ -96,12 +97,18 @@ module: $(HUVM_MODULES)/$(UVM_BUILD_TYPE)/.huvm-built
 check-kernel: $(HUVM_MODULES)/release/.huvm-built
 	@UVM_BUILD_TYPE=release DRIVER=$(HUVM_DRIVER) bash $(HUVM_SCRIPTS)/huvm-module.sh --sparse $(HUVM_MODULES)/release
 
-# Part of `make test`: both build types, then sparse (release first: debug reuses its conftest results).
+# Part of `make test`: for each upstream in MODULE_TEST_UPSTREAMS, the release build and sparse; the
+# debug build too for the default upstream, and for every one with MODULE_TEST_FULL=1 (release first:
+# debug reuses its conftest results). 580.142 comes from ../shared/upstream/ (see upstream-580.142.source).
+MODULE_TEST_UPSTREAMS ?= $(HUVM_DEFAULT_UPSTREAM) 580.142
 module-test: | deps
-	@$(MAKE) --no-print-directory module UVM_BUILD_TYPE=release
-	@$(MAKE) --no-print-directory module UVM_BUILD_TYPE=debug
-	@$(MAKE) --no-print-directory check-kernel
-	@echo "== module-test: release + debug nvidia-uvm.ko built, sparse clean =="
+	@for v in $(MODULE_TEST_UPSTREAMS); do \
+	    $(MAKE) --no-print-directory module UPSTREAM=$$v UVM_BUILD_TYPE=release || exit 1; \
+	    if [ "$$v" = "$(HUVM_DEFAULT_UPSTREAM)" ] || [ -n "$(MODULE_TEST_FULL)" ]; then \
+	        $(MAKE) --no-print-directory module UPSTREAM=$$v UVM_BUILD_TYPE=debug || exit 1; fi; \
+	    $(MAKE) --no-print-directory check-kernel UPSTREAM=$$v || exit 1; \
+	done
+	@echo "== module-test: nvidia-uvm.ko built and sparse clean for $(MODULE_TEST_UPSTREAMS) =="
 
 test: module-test
 
