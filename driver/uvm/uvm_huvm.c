@@ -583,6 +583,36 @@ static NvU32 preset_from_param(void)
     return HUVM_PRESET_STOCK;
 }
 
+// nvidia.ko's version against the one this module was built for, asked as nvidia-modeset asks it:
+// nvidia_get_rm_ops() answers NV_ERR_GENERIC and its own version when they differ. A patched nvidia-uvm
+// must never run next to another nvidia.ko (the nvUvmInterface structures change even inside a branch,
+// and a build without nvidia.ko's Module.symvers has no CRCs to catch it). One kernel log line names both.
+// LOCKING: none (module load, first thing in uvm_init()).
+NV_STATUS uvm_huvm_check_nvidia_version(void)
+{
+    // nvidia.ko copies its whole table when the versions match: room for a larger one than this tree's
+    // (when they differ it writes version_string only).
+    union {
+        nvidia_modeset_rm_ops_t ops;
+        NvU8 room[512];
+    } rm_ops;
+    NV_STATUS status;
+
+    BUILD_BUG_ON(sizeof(rm_ops.ops) > sizeof(rm_ops.room) / 2);
+
+    memset(&rm_ops, 0, sizeof(rm_ops));
+    rm_ops.ops.version_string = NV_VERSION_STRING;
+    status = nvidia_get_rm_ops(&rm_ops.ops);
+    if (status == NV_OK)
+        return NV_OK;
+
+    pr_err("nvidia-uvm: Version mismatch: nvidia.ko(%s) nvidia-uvm.ko(%s), huvm refuses to load\n",
+           rm_ops.ops.version_string ? rm_ops.ops.version_string : "?",
+           NV_VERSION_STRING);
+
+    return NV_ERR_NOT_COMPATIBLE;
+}
+
 // LOCKING: none (module load, before any other UVM state exists).
 void uvm_huvm_init(void)
 {

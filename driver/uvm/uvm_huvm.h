@@ -39,8 +39,10 @@ typedef struct
     atomic64_t harvested_bytes;
 } uvm_huvm_va_space_t;
 
-// Module load and unload.
+// Module load and unload. uvm_huvm_check_nvidia_version() comes first in uvm_init(): anything but NV_OK
+// (nvidia.ko is of another version; one kernel log line names both) fails the load.
 // LOCKING: none held; called from uvm_init()/uvm_exit() only.
+NV_STATUS uvm_huvm_check_nvidia_version(void);
 void uvm_huvm_init(void);
 void uvm_huvm_exit(void);
 
