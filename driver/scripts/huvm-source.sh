@@ -26,7 +26,9 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/huvm-paths.sh"
 DEST=${DEST:-$ORIG}
 CACHE=${UPSTREAM_CACHE:-$BUILD/upstream/cache}
-MANIFEST=$HERE/upstream-$VERSION.sha256
+# HUVM_MANIFEST_DIR: where the manifests live and a first-use one is recorded (tests: a private folder).
+MANIFEST_DIR=${HUVM_MANIFEST_DIR:-$HERE}
+MANIFEST=$MANIFEST_DIR/upstream-$VERSION.sha256
 
 # Pins of the default source (upstream-<version>.source): DEB_* for a Debian package, or TARBALL_DEFAULT
 # (relative to the repository root) + TARBALL_SHA256 for a tarball given by path. None: UPSTREAM_DIR= or
@@ -51,7 +53,7 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 manifests() {
     local m
     [ ! -f "$MANIFEST" ] || echo "$MANIFEST"
-    for m in "$HERE/upstream-$VERSION".*.sha256; do [ -f "$m" ] && echo "$m"; done
+    for m in "$MANIFEST_DIR/upstream-$VERSION".*.sha256; do [ -f "$m" ] && echo "$m"; done
     return 0
 }
 if [ -z "$(manifests)" ] && [ -z "${UPSTREAM_DIR:-}${UPSTREAM_TARBALL:-}" ]; then
