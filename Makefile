@@ -24,7 +24,7 @@ export ROOT BUILD VENV PY UPSTREAM_VERSION
 .DEFAULT_GOAL := help
 
 help:
-	@echo "huvm $(UPSTREAM_VERSION) targets:"
+	@echo "huvm targets (upstream nvidia-uvm $(UPSTREAM_VERSION); UPSTREAM=580.142 for the 580 branch):"
 	@echo "  demo           set up and run the example consolidation experiment (simulated node)"
 	@echo "  test           all tests (C core, Python, module build, sparse, qemu test bed)"
 	@echo "  source patch module check-kernel load unload dkms-install dkms-remove refresh-patches"

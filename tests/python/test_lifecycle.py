@@ -630,3 +630,18 @@ def test_dkms_package_has_its_own_module_name_and_version_check(tmp_path: Path) 
         assert all(w in p.stdout + p.stderr for w in words), p.stdout + p.stderr
     r = run("huvm-dkms.sh", "stage", env={**env, "NVIDIA_DKMS_PACKAGE": "none"})
     assert r.returncode == 0 and "BUILD_DEPENDS[0]" not in (stage / "dkms.conf").read_text()
+
+
+def test_manifests_of_each_upstream() -> None:
+    """535.261.03: Debian's tree and NVIDIA's tag keep the same 286 files, 25 of them different (docs/driver.md);
+    580.142: the same list plus header-presence-tests.mk, which its top-level Kbuild includes."""
+    def read(name: str) -> dict[str, str]:
+        rows = [ln.split() for ln in (SCRIPTS / name).read_text().splitlines() if ln.strip()]
+        return {path.lstrip("*"): digest for digest, path in rows}
+    debian, nvidia = read("upstream-535.261.03.sha256"), read("upstream-535.261.03.nvidia.sha256")
+    assert len(debian) == 286 and debian.keys() == nvidia.keys()
+    differ = sorted(p for p in debian if debian[p] != nvidia[p])
+    assert len(differ) == 25 and "Kbuild" in differ and "common/inc/nv-linux.h" in differ, differ
+    v580 = read("upstream-580.142.sha256")
+    assert set(v580) - set(debian) >= {"header-presence-tests.mk"}
+    assert "nvidia-uvm/uvm_pmm_gpu.c" in v580 and "nvidia/nvidia.Kbuild" in v580
