@@ -606,7 +606,8 @@ NV_STATUS uvm_huvm_check_nvidia_version(void)
     if (status == NV_OK)
         return NV_OK;
 
-    pr_err("nvidia-uvm: Version mismatch: nvidia.ko(%s) nvidia-uvm.ko(%s), huvm refuses to load\n",
+    // One line, "nvidia-uvm: Version mismatch: ..." (uvm_linux.h's pr_fmt adds the prefix).
+    pr_err("Version mismatch: nvidia.ko(%s) nvidia-uvm.ko(%s), huvm refuses to load\n",
            rm_ops.ops.version_string ? rm_ops.ops.version_string : "?",
            NV_VERSION_STRING);
 

@@ -859,6 +859,8 @@ def test_version_mismatch_refused(unloadable: None, kmsg: Kmsg) -> None:
     p = subprocess.run(["insmod", UVM_KO, *UVM_PARAMS], capture_output=True, text=True, check=False)
     lines = kmsg.read()
     loaded = "nvidia_uvm" in _module_refs()
+    if loaded:
+        _rmmod("nvidia_uvm")
     _rmmod("huvm_softgpu")
     mismatch = [ln for ln in lines if "Version mismatch" in ln]
     print(f"version-mismatch: insmod exit {p.returncode} ({(p.stderr or p.stdout).strip()}); log: {mismatch}")
