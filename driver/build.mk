@@ -57,7 +57,8 @@ $(HUVM_ORIG_STAMP):
 patch: source
 	@bash $(HUVM_SCRIPTS)/huvm-patch.sh
 
-$(HUVM_WORK_STAMP): $(HUVM_ORIG_STAMP) $(HUVM_SERIES) $(HUVM_PATCHES)
+# (wildcard: a version without a series gets huvm-patch.sh's message, not make's "No rule to make target")
+$(HUVM_WORK_STAMP): $(HUVM_ORIG_STAMP) $(wildcard $(HUVM_SERIES)) $(HUVM_PATCHES)
 	@bash $(HUVM_SCRIPTS)/huvm-patch.sh
 	@touch $@
 

@@ -27,6 +27,10 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/huvm-paths.sh"
+# dkms runs make itself: nothing of the make that called this script may leak into it (under
+# `make dkms-check UPSTREAM=580.142` the caller's MAKEFLAGS/MAKELEVEL made dkms' build fail with
+# "Unterminated quoted string" in NVIDIA's Makefile; without them it builds).
+unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES
 DRIVER=${DRIVER:-$ROOT/driver}
 SRCROOT=${DKMS_SOURCE_ROOT:-/usr/src}
 DRY=${DRY_RUN:-0}
