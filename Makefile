@@ -14,14 +14,17 @@ VENV        ?= $(ROOT)/.venv
 PY          := $(VENV)/bin/python
 # The venv is made from Debian's python so that bcc (python3-bpfcc) is importable.
 SYSTEM_PY   ?= /usr/bin/python3
-UPSTREAM_VERSION := 535.261.03
+# The upstream nvidia-uvm to patch: UPSTREAM=535.261.03 (default) or 580.142 (docs/build.md).
+HUVM_DEFAULT_UPSTREAM := 535.261.03
+UPSTREAM    ?= $(HUVM_DEFAULT_UPSTREAM)
+UPSTREAM_VERSION := $(UPSTREAM)
 export ROOT BUILD VENV PY UPSTREAM_VERSION
 
 .PHONY: all help deps venv test demo bench lint
 .DEFAULT_GOAL := help
 
 help:
-	@echo "huvm $(UPSTREAM_VERSION) targets:"
+	@echo "huvm targets (upstream nvidia-uvm $(UPSTREAM_VERSION); UPSTREAM=580.142 for the 580 branch):"
 	@echo "  demo           set up and run the example consolidation experiment (simulated node)"
 	@echo "  test           all tests (C core, Python, module build, sparse, qemu test bed)"
 	@echo "  source patch module check-kernel load unload dkms-install dkms-remove refresh-patches"

@@ -57,7 +57,7 @@ static inline int huvm_role_lends(uint32_t role)
 
 static inline int huvm_link_is_nvlink(uint32_t link_type)
 {
-    return link_type >= HUVM_LINK_NVLINK_1 && link_type <= HUVM_LINK_C2C;
+    return (link_type >= HUVM_LINK_NVLINK_1 && link_type <= HUVM_LINK_C2C) || link_type == HUVM_LINK_NVLINK_5;
 }
 
 static inline uint64_t huvm_chunks_of(uint64_t bytes)

@@ -10,10 +10,13 @@
 #   - nvidia.ko is not loaded, or its version (/sys/module/nvidia/version) is not 535.261.03;
 #   - processes hold /dev/nvidia-uvm or /dev/nvidia-uvm-tools (named, from /proc/*/fd), or the module
 #     is otherwise in use (/sys/module/nvidia_uvm/refcnt);
-#   - unload: no stock nvidia-uvm module is installed to go back to.
+#   - unload: no stock nvidia-uvm module is installed to go back to;
+#   - load: the kernel requires signed modules (Secure Boot's lockdown, or module.sig_enforce), the build
+#     is unsigned, and there is no DKMS signing key to sign it with (else a signed copy is loaded).
 # DRY_RUN=1 prints every step instead of doing it (and needs no root). Environment for tests and odd
 # systems: SYSFS_ROOT (/sys), PROCFS_ROOT (/proc), STOCK_MODULE (nvidia-uvm: a module name for
-# modinfo/modprobe, or a .ko path), KERNEL_RELEASE (uname -r).
+# modinfo/modprobe, or a .ko path), KERNEL_RELEASE (uname -r), DKMS_MOK_KEY / DKMS_MOK_CERT
+# (/var/lib/dkms/mok.key, mok.pub: the key DKMS signs its modules with), SIGN_FILE (the kernel's sign-file).
 set -euo pipefail
 
 VERSION=${UPSTREAM_VERSION:-535.261.03}
@@ -25,6 +28,8 @@ DRY=${DRY_RUN:-0}
 [ "$DRY" = 0 ] || [ "$DRY" = 1 ] || DRY=1
 PARAMS=${MODULE_PARAMS:-}
 UVM=$SYS/module/nvidia_uvm
+MOK_KEY=${DKMS_MOK_KEY:-/var/lib/dkms/mok.key}
+MOK_CERT=${DKMS_MOK_CERT:-/var/lib/dkms/mok.pub}
 
 refuse() { echo "huvm-load: refusing: $*" >&2; exit 2; }
 die() { echo "huvm-load: $*" >&2; exit 1; }
@@ -58,6 +63,44 @@ check_nvidia() {
     local v
     v=$(cat "$SYS/module/nvidia/version" 2>/dev/null || echo unknown)
     [ "$v" = "$VERSION" ] || refuse "loaded nvidia.ko is version $v, huvm needs $VERSION"
+}
+
+# --- module signatures ---------------------------------------------------------------------------
+# Must modules be signed? module.sig_enforce, or lockdown (Debian turns it on under Secure Boot).
+sig_required() {
+    local e l
+    e=$(cat "$SYS/module/module/parameters/sig_enforce" 2>/dev/null || echo N)
+    [ "$e" != Y ] || return 0
+    l=$(cat "$SYS/kernel/security/lockdown" 2>/dev/null || echo "[none]")
+    case $l in *"[none]"*) return 1;; *"["*) return 0;; esac
+    return 1
+}
+
+# The kernel's sign-file: SIGN_FILE=, the kbuild tree's, or Debian's linux-kbuild-<major.minor>.
+find_sign_file() {
+    local c mm=${KREL%%-*}
+    mm=$(echo "$mm" | cut -d. -f1,2)
+    for c in "${SIGN_FILE:-}" "/lib/modules/$KREL/build/scripts/sign-file" "/usr/lib/linux-kbuild-$mm/scripts/sign-file"; do
+        [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+    done
+    return 1
+}
+
+# Under Secure Boot an unsigned build is signed with DKMS's key (the one `make dkms-install` signs with and
+# the admin enrolled with mokutil) into a copy next to it, which is then loaded; without the key: refused.
+prepare_signature() {
+    local signer sf
+    sig_required || return 0
+    signer=$(modinfo -F signer "$KO" 2>/dev/null || true)
+    if [ -n "$signer" ]; then say "signed modules required; $KO is signed ($signer)"; return 0; fi
+    [ -r "$MOK_KEY" ] && [ -r "$MOK_CERT" ] ||
+        refuse "Secure Boot/lockdown requires signed modules and $KO is unsigned, but there is no DKMS key to sign it ($MOK_KEY, $MOK_CERT: run make dkms-install once, which creates it, and enroll it: mokutil --import $MOK_CERT)"
+    sf=$(find_sign_file) || refuse "Secure Boot/lockdown requires signed modules and no sign-file was found to sign $KO (install linux-kbuild-$(echo "${KREL%%-*}" | cut -d. -f1,2) or set SIGN_FILE=)"
+    SIGNED_KO=${KO%.ko}.signed.ko
+    say "signed modules required: signing a copy with the DKMS key ($MOK_CERT)"
+    run cp "$KO" "$SIGNED_KO"
+    run "$sf" sha512 "$MOK_KEY" "$MOK_CERT" "$SIGNED_KO"
+    LOAD_KO=$SIGNED_KO
 }
 
 # Processes with /dev/nvidia-uvm (or -tools) open: "pid (comm)" list.
@@ -140,9 +183,11 @@ fi
 read -r -a PARAM_ARR <<< "$PARAMS"
 
 if [ "$ACTION" = load ]; then
+    LOAD_KO=$KO
     check_build
     check_nvidia
     check_idle
+    prepare_signature
     [ -n "$STOCK_SRC" ] || say "warning: no stock '$STOCK' module found for $KREL: make unload will not be able to restore it"
     if [ -d "$UVM" ] && [ "$(loaded_srcversion)" = "$KO_SRCVERSION" ]; then
         say "this huvm build is already loaded (srcversion $KO_SRCVERSION); make unload first to change parameters"
@@ -151,9 +196,10 @@ if [ "$ACTION" = load ]; then
     say "nvidia $VERSION loaded; $(describe_loaded); no users"
     say "plan: swap in huvm $KO_HUVM from $KO${PARAMS:+ with $PARAMS}"
     [ -d "$UVM" ] && run rmmod nvidia_uvm
-    if ! run insmod "$KO" "${PARAM_ARR[@]}"; then
+    if ! run insmod "$LOAD_KO" "${PARAM_ARR[@]}"; then
         say "insmod failed; restoring the stock module"
         run modprobe "$STOCK" || true
+        [ "$LOAD_KO" = "$KO" ] || die "insmod $LOAD_KO failed (see dmesg; \"Key was rejected\": enroll $MOK_CERT with mokutil --import and reboot)"
         die "insmod $KO failed (see dmesg)"
     fi
     verify_plan "$KO_SRCVERSION" "${PARAM_ARR[@]}"

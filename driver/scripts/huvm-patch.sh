@@ -18,7 +18,7 @@ die() { echo "huvm-patch: $*" >&2; exit 1; }
 log() { echo "huvm-patch: $*"; }
 
 [ -f "$ORIG/.huvm-upstream" ] || die "no pristine upstream in $ORIG (run: make source)"
-[ -f "$SERIES" ] || die "no series file $SERIES"
+[ -f "$SERIES" ] || die "no series file $SERIES (upstream $VERSION has no series of its own: UPSTREAM_PATCHES=<a version that has one, e.g. 580.142> applies that one, still at zero fuzz)"
 
 mapfile -t PATCHES < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$SERIES" | awk 'NF {print $1}')
 for p in "${PATCHES[@]}"; do [ -f "$PATCHDIR/$p" ] || die "series names $p, but $PATCHDIR/$p does not exist"; done

@@ -4,7 +4,13 @@
 ROOT=${ROOT:-$(cd "$HERE/../.." && pwd)}
 BUILD=${BUILD:-$ROOT/build}
 VERSION=${UPSTREAM_VERSION:-535.261.03}
-ORIG=${ORIG:-$BUILD/upstream/orig}          # pristine upstream, as `make source` unpacked it
-WORK=${WORK:-$BUILD/upstream/work}          # upstream + the patch series (`make patch`)
-PATCHDIR=${PATCHDIR:-$ROOT/patches/$VERSION}
+# The default upstream keeps the historical paths; any other gets its own (build/upstream-580.142/...),
+# so that both branches' trees and builds live side by side.
+HUVM_DEFAULT_UPSTREAM=535.261.03
+if [ "$VERSION" = "$HUVM_DEFAULT_UPSTREAM" ]; then VSUFFIX=; else VSUFFIX=-$VERSION; fi
+ORIG=${ORIG:-$BUILD/upstream$VSUFFIX/orig}  # pristine upstream, as `make source` unpacked it
+WORK=${WORK:-$BUILD/upstream$VSUFFIX/work}  # upstream + the patch series (`make patch`)
+# The series: patches/<version>/, or another version's (UPSTREAM_PATCHES=580.142 for a 580.x tree
+# that has no series of its own yet; make patch still applies it at zero fuzz or refuses).
+PATCHDIR=${PATCHDIR:-$ROOT/patches/${UPSTREAM_PATCHES:-$VERSION}}
 SERIES=$PATCHDIR/series

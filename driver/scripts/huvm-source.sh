@@ -1,43 +1,64 @@
 #!/usr/bin/env bash
-# huvm-source.sh: obtain NVIDIA's open kernel modules 535.261.03 (the nvidia-uvm part), verify them
-# against pinned SHA-256 sums and unpack them atomically into $DEST (default $BUILD/upstream/orig).
+# huvm-source.sh: obtain NVIDIA's open kernel modules $UPSTREAM_VERSION (the nvidia-uvm part), verify them
+# against pinned SHA-256 sums and unpack them atomically into $DEST (default $BUILD/upstream/orig for
+# 535.261.03, $BUILD/upstream-<version>/orig for any other).
 #
 # Sources, first match wins:
-#   UPSTREAM_DIR=DIR          an unpacked tree (e.g. /usr/src/nvidia-current-open-535.261.03, a DKMS tree)
+#   UPSTREAM_DIR=DIR          an unpacked tree (e.g. /usr/src/nvidia-current-open-535.261.03, a DKMS tree,
+#                             a server's /usr/src/nvidia-580.159.04)
 #   UPSTREAM_TARBALL=FILE     nvidia-open-kernel.tar.xz (from nvidia-open-kernel-source) or any tarball
 #                             holding the same tree (kernel-open/ of NVIDIA's release tarball)
-#   (default)                 Debian's nvidia-open-kernel-source .deb, fetched with a private apt
-#                             config/state under $BUILD/upstream/cache/apt (the machine's apt config is only read)
+#   (default)                 what driver/scripts/upstream-<version>.source pins: for 535.261.03 Debian's
+#                             nvidia-open-kernel-source .deb, fetched with a private apt config/state under
+#                             $BUILD/upstream/cache/apt (the machine's apt config is only read); for 580.142
+#                             NVIDIA's kernel-open tarball taken by path (../shared/upstream/, beside the
+#                             clone), checksum-pinned
 #
 # Only the files the nvidia-uvm build needs are kept (see KEEP below); each one is checked against
-# driver/scripts/upstream-535.261.03.sha256. A wrong version or checksum is one line on stderr and exit 1,
-# and nothing is left half-unpacked: DEST appears by rename only after every check passed.
+# driver/scripts/upstream-<version>.sha256 or an alternative manifest upstream-<version>.<origin>.sha256
+# (535.261.03: Debian's tree and NVIDIA's git tag differ in 25 files). A version with no manifest yet,
+# given by UPSTREAM_DIR or UPSTREAM_TARBALL, gets one recorded on first use (trust on first use; commit
+# it to pin the tree). A wrong version or checksum is one line on stderr and exit 1, and nothing is left
+# half-unpacked: DEST appears by rename only after every check passed.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$HERE/huvm-paths.sh"
-DEST=${DEST:-$BUILD/upstream/orig}
+DEST=${DEST:-$ORIG}
 CACHE=${UPSTREAM_CACHE:-$BUILD/upstream/cache}
-MANIFEST=$HERE/upstream-$VERSION.sha256
+# HUVM_MANIFEST_DIR: where the manifests live and a first-use one is recorded (tests: a private folder).
+MANIFEST_DIR=${HUVM_MANIFEST_DIR:-$HERE}
+MANIFEST=$MANIFEST_DIR/upstream-$VERSION.sha256
 
-# Pins (Debian bookworm/contrib, nvidia-open-gpu-kernel-modules 535.261.03-1).
-DEB_PACKAGE=nvidia-open-kernel-source
-DEB_VERSION=535.261.03-1
-DEB_FILE=${DEB_PACKAGE}_${DEB_VERSION}_amd64.deb
-DEB_SHA256=ee35aa18179ff6406186b3b0744138f5d66084dbca61170599d911a5d8a0c117
-DEB_TARBALL=usr/src/nvidia-open-kernel.tar.xz
-TARBALL_SHA256=a533145dde9c229dc02fa16704c41c4b02a551c97e34044ee7125c69c3ccc762
-DEB_SUITE=${DEB_SUITE:-bookworm}
+# Pins of the default source (upstream-<version>.source): DEB_* for a Debian package, or TARBALL_DEFAULT
+# (relative to the repository root) + TARBALL_SHA256 for a tarball given by path. None: UPSTREAM_DIR= or
+# UPSTREAM_TARBALL= is required.
+DEB_PACKAGE= DEB_VERSION= DEB_SHA256= DEB_TARBALL= TARBALL_SHA256= TARBALL_DEFAULT= DEB_SUITE_PIN=
 DEB_COMPONENT=contrib
+# shellcheck source=/dev/null
+[ ! -f "$HERE/upstream-$VERSION.source" ] || . "$HERE/upstream-$VERSION.source"
+DEB_FILE=${DEB_PACKAGE}_${DEB_VERSION}_amd64.deb
+DEB_SUITE=${DEB_SUITE:-${DEB_SUITE_PIN:-bookworm}}
 
-# The part of the tree that nvidia-uvm.ko is built from (nvidia/nvidia.Kbuild only for its conftest list).
+# The part of the tree that nvidia-uvm.ko is built from (nvidia/nvidia.Kbuild only for its conftest list;
+# header-presence-tests.mk from 550 on, where the top Kbuild includes it).
 KEEP=(Kbuild Makefile conftest.sh common nvidia-uvm nvidia/nvidia.Kbuild)
+KEEP_OPTIONAL=(header-presence-tests.mk)
 
 die() { echo "huvm-source: $*" >&2; exit 1; }
 log() { echo "huvm-source: $*"; }
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
-[ -f "$MANIFEST" ] || die "no pinned manifest $MANIFEST for upstream version $VERSION"
+# The manifests a tree may match: the main one, then alternatives (upstream-<version>.<origin>.sha256).
+manifests() {
+    local m
+    [ ! -f "$MANIFEST" ] || echo "$MANIFEST"
+    for m in "$MANIFEST_DIR/upstream-$VERSION".*.sha256; do [ -f "$m" ] && echo "$m"; done
+    return 0
+}
+if [ -z "$(manifests)" ] && [ -z "${UPSTREAM_DIR:-}${UPSTREAM_TARBALL:-}" ]; then
+    die "no pinned manifest $MANIFEST for upstream version $VERSION (give its tree once with UPSTREAM_DIR= or UPSTREAM_TARBALL= to record one)"
+fi
 
 # Version of an unpacked tree, from the top-level Kbuild (ccflags-y += -DNV_VERSION_STRING=\"X\").
 tree_version() {
@@ -55,17 +76,29 @@ find_root() {
     return 1
 }
 
-# Check version and every pinned file of tree $1; prints the one-line reason on failure.
+# Record a manifest for a version that has none (trust on first use): the KEEP subset of tree $1.
+record_manifest() {
+    local src=$1 f out=$MANIFEST.tmp.$$
+    (cd "$src" && for f in "${KEEP[@]}" "${KEEP_OPTIONAL[@]}"; do [ ! -e "$f" ] || find "$f" -type f; done |
+        LC_ALL=C sort | xargs -d '\n' sha256sum) > "$out" || { rm -f "$out"; die "cannot record a manifest from $src"; }
+    mv "$out" "$MANIFEST"
+    log "no manifest for $VERSION: recorded $(wc -l < "$MANIFEST") file sums from $src in $MANIFEST (trust on first use; commit it to pin this tree)"
+}
+
+# Check version and every pinned file of tree $1 against the first manifest it matches (sets MANIFEST);
+# prints the one-line reason on failure.
 verify_tree() {
-    local src=$1 found bad first n
+    local src=$1 found bad first n m best= bestn=
     found=$(tree_version "$src")
     [ "$found" = "$VERSION" ] || die "wrong upstream version in $src: found $found, expected $VERSION"
-    bad=$(cd "$src" && sha256sum --quiet -c "$MANIFEST" 2>/dev/null | grep -v '^sha256sum:' || true)
-    if [ -n "$bad" ]; then
+    [ -n "$(manifests)" ] || record_manifest "$src"
+    for m in $(manifests); do
+        bad=$(cd "$src" && sha256sum --quiet -c "$m" 2>/dev/null | grep -v '^sha256sum:' || true)
+        if [ -z "$bad" ]; then MANIFEST=$m; return 0; fi
         n=$(echo "$bad" | wc -l)
-        first=$(echo "$bad" | head -n 1)
-        die "checksum mismatch in $src: $n file(s) differ from the pinned $VERSION manifest, first: $first (expected sums: $MANIFEST)"
-    fi
+        if [ -z "$best" ] || [ "$n" -lt "$bestn" ]; then best=$m; bestn=$n; first=$(echo "$bad" | head -n 1); fi
+    done
+    die "checksum mismatch in $src: $bestn file(s) differ from the pinned $VERSION manifest, first: $first (expected sums: $(manifests | paste -sd' ' -))"
 }
 
 # Copy the KEEP subset of tree $1 into new dir $2 and verify it; then rename into DEST.
@@ -73,7 +106,8 @@ install_tree() {
     local src=$1 tmp=$2 f
     verify_tree "$src"
     mkdir -p "$tmp/tree"
-    for f in "${KEEP[@]}"; do
+    for f in "${KEEP[@]}" "${KEEP_OPTIONAL[@]}"; do
+        [ -e "$src/$f" ] || continue
         mkdir -p "$tmp/tree/$(dirname "$f")"
         cp -a "$src/$f" "$tmp/tree/$f"
     done
@@ -85,7 +119,7 @@ install_tree() {
     (cd "$tmp/tree" && sha256sum --quiet -c "$MANIFEST" >/dev/null 2>&1) ||
         die "internal error: copied tree does not match $MANIFEST"
     chmod -R a-w "$tmp/tree"
-    echo "$VERSION ${ORIGIN:-unknown}" > "$tmp/origin"
+    echo "$VERSION ${ORIGIN:-unknown} manifest:$(basename "$MANIFEST")" > "$tmp/origin"
     chmod u+w "$tmp/tree"; mv "$tmp/origin" "$tmp/tree/.huvm-upstream"; chmod u-w "$tmp/tree"
     mkdir -p "$(dirname "$DEST")"
     if [ -e "$DEST" ]; then chmod -R u+w "$DEST"; rm -rf "$DEST"; fi
@@ -94,10 +128,12 @@ install_tree() {
 
 # Already there and intact: nothing to do (this is what makes a second `make source` instant).
 if [ -f "$DEST/.huvm-upstream" ] && [ -z "${UPSTREAM_DIR:-}${UPSTREAM_TARBALL:-}" ]; then
-    if (cd "$DEST" && sha256sum --quiet -c "$MANIFEST" >/dev/null 2>&1); then
-        log "upstream $VERSION present in $DEST ($(cut -d' ' -f2- "$DEST/.huvm-upstream"))"
-        exit 0
-    fi
+    for m in $(manifests); do
+        if (cd "$DEST" && sha256sum --quiet -c "$m" >/dev/null 2>&1); then
+            log "upstream $VERSION present in $DEST ($(cut -d' ' -f2- "$DEST/.huvm-upstream"))"
+            exit 0
+        fi
+    done
     log "upstream tree $DEST was modified; unpacking it again"
 fi
 
@@ -105,14 +141,17 @@ mkdir -p "$(dirname "$DEST")"
 TMP=$(mktemp -d "$(dirname "$DEST")/.source.XXXXXX")
 trap 'chmod -R u+w "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
 
-unpack_tarball() {
+unpack_tarball() {   # unpack_tarball FILE [strict]: strict = the pinned default, its sha256 must match
     local tb=$1 s root
     [ -f "$tb" ] || die "UPSTREAM_TARBALL $tb: no such file"
     s=$(sha "$tb")
+    if [ "${2:-}" = strict ] && [ "$s" != "$TARBALL_SHA256" ]; then
+        die "checksum mismatch for $tb: found sha256 $s, expected $TARBALL_SHA256"
+    fi
     mkdir -p "$TMP/x"
     tar -xf "$tb" -C "$TMP/x" || die "cannot unpack $tb (not a tar archive?)"
     root=$(find_root "$TMP/x") || die "no kernel module tree (Kbuild + nvidia-uvm/) in $tb"
-    if [ "$s" != "$TARBALL_SHA256" ]; then
+    if [ -n "$TARBALL_SHA256" ] && [ "$s" != "$TARBALL_SHA256" ]; then
         # Not the pinned Debian tarball; still fine when the nvidia-uvm files match the pinned manifest.
         log "$tb: sha256 $s is not the pinned $TARBALL_SHA256; checking its files one by one"
     fi
@@ -124,6 +163,21 @@ if [ -n "${UPSTREAM_DIR:-}" ]; then
     ORIGIN="dir:$UPSTREAM_DIR" install_tree "$UPSTREAM_DIR" "$TMP/out"
 elif [ -n "${UPSTREAM_TARBALL:-}" ]; then
     unpack_tarball "$UPSTREAM_TARBALL"
+elif [ -z "$DEB_PACKAGE" ] && [ -n "$TARBALL_DEFAULT" ]; then
+    # Taken by path, never downloaded (CI reaches only the package registries): the repository's
+    # parent folder holds it (../shared/upstream/ beside a clone). In a git worktree, the main
+    # checkout's parent is tried too; HUVM_SHARED_DIR=DIR replaces ../shared.
+    tb=$ROOT/$TARBALL_DEFAULT
+    if [ -n "${HUVM_SHARED_DIR:-}" ]; then
+        tb=$HUVM_SHARED_DIR/${TARBALL_DEFAULT#../shared/}
+    elif [ ! -f "$tb" ] && common=$(git -C "$ROOT" rev-parse --path-format=absolute --git-common-dir 2>/dev/null) &&
+         [ -f "$(dirname "$common")/$TARBALL_DEFAULT" ]; then
+        tb=$(dirname "$common")/$TARBALL_DEFAULT
+    fi
+    [ -f "$tb" ] || die "upstream $VERSION: pinned tarball $tb is missing (put NVIDIA's kernel-open tarball there, or give UPSTREAM_TARBALL= / UPSTREAM_DIR=)"
+    unpack_tarball "$(cd "$(dirname "$tb")" && pwd)/$(basename "$tb")" strict
+elif [ -z "$DEB_PACKAGE" ]; then
+    die "upstream $VERSION has no default source (no $HERE/upstream-$VERSION.source): give UPSTREAM_DIR= (e.g. /usr/src/nvidia-$VERSION) or UPSTREAM_TARBALL="
 else
     deb=$CACHE/$DEB_FILE
     if [ -f "$deb" ] && [ "$(sha "$deb")" = "$DEB_SHA256" ]; then

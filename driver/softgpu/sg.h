@@ -48,6 +48,7 @@
 #include "nvstatus.h"
 #include "nv_uvm_types.h"
 #include "nv_uvm_interface.h"
+#include "nv-modeset-interface.h"
 #include "huvm_softgpu_ioctl.h"
 
 #define SG_MAX_GPUS             SOFTGPU_MAX_GPUS

@@ -94,6 +94,11 @@ static unsigned long sg_param_copy_mbps;
 module_param_named(copy_mbps, sg_param_copy_mbps, ulong, 0444);
 MODULE_PARM_DESC(copy_mbps, "Initial CE bandwidth throttle of every GPU in MB/s, 0-1000000 (default 0 = off)");
 
+static char *sg_param_nvidia_version = SG_NV_VERSION_STRING;
+module_param_named(nvidia_version, sg_param_nvidia_version, charp, 0444);
+MODULE_PARM_DESC(nvidia_version, "The nvidia.ko version nvidia_get_rm_ops() answers (default " SG_NV_VERSION_STRING
+                                 ", the upstream tree's); another one makes huvm's nvidia-uvm refuse to load");
+
 static unsigned long sg_param_link_latency_us;
 module_param_named(link_latency_us, sg_param_link_latency_us, ulong, 0444);
 MODULE_PARM_DESC(link_latency_us, "Initial extra latency per peer CE launch of every GPU in us, 0-1000000 "
@@ -1594,6 +1599,26 @@ module_init(sg_init);
 module_exit(sg_exit);
 
 /* GPL-compatible because the emulator needs GPL-only kernel symbols (irq_work); our code is also MIT. */
+/* ---- nvidia.ko's version check ------------------------------------------------------------------ */
+
+/*
+ * nvidia_get_rm_ops(): what nvidia.ko exports for nvidia-modeset, and huvm's nvidia-uvm asks at load to
+ * refuse an nvidia.ko of another version. Like nvidia.ko: a different version_string is answered with
+ * NV_ERR_GENERIC and our own version; the same one with NV_OK and a table without entry points (the software
+ * GPU has no RM API behind it; nvidia-uvm only compares the version).
+ */
+NV_STATUS nvidia_get_rm_ops(nvidia_modeset_rm_ops_t *rm_ops)
+{
+    if (!rm_ops->version_string || strcmp(rm_ops->version_string, sg_param_nvidia_version) != 0) {
+        rm_ops->version_string = sg_param_nvidia_version;
+        return NV_ERR_GENERIC;
+    }
+    memset(rm_ops, 0, sizeof(*rm_ops));
+    rm_ops->version_string = sg_param_nvidia_version;
+    return NV_OK;
+}
+EXPORT_SYMBOL_GPL(nvidia_get_rm_ops);
+
 MODULE_LICENSE("Dual MIT/GPL");
 MODULE_DESCRIPTION("huvm-softgpu: emulated Volta GPUs behind nvidia.ko's nvUvmInterface API, test hardware for "
                    "huvm's qemu test bed only; never load it on a server");

@@ -38,8 +38,6 @@ MODULE_PARM_DESC(uvm_huvm_enable,
 
 _Static_assert(UVM_HUVM_EVICT_PMA_CONTEXT == HUVM_EVICT_FLAG_PMA_CONTEXT, "evict flags");
 _Static_assert(UVM_HUVM_EVICT_PREEVICT == HUVM_EVICT_FLAG_PREEVICT, "evict flags");
-_Static_assert(UVM_GPU_LINK_PCIE == HUVM_LINK_PCIE && UVM_GPU_LINK_NVLINK_1 == HUVM_LINK_NVLINK_1 &&
-               UVM_GPU_LINK_NVLINK_4 == HUVM_LINK_NVLINK_4 && UVM_GPU_LINK_C2C == HUVM_LINK_C2C, "link types");
 _Static_assert(UVM_CHUNK_SIZE_MAX == HUVM_CHUNK_SIZE, "huvm moves 2 MiB root chunks");
 
 uvm_huvm_global_t g_uvm_huvm;
@@ -76,7 +74,7 @@ NvU64 uvm_huvm_gpu_free_bytes(uvm_gpu_t *gpu)
     if (!gpu->pmm.pma_stats)
         return 0;
 
-    return UVM_READ_ONCE(gpu->pmm.pma_stats->numFreePages2m) * UVM_CHUNK_SIZE_MAX +
+    return UVM_HUVM_READ_ONCE(gpu->pmm.pma_stats->numFreePages2m) * UVM_CHUNK_SIZE_MAX +
            uvm_pmm_gpu_free_user_root_bytes(&gpu->pmm, HUVM_FREE_ROOT_CHUNKS_COUNTED);
 }
 
@@ -178,7 +176,7 @@ static void fill_va_space_info(uvm_va_space_t *va_space, huvm_va_space_info_t *i
 
     read_lock(&g_uvm_huvm.lock);
     for_each_gpu_id_in_mask(id, &va_space->registered_gpus) {
-        NvU32 slot = uvm_huvm_slot_of_gpu_locked(va_space->registered_gpus_table[uvm_id_gpu_index(id)]);
+        NvU32 slot = uvm_huvm_slot_of_gpu_locked(uvm_huvm_va_space_gpu_or_null(va_space, id));
 
         if (slot != HUVM_SLOT_NONE)
             info->registered_gpus |= 1u << slot;
@@ -348,7 +346,7 @@ static NvU32 slot_for_uuid_locked(const NvProcessorUuid *uuid)
     NvU32 i;
 
     for (i = 0; i < HUVM_MAX_GPUS; i++) {
-        if (g_uvm_huvm.slots[i].used && uvm_processor_uuid_eq(&g_uvm_huvm.slots[i].uuid, uuid))
+        if (g_uvm_huvm.slots[i].used && uvm_huvm_uuid_eq(&g_uvm_huvm.slots[i].uuid, uuid))
             return i;
     }
     for (i = 0; i < HUVM_MAX_GPUS; i++) {
@@ -379,7 +377,7 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
         return;
 
     // Out of scope: MIG partitions (no P2P) and Confidential Computing (no P2P, encrypted copies).
-    if (gpu->parent->smc.enabled || uvm_conf_computing_mode_enabled(gpu))
+    if (gpu->parent->smc.enabled || uvm_huvm_cc_enabled(gpu))
         return;
 
     memset(&info, 0, sizeof(info));
@@ -425,7 +423,7 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
     }
 
     // The worker exists before the GPU becomes visible to the hooks (slot->gpu below).
-    if (uvm_gpu_supports_eviction(gpu)) {
+    if (uvm_huvm_gpu_supports_eviction(gpu)) {
         ret = nv_kthread_q_init(&slot->preevict_q, "uvm_huvm_preevict");
         if (ret == 0) {
             nv_kthread_q_item_init(&slot->preevict_q_item, uvm_huvm_preevict_worker_entry, slot);
@@ -442,18 +440,54 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
     write_unlock(&g_uvm_huvm.lock);
 }
 
-// LOCKING: the global lock is held (init_peer_access()); takes g_uvm_huvm.lock for write.
-void uvm_huvm_add_peer(uvm_gpu_t *gpu0, uvm_gpu_t *gpu1, const uvm_gpu_peer_t *peer_caps)
+// UVM's link type as huvm's ABI names it. An explicit map, not equal values: 570 inserted
+// UVM_GPU_LINK_NVLINK_5 before C2C, while HUVM_LINK_C2C keeps its value and HUVM_LINK_NVLINK_5 was
+// appended. No default case: a link type a future branch adds fails the build here (-Werror=switch).
+// LOCKING: none.
+static NvU32 uvm_huvm_link_type(uvm_gpu_link_type_t uvm_link_type)
+{
+    switch (uvm_link_type) {
+        case UVM_GPU_LINK_INVALID:
+            return HUVM_LINK_NONE;
+        case UVM_GPU_LINK_PCIE:
+            return HUVM_LINK_PCIE;
+        case UVM_GPU_LINK_NVLINK_1:
+            return HUVM_LINK_NVLINK_1;
+        case UVM_GPU_LINK_NVLINK_2:
+            return HUVM_LINK_NVLINK_2;
+        case UVM_GPU_LINK_NVLINK_3:
+            return HUVM_LINK_NVLINK_3;
+        case UVM_GPU_LINK_NVLINK_4:
+            return HUVM_LINK_NVLINK_4;
+#if HUVM_NV_BRANCH >= 580
+        case UVM_GPU_LINK_NVLINK_5:
+            return HUVM_LINK_NVLINK_5;
+#endif
+        case UVM_GPU_LINK_C2C:
+            return HUVM_LINK_C2C;
+        case UVM_GPU_LINK_MAX:
+            break;
+    }
+
+    return HUVM_LINK_NONE;
+}
+
+// LOCKING: the global lock is held (535: init_peer_access(); 580: peers_init()); takes g_uvm_huvm.lock
+// for write.
+void uvm_huvm_add_peer(uvm_gpu_t *gpu0, uvm_gpu_t *gpu1, NvU32 uvm_link_type, NvU32 mbyte_per_s)
 {
     huvm_link_t link;
     NvU32 a, b;
+
+    uvm_assert_mutex_locked(&g_uvm_global.global_lock);
+    UVM_ASSERT(uvm_link_type < UVM_GPU_LINK_MAX);
 
     if (!huvm_enabled())
         return;
 
     memset(&link, 0, sizeof(link));
-    link.link_type = peer_caps->link_type;
-    link.mbyte_per_s = peer_caps->total_link_line_rate_mbyte_per_s;
+    link.link_type = uvm_huvm_link_type((uvm_gpu_link_type_t)uvm_link_type);
+    link.mbyte_per_s = mbyte_per_s;
 
     write_lock(&g_uvm_huvm.lock);
     a = uvm_huvm_slot_of_gpu_locked(gpu0);
@@ -547,6 +581,37 @@ static NvU32 preset_from_param(void)
         UVM_ERR_PRINT("huvm: unknown uvm_huvm_preset=%s, using stock\n", uvm_huvm_preset);
 
     return HUVM_PRESET_STOCK;
+}
+
+// nvidia.ko's version against the one this module was built for, asked as nvidia-modeset asks it:
+// nvidia_get_rm_ops() answers NV_ERR_GENERIC and its own version when they differ. A patched nvidia-uvm
+// must never run next to another nvidia.ko (the nvUvmInterface structures change even inside a branch,
+// and a build without nvidia.ko's Module.symvers has no CRCs to catch it). One kernel log line names both.
+// LOCKING: none (module load, first thing in uvm_init()).
+NV_STATUS uvm_huvm_check_nvidia_version(void)
+{
+    // nvidia.ko copies its whole table when the versions match: room for a larger one than this tree's
+    // (when they differ it writes version_string only).
+    union {
+        nvidia_modeset_rm_ops_t ops;
+        NvU8 room[512];
+    } rm_ops;
+    NV_STATUS status;
+
+    BUILD_BUG_ON(sizeof(rm_ops.ops) > sizeof(rm_ops.room) / 2);
+
+    memset(&rm_ops, 0, sizeof(rm_ops));
+    rm_ops.ops.version_string = NV_VERSION_STRING;
+    status = nvidia_get_rm_ops(&rm_ops.ops);
+    if (status == NV_OK)
+        return NV_OK;
+
+    // One line, "nvidia-uvm: Version mismatch: ..." (uvm_linux.h's pr_fmt adds the prefix).
+    pr_err("Version mismatch: nvidia.ko(%s) nvidia-uvm.ko(%s), huvm refuses to load\n",
+           rm_ops.ops.version_string ? rm_ops.ops.version_string : "?",
+           NV_VERSION_STRING);
+
+    return NV_ERR_NOT_COMPATIBLE;
 }
 
 // LOCKING: none (module load, before any other UVM state exists).

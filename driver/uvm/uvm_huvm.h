@@ -39,8 +39,10 @@ typedef struct
     atomic64_t harvested_bytes;
 } uvm_huvm_va_space_t;
 
-// Module load and unload.
+// Module load and unload. uvm_huvm_check_nvidia_version() comes first in uvm_init(): anything but NV_OK
+// (nvidia.ko is of another version; one kernel log line names both) fails the load.
 // LOCKING: none held; called from uvm_init()/uvm_exit() only.
+NV_STATUS uvm_huvm_check_nvidia_version(void);
 void uvm_huvm_init(void);
 void uvm_huvm_exit(void);
 
@@ -51,9 +53,12 @@ long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);
 
 // GPU lifetime (uvm_gpu.c): register a GPU with the core at the end of init_gpu(), its links when peer
 // access is initialised, and remove it (stopping its pre-eviction worker) at the start of deinit_gpu().
+// uvm_huvm_add_peer() takes the link as scalars, the same on every branch: uvm_link_type is UVM's
+// uvm_gpu_link_type_t (535: in uvm_gpu_peer_t; 570+: in the parents' uvm_parent_gpu_peer_t), mapped to
+// HUVM_LINK_* by uvm_huvm_link_type().
 // LOCKING: the global lock is held by the callers.
 void uvm_huvm_add_gpu(uvm_gpu_t *gpu);
-void uvm_huvm_add_peer(uvm_gpu_t *gpu0, uvm_gpu_t *gpu1, const uvm_gpu_peer_t *peer_caps);
+void uvm_huvm_add_peer(uvm_gpu_t *gpu0, uvm_gpu_t *gpu1, NvU32 uvm_link_type, NvU32 mbyte_per_s);
 void uvm_huvm_remove_gpu(uvm_gpu_t *gpu);
 
 // VA space lifetime (uvm_va_space.c). destroy flushes huvm work that may reference the VA space.

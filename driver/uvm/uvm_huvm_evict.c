@@ -34,8 +34,8 @@ static NvU32 evict_candidates_locked(uvm_va_space_t *va_space, uvm_gpu_t *gpu)
         if (!uvm_processor_mask_test(&va_space->can_copy_from[uvm_id_value(id)], gpu->id))
             continue;
 
-        peer = va_space->registered_gpus_table[uvm_id_gpu_index(id)];
-        if (!peer || !uvm_gpu_supports_eviction(peer))
+        peer = uvm_huvm_va_space_gpu_or_null(va_space, id);
+        if (!peer || !uvm_huvm_gpu_supports_eviction(peer))
             continue;
 
         // A static property of the GPU, unlike the VA space's indirect_peers mask: indirect peers are
@@ -326,6 +326,13 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
     if (owner != HUVM_SLOT_NONE) {
         req.gpu = owner;
         req.candidates = evict_candidates_locked(va_space, gpu);
+#if HUVM_NV_BRANCH >= 580
+        // UvmDiscard (580): pages_to_evict also holds discarded pages, whose residency on gpu was revoked
+        // and whose content is undefined. Moving them to a peer is not reviewed (harvested_on, is_zero and
+        // ever_fully_resident would have to agree on them): such a chunk goes to host, as in stock UVM.
+        if (uvm_page_mask_intersects(pages_to_evict, &va_block->discarded_pages))
+            req.candidates = 0;
+#endif
         uvm_huvm_gather_state_locked(state);
         decision = huvm_decide_evict(&g_uvm_huvm.core, state, &req);
         if (decision.dst < HUVM_MAX_GPUS) {
@@ -357,6 +364,11 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
             decision.reason = HUVM_REASON_NO_PEER;
         }
         else {
+            // The peer copies from gpu directly (evict_candidates_locked()): populating it never stages
+            // through the CPU, which on 580 would need block_context->mm, NULL on the eviction path. NUMA-
+            // enabled GPUs (Grace-Hopper C2C, 580's EGM) are never candidates.
+            UVM_ASSERT(uvm_processor_mask_test(&va_space->can_copy_from[uvm_id_value(peer->id)], gpu->id));
+            UVM_ASSERT(!peer->mem_info.numa.enabled);
             status = uvm_huvm_move_with_chunk(va_block,
                                               peer,
                                               owner,

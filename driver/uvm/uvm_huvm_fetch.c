@@ -14,7 +14,7 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
 {
     uvm_va_space_t *va_space = uvm_va_block_get_va_space(va_block);
     uvm_va_block_gpu_state_t *peer_state = uvm_va_block_gpu_state_get(va_block, peer_id);
-    uvm_gpu_t *peer = uvm_va_space_get_gpu(va_space, peer_id);
+    uvm_gpu_t *peer = uvm_huvm_va_space_get_gpu(va_space, peer_id);
     uvm_gpu_chunk_t *chunk;
     NvU32 owner = HUVM_SLOT_NONE, holder, dst = HUVM_SLOT_NONE;
     bool harvested;
@@ -44,7 +44,7 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
     read_lock(&g_uvm_huvm.lock);
     holder = uvm_huvm_slot_of_gpu_locked(peer);
     if (UVM_ID_IS_GPU(dst_id))
-        dst = uvm_huvm_slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, dst_id));
+        dst = uvm_huvm_slot_of_gpu_locked(uvm_huvm_va_space_get_gpu(va_space, dst_id));
     read_unlock(&g_uvm_huvm.lock);
 
     if (holder == HUVM_SLOT_NONE || holder == owner)
@@ -71,7 +71,7 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
 // LOCKING: UVM_PERF_EVENT_MIGRATION: the block lock is held, the VA space lock maybe not (evictions; those
 // return first); the VA space's perf events lock is held for read. Takes the PMM list lock of the source
 // GPU and g_uvm_huvm.lock (read), leaves.
-static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+static void migration_event_handle(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
 {
     uvm_va_block_t *va_block = event_data->migration.block;
     uvm_processor_id_t src_id = event_data->migration.src;
@@ -89,6 +89,7 @@ static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *ev
     if (event_data->migration.cause == UVM_MAKE_RESIDENT_CAUSE_EVICTION && va_block->huvm_prefetched_for != 0)
         uvm_huvm_prefetch_feedback(va_block, false);
 
+    // (580 also notifies CPU-to-CPU migrations between NUMA nodes: a CPU destination returns here.)
     if (!g_uvm_huvm.initialized || event_data->migration.cause == UVM_MAKE_RESIDENT_CAUSE_EVICTION ||
         !UVM_ID_IS_GPU(dst_id) || uvm_va_block_is_hmm(va_block))
         return;
@@ -103,14 +104,14 @@ static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *ev
         if (!uvm_processor_mask_test(&va_block->harvested_on, src_id))
             return;
         src_state = uvm_va_block_gpu_state_get(va_block, src_id);
-        src_gpu = uvm_va_space_get_gpu(va_space, src_id);
+        src_gpu = uvm_huvm_va_space_get_gpu(va_space, src_id);
         if (!src_state || !src_state->chunks || !src_state->chunks[0] ||
             !uvm_huvm_chunk_harvest_info(src_gpu, src_state->chunks[0], &owner))
             return;
     }
 
     read_lock(&g_uvm_huvm.lock);
-    dst = uvm_huvm_slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, dst_id));
+    dst = uvm_huvm_slot_of_gpu_locked(uvm_huvm_va_space_get_gpu(va_space, dst_id));
     if (src_gpu)
         src = uvm_huvm_slot_of_gpu_locked(src_gpu);
     read_unlock(&g_uvm_huvm.lock);
@@ -129,10 +130,9 @@ static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *ev
 // peer it was prefetched to): the prefetch was used.
 // LOCKING: UVM_PERF_EVENT_FAULT: the VA space lock is held (at least for read) and the block lock; the VA
 // space's perf events lock for read. Takes g_uvm_huvm.lock (read), then the slot's feedback_lock.
-static void fault_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+static void fault_event_handle(uvm_va_space_t *va_space, uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
 {
     uvm_va_block_t *va_block = event_data->fault.block;
-    uvm_va_space_t *va_space = event_data->fault.space;
     uvm_processor_id_t id = event_data->fault.proc_id;
     NvU32 slot;
 
@@ -144,7 +144,7 @@ static void fault_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_
     uvm_assert_rwsem_locked(&va_space->lock);
 
     read_lock(&g_uvm_huvm.lock);
-    slot = uvm_huvm_slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, id));
+    slot = uvm_huvm_slot_of_gpu_locked(uvm_huvm_va_space_get_gpu(va_space, id));
     read_unlock(&g_uvm_huvm.lock);
 
     if (slot != HUVM_SLOT_NONE && va_block->huvm_prefetched_for == slot + 1)
@@ -153,13 +153,53 @@ static void fault_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_
 
 // A block huvm prefetched freed before the GPU touched it: the prefetch was not used.
 // LOCKING: UVM_PERF_EVENT_BLOCK_DESTROY: the block lock is held, or nothing references the block any more.
-static void block_destroy_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+static void block_destroy_event_handle(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
 {
     UVM_ASSERT(event_id == UVM_PERF_EVENT_BLOCK_DESTROY);
 
     if (event_data->block_destroy.block && event_data->block_destroy.block->huvm_prefetched_for != 0)
         uvm_huvm_prefetch_feedback(event_data->block_destroy.block, false);
 }
+
+// The callbacks as each branch calls them: 580 passes the VA space (and dropped fault.space from the event
+// data); 535 does not.
+#if HUVM_NV_BRANCH >= 580
+// LOCKING: as migration_event_handle().
+static void migration_event(uvm_va_space_t *va_space, uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    migration_event_handle(event_id, event_data);
+}
+
+// LOCKING: as fault_event_handle().
+static void fault_event(uvm_va_space_t *va_space, uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    fault_event_handle(va_space, event_id, event_data);
+}
+
+// LOCKING: as block_destroy_event_handle().
+static void block_destroy_event(uvm_va_space_t *va_space, uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    block_destroy_event_handle(event_id, event_data);
+}
+#else
+// LOCKING: as migration_event_handle().
+static void migration_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    migration_event_handle(event_id, event_data);
+}
+
+// LOCKING: as fault_event_handle().
+static void fault_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    fault_event_handle(event_data->fault.space, event_id, event_data);
+}
+
+// LOCKING: as block_destroy_event_handle().
+static void block_destroy_event(uvm_perf_event_t event_id, uvm_perf_event_data_t *event_data)
+{
+    block_destroy_event_handle(event_id, event_data);
+}
+#endif
 
 // LOCKING: the VA space lock is held for write (uvm_va_space_create(), after uvm_perf_heuristics_load());
 // takes the VA space's perf events lock for write, as the heuristics do. On failure the VA space is destroyed
@@ -244,7 +284,7 @@ NV_STATUS uvm_huvm_block_split_prepare(uvm_va_block_t *va_block)
 
     pages = &block_context->caller_page_mask;
     for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
-        uvm_page_mask_copy(pages, uvm_va_block_resident_mask_get(va_block, id));
+        uvm_page_mask_copy(pages, uvm_huvm_resident_mask_get(va_block, id));
         if (uvm_page_mask_empty(pages))
             continue;
 
@@ -293,8 +333,8 @@ bool uvm_huvm_fetch_remote(uvm_va_block_t *va_block, uvm_processor_id_t processo
         return false;
 
     read_lock(&g_uvm_huvm.lock);
-    owner = uvm_huvm_slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, processor_id));
-    holder = uvm_huvm_slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, resident_id));
+    owner = uvm_huvm_slot_of_gpu_locked(uvm_huvm_va_space_get_gpu(va_space, processor_id));
+    holder = uvm_huvm_slot_of_gpu_locked(uvm_huvm_va_space_get_gpu(va_space, resident_id));
     if (owner != HUVM_SLOT_NONE && holder != HUVM_SLOT_NONE && owner != holder)
         remote = huvm_decide_fetch(&g_uvm_huvm.core, owner, holder) == HUVM_FETCH_REMOTE_MAP;
     read_unlock(&g_uvm_huvm.lock);

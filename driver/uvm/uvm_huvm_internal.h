@@ -37,6 +37,8 @@
 #include "uvm_kvmalloc.h"
 #include "uvm_conf_computing.h"
 #include "nv-kthread-q.h"
+#include "nv-modeset-interface.h"
+#include "uvm_huvm_compat.h"
 
 #include "huvm_core.h"
 

@@ -24,9 +24,9 @@ bool uvm_huvm_prefetch_whole_block(uvm_va_block_t *va_block, uvm_processor_id_t 
     va_space = uvm_va_block_get_va_space(va_block);
 
     read_lock(&g_uvm_huvm.lock);
-    owner = uvm_huvm_slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, new_residency));
+    owner = uvm_huvm_slot_of_gpu_locked(uvm_huvm_va_space_get_gpu(va_space, new_residency));
     for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
-        NvU32 holder = uvm_huvm_slot_of_gpu_locked(uvm_va_space_get_gpu(va_space, id));
+        NvU32 holder = uvm_huvm_slot_of_gpu_locked(uvm_huvm_va_space_get_gpu(va_space, id));
 
         if (owner == HUVM_SLOT_NONE || holder == HUVM_SLOT_NONE || holder == owner)
             continue;
@@ -101,7 +101,7 @@ static uvm_va_block_t *lock_movable_block(uvm_va_space_t *va_space, NvU64 addres
         return NULL;
 
     uvm_mutex_lock(&va_block->lock);
-    policy = uvm_va_range_get_policy(va_block->va_range);
+    policy = uvm_huvm_block_policy(va_block);
     if (uvm_processor_mask_get_count(&va_block->resident) == 1 &&
         policy->read_duplication != UVM_READ_DUPLICATION_ENABLED &&
         !UVM_ID_IS_VALID(policy->preferred_location))
@@ -167,7 +167,7 @@ static void prefetch_block(uvm_va_space_t *va_space,
             goto unlock;
     }
 
-    uvm_page_mask_copy(pages, uvm_va_block_resident_mask_get(va_block, UVM_ID_CPU));
+    uvm_page_mask_copy(pages, uvm_huvm_resident_mask_get(va_block, UVM_ID_CPU));
     status = uvm_huvm_move_with_chunk(va_block,
                                       dst,
                                       dst == gpu ? HUVM_SLOT_NONE : owner,
@@ -229,11 +229,11 @@ static bool fetch_back_block(uvm_va_space_t *va_space,
         goto unlock;
     holder_state = uvm_va_block_gpu_state_get(va_block, holder_id);
     if (!holder_state || !holder_state->chunks || !holder_state->chunks[0] ||
-        !uvm_huvm_chunk_harvest_info(uvm_va_space_get_gpu(va_space, holder_id), holder_state->chunks[0], &chunk_owner) ||
+        !uvm_huvm_chunk_harvest_info(uvm_huvm_va_space_get_gpu(va_space, holder_id), holder_state->chunks[0], &chunk_owner) ||
         chunk_owner != owner)
         goto unlock;
 
-    uvm_page_mask_copy(pages, uvm_va_block_resident_mask_get(va_block, holder_id));
+    uvm_page_mask_copy(pages, uvm_huvm_resident_mask_get(va_block, holder_id));
     if (uvm_huvm_move_with_chunk(va_block, gpu, HUVM_SLOT_NONE, block_context, pages, UVM_MAKE_RESIDENT_CAUSE_PREFETCH,
                                  &reason) == NV_OK) {
         va_block->huvm_prefetched_for = owner + 1;
@@ -281,7 +281,7 @@ static void prefetch_worker(void *args)
 
     if (!uvm_processor_mask_test(&va_space->registered_gpus, gpu_id))
         goto out;
-    gpu = uvm_va_space_get_gpu(va_space, gpu_id);
+    gpu = uvm_huvm_va_space_get_gpu(va_space, gpu_id);
 
     memset(&plan, 0, sizeof(plan));
     read_lock(&g_uvm_huvm.lock);
@@ -310,7 +310,7 @@ static void prefetch_worker(void *args)
     // The peer must still be registered in this VA space (we hold its lock now). It may have gone away
     // since the huvm lock was dropped, so it is only compared, not dereferenced, until then.
     if (peer && (!uvm_processor_mask_test(&va_space->registered_gpus, peer_id) ||
-                 va_space->registered_gpus_table[uvm_id_gpu_index(peer_id)] != peer))
+                 uvm_huvm_va_space_gpu_or_null(va_space, peer_id) != peer))
         peer = NULL;
 
     block_context = uvm_va_block_context_alloc(mm);

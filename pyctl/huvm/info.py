@@ -43,7 +43,7 @@ class Link:
     def is_nvlink(self) -> bool:
         lib = abi.lib
         return self.link_type in (lib.HUVM_LINK_NVLINK_1, lib.HUVM_LINK_NVLINK_2, lib.HUVM_LINK_NVLINK_3,
-                                  lib.HUVM_LINK_NVLINK_4, lib.HUVM_LINK_C2C)
+                                  lib.HUVM_LINK_NVLINK_4, lib.HUVM_LINK_NVLINK_5, lib.HUVM_LINK_C2C)
 
     @property
     def short(self) -> str:

@@ -1,4 +1,5 @@
-"""Source-level checks of the kernel glue (driver/uvm) and the patch series (patches/535.261.03).
+"""Source-level checks of the kernel glue (driver/uvm) and the patch series (patches/<version>/, one per
+upstream branch: 535.261.03 and 580.142).
 
 What the module's behaviour rests on but no machine here can run:
 - the tracepoints in driver/uvm/uvm_huvm_trace.h are exactly the events of driver/core/huvm_events.h, with
@@ -6,7 +7,9 @@ What the module's behaviour rests on but no machine here can run:
   HUVM_TRACE calls, so kernel and simulator cannot drift);
 - the glue makes no decisions: no policy field, threshold or peer choice outside driver/core;
 - every new kernel function documents its locking (`// LOCKING:`);
-- the series applies with zero fuzz to the pinned upstream and the change to upstream files stays small.
+- the series applies with zero fuzz to the pinned upstream and the change to upstream files stays small;
+- each hook lands in the function it belongs to (zero fuzz is not enough: on 580 the 535 series' context
+  for uvm_huvm_add_gpu() matches the end of init_parent_gpu()).
 """
 
 from __future__ import annotations
@@ -24,9 +27,22 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "driver"
 UVM = DRIVER / "uvm"
 CORE = DRIVER / "core"
-PATCHES = ROOT / "patches" / "535.261.03"
-# The pinned upstream as `make source` unpacks it (BUILD is exported by the top Makefile).
-UPSTREAM = Path(os.environ.get("BUILD", str(ROOT / "build"))) / "upstream" / "orig"
+DEFAULT_VERSION = "535.261.03"
+VERSIONS = [DEFAULT_VERSION, "580.142"]
+PATCHES = ROOT / "patches" / DEFAULT_VERSION
+_BUILD = Path(os.environ.get("BUILD", str(ROOT / "build")))
+
+
+def _patches(version: str) -> Path:
+    return ROOT / "patches" / version
+
+
+def _upstream(version: str) -> Path:
+    """The pinned upstream as `make source UPSTREAM=<version>` unpacks it (BUILD from the top Makefile)."""
+    return _BUILD / ("upstream" if version == DEFAULT_VERSION else f"upstream-{version}") / "orig"
+
+
+UPSTREAM = _upstream(DEFAULT_VERSION)
 
 # The whole huvm change to upstream files (patches 0002+), in changed lines. The published prototype
 # changed 2,615 lines; issue 4 asks for well under a third of that.
@@ -52,18 +68,22 @@ def _core_events() -> list[str]:
     return re.findall(r"X\((\w+)\)", block.group(1))
 
 
-def _series() -> list[str]:
+def _series(patches: Path = PATCHES) -> list[str]:
     names = []
-    for line in _read(PATCHES / "series").splitlines():
+    for line in _read(patches / "series").splitlines():
         line = line.strip()
         if line and not line.startswith("#"):
             names.append(line)
     return names
 
 
-def _huvm_patches() -> list[Path]:
+def _huvm_patches(patches: Path = PATCHES) -> list[Path]:
     """Patches 0002 and later: the huvm hooks (0001 is the Kbuild wiring)."""
-    return [PATCHES / n for n in _series() if not n.startswith("0001-")]
+    return [patches / n for n in _series(patches) if not n.startswith("0001-")]
+
+
+def _all_huvm_patches() -> list[Path]:
+    return [p for v in VERSIONS for p in _huvm_patches(_patches(v))]
 
 
 def _added_lines(patch: Path) -> list[str]:
@@ -148,8 +168,8 @@ def _glue_sources() -> str:
 
 def _glue_texts() -> dict[str, str]:
     texts = {p.name: _strip_c_comments(_read(p)) for p in sorted(UVM.glob("*.[ch]")) if p.name != "uvm_huvm_trace.h"}
-    for patch in _huvm_patches():
-        texts[patch.name] = _strip_c_comments("\n".join(_added_lines(patch)))
+    for patch in _all_huvm_patches():
+        texts[f"{patch.parent.name}/{patch.name}"] = _strip_c_comments("\n".join(_added_lines(patch)))
     return texts
 
 
@@ -235,7 +255,7 @@ def test_every_glue_function_documents_locking() -> None:
 
 
 def test_every_function_added_by_the_patches_documents_locking() -> None:
-    for patch in _huvm_patches():
+    for patch in _all_huvm_patches():
         hunks = re.split(r"^@@[^\n]*\n", _read(patch), flags=re.MULTILINE)[1:]
         for hunk in hunks:
             lines = [l[1:] for l in hunk.splitlines() if l.startswith("+")]
@@ -255,19 +275,24 @@ def test_exported_hooks_documented_in_header() -> None:
 # ---- the series ----------------------------------------------------------------------------------
 
 
-def test_series_lists_every_patch_in_order() -> None:
-    names = _series()
+@pytest.mark.parametrize("version", VERSIONS)
+def test_series_lists_every_patch_in_order(version: str) -> None:
+    patches = _patches(version)
+    names = _series(patches)
     assert names == sorted(names)
-    assert sorted(p.name for p in PATCHES.glob("*.patch")) == names
+    assert sorted(p.name for p in patches.glob("*.patch")) == names
+    # The branches carry the same series, patch for patch (same names, same subjects).
+    assert names == _series(PATCHES)
     for i, name in enumerate(names, start=1):
         assert name.startswith(f"{i:04d}-"), name
-        text = _read(PATCHES / name)
+        text = _read(patches / name)
         assert text.startswith("From ") and "\nSubject: [PATCH" in text, f"{name}: not git format-patch form"
 
 
-def test_huvm_diff_to_upstream_is_small() -> None:
+@pytest.mark.parametrize("version", VERSIONS)
+def test_huvm_diff_to_upstream_is_small(version: str) -> None:
     changed = 0
-    for patch in _huvm_patches():
+    for patch in _huvm_patches(_patches(version)):
         for line in _read(patch).splitlines():
             if line.startswith(("+++", "---")):
                 continue
@@ -277,22 +302,25 @@ def test_huvm_diff_to_upstream_is_small() -> None:
 
 
 def test_patches_touch_only_upstream_nvidia_uvm_files() -> None:
-    for patch in _huvm_patches():
+    for patch in _all_huvm_patches():
         for path in re.findall(r"^\+\+\+ b/(\S+)", _read(patch), flags=re.MULTILINE):
             assert path.startswith("nvidia-uvm/"), f"{patch.name}: {path}"
             assert "huvm" not in Path(path).name, f"{patch.name}: new huvm files live in driver/, not in patches"
 
 
-@pytest.fixture(scope="module")
-def patched_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=VERSIONS)
+def patched_tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pinned upstream nvidia-uvm with the whole series applied with `patch -F0` (no fuzz allowed)."""
-    require_or_skip((UPSTREAM / "nvidia-uvm" / "uvm.c").is_file(), "pinned upstream not unpacked (make source)")
+    version = request.param
+    upstream, patches = _upstream(version), _patches(version)
+    require_or_skip((upstream / "nvidia-uvm" / "uvm.c").is_file(),
+                    f"pinned upstream {version} not unpacked (make source UPSTREAM={version})")
     require_or_skip(shutil.which("patch") is not None, "patch(1) not installed")
     tree = tmp_path_factory.mktemp("upstream")
-    shutil.copytree(UPSTREAM / "nvidia-uvm", tree / "nvidia-uvm")
-    for name in _series():
+    shutil.copytree(upstream / "nvidia-uvm", tree / "nvidia-uvm")
+    for name in _series(patches):
         res = subprocess.run(
-            ["patch", "-p1", "-F0", "-N", "--no-backup-if-mismatch", "-i", str(PATCHES / name)],
+            ["patch", "-p1", "-F0", "-N", "--no-backup-if-mismatch", "-i", str(patches / name)],
             cwd=tree, capture_output=True, text=True, check=False,
         )
         assert res.returncode == 0, f"{name} does not apply:\n{res.stdout}{res.stderr}"
@@ -324,6 +352,53 @@ def test_eviction_keeps_cause_and_block_lock(patched_tree: Path) -> None:
     assert "uvm_mutex_unlock(&va_block->lock)" not in body
 
 
+def _function_of(text: str, needle: str) -> str:
+    """The name of the C function (a definition at column 0) whose body holds needle."""
+    pos = text.index(needle)
+    defs = list(re.finditer(r"^(?:static\s+)?[A-Za-z_][\w\s\*]*?\b(\w+)\([^;{]*\)\s*\{", text[:pos],
+                            flags=re.MULTILINE | re.DOTALL))
+    assert defs, f"{needle}: not inside a function"
+    return defs[-1].group(1)
+
+
+# Where each upstream call of a hook must land, per branch (the function that holds it).
+HOOK_FUNCTIONS = {
+    "535": [
+        ("uvm_gpu.c", "uvm_huvm_add_gpu(gpu);", "init_gpu"),
+        ("uvm_gpu.c", "uvm_huvm_remove_gpu(gpu);", "deinit_gpu"),
+        ("uvm_gpu.c", "uvm_huvm_add_peer(", "init_peer_access"),
+        ("uvm_gpu_replayable_faults.c", "uvm_huvm_fault_batch_done(", "uvm_gpu_service_replayable_faults"),
+        ("uvm_va_block.c", "uvm_huvm_block_split_prepare(", "uvm_va_block_split"),
+        ("uvm_va_block.c", "uvm_huvm_block_destroy_gpu_state(", "block_destroy_gpu_state"),
+        ("uvm_va_space.c", "uvm_huvm_va_space_destroy(", "uvm_va_space_destroy"),
+        ("uvm.c", "uvm_huvm_exit();\n\n    uvm_test_unload_state_exit", "uvm_exit"),
+    ],
+    "580": [
+        ("uvm_gpu.c", "uvm_huvm_add_gpu(gpu);", "init_gpu"),
+        ("uvm_gpu.c", "uvm_huvm_remove_gpu(gpu);", "deinit_gpu"),
+        # 570+: init_peer_access() became peers_init(); the link lives in the parents' peer caps.
+        ("uvm_gpu.c", "uvm_huvm_add_peer(", "peers_init"),
+        # 570+: faults are serviced per parent GPU; the hook gets the fault entry's GPU.
+        ("uvm_gpu_replayable_faults.c", "uvm_huvm_fault_batch_done(last->gpu", "uvm_parent_gpu_service_replayable_faults"),
+        ("uvm_va_block.c", "uvm_huvm_block_split_prepare(", "uvm_va_block_split"),
+        ("uvm_va_block.c", "uvm_huvm_block_destroy_gpu_state(", "block_destroy_gpu_state"),
+        ("uvm_va_space.c", "uvm_huvm_va_space_destroy(", "uvm_va_space_destroy"),
+        ("uvm.c", "uvm_huvm_exit();\n\n    uvm_test_unload_state_exit", "uvm_exit"),
+        ("uvm_tools.c", "tools_is_event_enabled_v2(va_space, UvmEventTypeEviction)", "uvm_tools_record_eviction"),
+    ],
+}
+
+
+def test_hooks_land_in_their_functions(patched_tree: Path) -> None:
+    text_of = {f: _read(patched_tree / f) for f in {h[0] for hs in HOOK_FUNCTIONS.values() for h in hs}}
+    # The branch is told by the tree itself: 570+ services faults per parent GPU.
+    key = "580" if "void uvm_parent_gpu_service_replayable_faults(" in text_of["uvm_gpu_replayable_faults.c"] else "535"
+    for fname, needle, func in HOOK_FUNCTIONS[key]:
+        text = text_of[fname]
+        assert text.count(needle) == 1, f"{key}: {fname}: {needle!r} occurs {text.count(needle)} times"
+        assert _function_of(text, needle) == func, f"{key}: {fname}: {needle!r} is in {_function_of(text, needle)}()"
+
+
 @pytest.mark.parametrize("hook", [
     ("uvm.c", "uvm_huvm_ioctl("),
     ("uvm_gpu.c", "uvm_huvm_add_gpu("),
@@ -338,14 +413,15 @@ def test_eviction_keeps_cause_and_block_lock(patched_tree: Path) -> None:
     ("uvm_gpu_replayable_faults.c", "uvm_huvm_fault_batch_done("),
     ("uvm_va_space.c", "uvm_huvm_va_space_destroy("),
 ])
-def test_every_hook_is_wired_by_a_patch(hook: tuple[str, str]) -> None:
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_hook_is_wired_by_a_patch(version: str, hook: tuple[str, str]) -> None:
     fname, needle = hook
-    for patch in _huvm_patches():
+    for patch in _huvm_patches(_patches(version)):
         text = _read(patch)
         for part in re.split(r"^diff --git ", text, flags=re.MULTILINE)[1:]:
             if part.startswith(f"a/nvidia-uvm/{fname} ") and any(needle in l for l in _added_lines_of(part)):
                 return
-    pytest.fail(f"no patch adds {needle} to {fname}")
+    pytest.fail(f"no patch of {version} adds {needle} to {fname}")
 
 
 def _added_lines_of(part: str) -> list[str]:

@@ -4,6 +4,9 @@
   PROCFS_ROOT) and fake modules (ELF objects with a .modinfo section, read by the real modinfo).
 - huvm-source.sh: wrong version / corrupted upstream trees are refused with one line, nothing left behind.
 - huvm-patch.sh / huvm-refresh-patches.sh: zero-fuzz application, idempotence, refresh round trip.
+- huvm-source.sh for other upstreams: the pinned 580.142 tarball by path, a manifest recorded on first use.
+- huvm-dkms.sh: the modprobe.d rule that wins over nvidia.conf, the package's own module file name,
+  BUILD_DEPENDS and its version check.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ def run(
     cmd = ["bash", str(SCRIPTS / script), *args]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
-    drop = ("DRY_RUN", "MODULE_PARAMS", "UPSTREAM_DIR", "UPSTREAM_TARBALL", "FORCE", "PATCH")
+    drop = ("DRY_RUN", "MODULE_PARAMS", "UPSTREAM_DIR", "UPSTREAM_TARBALL", "FORCE", "PATCH", "UPSTREAM_PATCHES",
+            "HUVM_SHARED_DIR", "NVIDIA_DKMS_PACKAGE")
     full_env = {k: v for k, v in os.environ.items() if k not in drop}
     full_env.update(env or {})
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=120, check=False)
@@ -252,6 +256,43 @@ def test_refuses_non_root_without_dry_run(host: FakeHost, modules: dict[str, Pat
     else:
         r = run("huvm-load.sh", "load", str(modules["huvm"]), env=host.env(modules["stock"]))
     refused(r, "must run as root", "DRY_RUN=1")
+
+
+# ---- huvm-load.sh: signed modules (Secure Boot) ---------------------------------------------------
+
+def _lockdown(host: FakeHost) -> None:
+    d = host.sys / "kernel" / "security"
+    d.mkdir(parents=True)
+    (d / "lockdown").write_text("none [integrity] confidentiality\n")
+
+
+def test_refuses_unsigned_under_lockdown_without_key(host: FakeHost, load: LoadRun, tmp_path: Path) -> None:
+    host.nvidia().uvm()
+    _lockdown(host)
+    r = load(DKMS_MOK_KEY=str(tmp_path / "no.key"), DKMS_MOK_CERT=str(tmp_path / "no.pub"))
+    refused(r, "Secure Boot/lockdown requires signed modules", "unsigned", "mokutil --import")
+
+
+def test_signs_a_copy_under_lockdown_with_the_dkms_key(host: FakeHost, load: LoadRun, tmp_path: Path) -> None:
+    host.nvidia().uvm()
+    (host.sys / "module" / "module" / "parameters").mkdir(parents=True)
+    (host.sys / "module" / "module" / "parameters" / "sig_enforce").write_text("Y\n")
+    key, cert, sf = tmp_path / "mok.key", tmp_path / "mok.pub", tmp_path / "sign-file"
+    key.write_text("k\n")
+    cert.write_text("c\n")
+    sf.write_text("#!/bin/sh\nexit 0\n")
+    sf.chmod(0o755)
+    r = load(DKMS_MOK_KEY=str(key), DKMS_MOK_CERT=str(cert), SIGN_FILE=str(sf))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"[dry-run] {sf} sha512 {key} {cert} " in r.stdout and ".signed.ko" in r.stdout
+    insmod = [ln for ln in r.stdout.splitlines() if ln.startswith("[dry-run] insmod")]
+    assert len(insmod) == 1 and insmod[0].split()[2].endswith("nvidia-uvm.signed.ko"), r.stdout
+
+
+def test_no_signing_without_lockdown(host: FakeHost, load: LoadRun) -> None:
+    host.nvidia().uvm()
+    r = load()
+    assert r.returncode == 0 and "sign-file" not in r.stdout and ".signed.ko" not in r.stdout, r.stdout
 
 
 # ---- huvm-load.sh: the real (non-dry) path, with fake rmmod/insmod/modprobe acting on the fake sysfs ----
@@ -506,3 +547,101 @@ def test_changed_series_keeps_unsaved_edits(ptree: dict[str, str]) -> None:
     r = run("huvm-patch.sh", env={**ptree, "FORCE": "1"})
     assert r.returncode == 0
     assert (work / "b.txt").read_text() == "alpha\nbeta\ngamma\n"
+
+
+# ---- huvm-source.sh: other upstreams ---------------------------------------------------------------
+
+def test_source_580_default_is_the_pinned_tarball(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    env = {"UPSTREAM_VERSION": "580.142", "HUVM_SHARED_DIR": str(shared), "BUILD": str(tmp_path / "b")}
+    r = run("huvm-source.sh", env=env)
+    assert r.returncode == 1 and "pinned tarball" in r.stderr and "is missing" in r.stderr, r.stderr
+    # A tarball of the right name but other content: its sha256 is refused before anything is unpacked.
+    (shared / "upstream").mkdir(parents=True)
+    tarball(fake_upstream(tmp_path / "src", "580.142"), shared / "upstream" / "nvidia-open-kernel-580.142-kernel-open.tar.xz")
+    r = run("huvm-source.sh", env=env)
+    err = r.stderr.strip()
+    assert r.returncode == 1 and "checksum mismatch for" in err and "8457440a1b96" in err and "\n" not in err, err
+    assert not (tmp_path / "b" / "upstream-580.142" / "orig").exists()
+
+
+def test_source_records_a_manifest_on_first_use(tmp_path: Path) -> None:
+    src = fake_upstream(tmp_path / "src", "580.159.04")
+    (src / "common").mkdir()
+    (src / "common" / "x.h").write_text("/* x */\n")
+    mdir = tmp_path / "manifests"
+    mdir.mkdir()
+    env = {"UPSTREAM_VERSION": "580.159.04", "UPSTREAM_DIR": str(src), "BUILD": str(tmp_path / "b"),
+           "HUVM_MANIFEST_DIR": str(mdir)}
+    r = run("huvm-source.sh", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "trust on first use" in r.stdout
+    manifest = (mdir / "upstream-580.159.04.sha256").read_text().split("\n")
+    assert [ln.split()[1] for ln in manifest if ln] == ["Kbuild", "common/x.h", "nvidia-uvm/uvm.c"]
+    orig = tmp_path / "b" / "upstream-580.159.04" / "orig"
+    assert (orig / "nvidia-uvm" / "uvm.c").is_file()
+    # The second time the recorded manifest pins the tree: a changed file is refused.
+    (src / "nvidia-uvm" / "uvm.c").write_text("/* changed */\n")
+    r = run("huvm-source.sh", env=env)
+    assert r.returncode == 1 and "checksum mismatch" in r.stderr and "nvidia-uvm/uvm.c" in r.stderr, r.stderr
+    # No manifest and no tree given: refused, naming how to record one.
+    r = run("huvm-source.sh", env={"UPSTREAM_VERSION": "580.1.1", "BUILD": str(tmp_path / "b"),
+                                   "HUVM_MANIFEST_DIR": str(mdir)})
+    assert r.returncode == 1 and "no pinned manifest" in r.stderr and "UPSTREAM_DIR=" in r.stderr, r.stderr
+
+
+# ---- huvm-dkms.sh ----------------------------------------------------------------------------------
+
+def test_modprobe_rule_wins_over_nvidia_conf(tmp_path: Path) -> None:
+    """modprobe nvidia-uvm must run huvm's install rule, not Debian's/NVIDIA's (kmod: the first one read)."""
+    require_or_skip(shutil.which("modprobe") is not None, "needs modprobe (kmod)")
+    d = tmp_path / "modprobe.d"
+    d.mkdir()
+    (d / "nvidia.conf").write_text("install nvidia-uvm modprobe nvidia ; modprobe -i nvidia-current-open-uvm $CMDLINE_OPTS\n")
+    r = run("huvm-dkms.sh", "modprobe-conf", env={"MODPROBE_DIR": str(d), "BUILD": str(tmp_path / "b"),
+                                                   "MODULE_PARAMS": "uvm_huvm_preset=huvm"})
+    assert r.returncode == 0, r.stderr
+    conf = [p.name for p in d.iterdir() if p.name.startswith("00-huvm")]
+    assert conf == ["00-huvm-nvidia-uvm.conf"]
+    assert "options huvm-nvidia-uvm uvm_huvm_preset=huvm" in (d / conf[0]).read_text()
+    p = subprocess.run(["modprobe", "-n", "-v", "-C", str(d), "nvidia-uvm"], capture_output=True, text=True,
+                       check=False)
+    assert p.returncode == 0, p.stderr
+    assert "modprobe -i huvm-nvidia-uvm" in p.stdout and "nvidia-current-open-uvm" not in p.stdout, p.stdout
+
+
+def test_dkms_package_has_its_own_module_name_and_version_check(tmp_path: Path) -> None:
+    orig = Path(os.environ.get("BUILD", str(ROOT / "build"))) / "upstream" / "orig"
+    require_or_skip((orig / ".huvm-upstream").is_file(), "pinned upstream not unpacked (make source)")
+    env = {"BUILD": str(tmp_path / "b"), "ORIG": str(orig), "NVIDIA_DKMS_PACKAGE": "nvidia"}
+    r = run("huvm-dkms.sh", "stage", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stage = next((tmp_path / "b" / "dkms").glob(f"huvm-nvidia-uvm-{VERSION}-huvm*"))
+    conf = (stage / "dkms.conf").read_text()
+    assert 'DEST_MODULE_NAME[0]="huvm-nvidia-uvm"' in conf and 'BUILT_MODULE_NAME[0]="nvidia-uvm"' in conf
+    assert 'BUILD_DEPENDS[0]="nvidia"' in conf
+    assert 'MAKE[0]="sh huvm/dkms-check-nvidia.sh ${kernelver} && ' in conf
+    check = stage / "huvm" / "dkms-check-nvidia.sh"
+    for have, rc, words in (("580.159.04", 1, ["installed NVIDIA driver is 580.159.04", f"huvm for {VERSION}"]),
+                            (VERSION, 0, ["as required"])):
+        p = subprocess.run(["sh", str(check), KREL], capture_output=True, text=True, check=False,
+                           env={**os.environ, "HUVM_NVIDIA_VERSION": have})
+        assert p.returncode == rc, p.stdout + p.stderr
+        assert all(w in p.stdout + p.stderr for w in words), p.stdout + p.stderr
+    r = run("huvm-dkms.sh", "stage", env={**env, "NVIDIA_DKMS_PACKAGE": "none"})
+    assert r.returncode == 0 and "BUILD_DEPENDS[0]" not in (stage / "dkms.conf").read_text()
+
+
+def test_manifests_of_each_upstream() -> None:
+    """535.261.03: Debian's tree and NVIDIA's tag keep the same 286 files, 25 of them different (docs/driver.md);
+    580.142: the same list plus header-presence-tests.mk, which its top-level Kbuild includes."""
+    def read(name: str) -> dict[str, str]:
+        rows = [ln.split() for ln in (SCRIPTS / name).read_text().splitlines() if ln.strip()]
+        return {path.lstrip("*"): digest for digest, path in rows}
+    debian, nvidia = read("upstream-535.261.03.sha256"), read("upstream-535.261.03.nvidia.sha256")
+    assert len(debian) == 286 and debian.keys() == nvidia.keys()
+    differ = sorted(p for p in debian if debian[p] != nvidia[p])
+    assert len(differ) == 25 and "Kbuild" in differ and "common/inc/nv-linux.h" in differ, differ
+    v580 = read("upstream-580.142.sha256")
+    assert set(v580) - set(debian) >= {"header-presence-tests.mk"}
+    assert "nvidia-uvm/uvm_pmm_gpu.c" in v580 and "nvidia/nvidia.Kbuild" in v580

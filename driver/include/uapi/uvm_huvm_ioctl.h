@@ -32,7 +32,7 @@
 
 /* Versions. A tool and a module talk if their ABI major versions are equal; minor versions only add. */
 #define HUVM_ABI_VERSION_MAJOR          2
-#define HUVM_ABI_VERSION_MINOR          0
+#define HUVM_ABI_VERSION_MINOR          1
 #define HUVM_ABI_VERSION                ((HUVM_ABI_VERSION_MAJOR << 16) | HUVM_ABI_VERSION_MINOR)
 #define HUVM_VERSION_MAJOR              0
 #define HUVM_VERSION_MINOR              1
@@ -211,7 +211,8 @@
 #define HUVM_PRESET_CUSTOM              3
 #define HUVM_PRESET_COUNT               4
 
-/* Link types (uvm_gpu_link_type_t order). */
+/* Link types. Not UVM's numbering: 570 inserted UVM_GPU_LINK_NVLINK_5 before C2C, so the module maps
+ * UVM's link type to these explicitly (uvm_huvm_link_type()); values never change, new ones are appended. */
 #define HUVM_LINK_NONE                  0
 #define HUVM_LINK_PCIE                  1
 #define HUVM_LINK_NVLINK_1              2
@@ -219,7 +220,8 @@
 #define HUVM_LINK_NVLINK_3              4
 #define HUVM_LINK_NVLINK_4              5
 #define HUVM_LINK_C2C                   6
-#define HUVM_LINK_COUNT                 7
+#define HUVM_LINK_NVLINK_5              7   /* Blackwell (UVM 570+); ABI 2.1 */
+#define HUVM_LINK_COUNT                 8
 
 /* Backends (huvm_info.backend). */
 #define HUVM_BACKEND_KERNEL             0   /* patched nvidia-uvm */

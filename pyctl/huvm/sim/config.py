@@ -23,8 +23,9 @@ GIB = 1 << 30
 CHUNK_BYTES = 2 * MIB
 
 # Link types: the ABI's HUVM_LINK_* values.
-LINK_NONE, LINK_PCIE, LINK_NVLINK_1, LINK_NVLINK_2, LINK_NVLINK_3, LINK_NVLINK_4, LINK_C2C = range(7)
-NVLINK_GENERATIONS: dict[int, int] = {1: LINK_NVLINK_1, 2: LINK_NVLINK_2, 3: LINK_NVLINK_3, 4: LINK_NVLINK_4}
+LINK_NONE, LINK_PCIE, LINK_NVLINK_1, LINK_NVLINK_2, LINK_NVLINK_3, LINK_NVLINK_4, LINK_C2C, LINK_NVLINK_5 = range(8)
+NVLINK_GENERATIONS: dict[int, int] = {1: LINK_NVLINK_1, 2: LINK_NVLINK_2, 3: LINK_NVLINK_3, 4: LINK_NVLINK_4,
+                                      5: LINK_NVLINK_5}
 #: topology labels without a direct NVLink: PIX/PXB (a PCIe switch: P2P possible) and the rest (no peer path).
 PCIE_P2P_LABELS = ("PIX", "PXB")
 NO_PEER_LABELS = ("PHB", "NODE", "SYS", "SOC")

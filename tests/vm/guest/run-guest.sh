@@ -112,6 +112,9 @@ softgpu_variant() {  # variant
         :
     fi
     [ "$load" = ok ] || { echo "== softgpu [$v]: load $load"; vrc=1; }
+    # The upstream nvidia-uvm this variant is (its MODULE_VERSION), for the summary line.
+    local upstream
+    upstream=$(cat /sys/module/nvidia_uvm/version 2>/dev/null || echo '?')
     echo "[t=$(t)s] == softgpu [$v]: $(grep -E '^(huvm_softgpu|nvidia_uvm) ' /proc/modules | cut -d' ' -f1-4 | paste -sd';'); $(ls -l /dev/nvidia-uvm /dev/nvidia-uvm-tools 2>/dev/null | awk '{print $1, $5, $6, $NF}' | paste -sd';')"
 
     local env=(env "HUVM_UVM_VARIANT=$v" "HUVM_SOFTGPU_GPUS=$gpus" "HUVM_SOFTGPU_FB_MIB=$fb_mib"
@@ -163,7 +166,7 @@ softgpu_variant() {  # variant
         echo "== softgpu [$v]: kernel tainted: $taint (was $taint0; see $(basename "$log"))"
         taint="FAIL($taint)"; vrc=1
     fi
-    echo "$v load=$load guest=$guest tests=$tests unload=$unload not_emulated=$ne uvm_asserts=$na taint=$taint" >> "$results"
+    echo "$v upstream=$upstream load=$load guest=$guest tests=$tests unload=$unload not_emulated=$ne uvm_asserts=$na taint=$taint" >> "$results"
     echo "[t=$(t)s] == softgpu [$v]: $([ $vrc = 0 ] && echo PASS || echo FAIL): load=$load guest=$guest tests=$tests unload=$unload"
     [ $vrc = 0 ] || [ $rc != 0 ] || rc=1
 }

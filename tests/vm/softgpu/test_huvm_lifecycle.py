@@ -527,9 +527,9 @@ def _open_here() -> list[str]:
     return out
 
 
-def _load_softgpu() -> None:
+def _load_softgpu(*extra: str) -> None:
     gpus, fb_mib = str(sglib.GPUS_EXPECTED or 4), str(sglib.FB_MIB or 128)
-    _run("insmod", SOFTGPU_KO, f"gpus={gpus}", f"fb_mib={fb_mib}")
+    _run("insmod", SOFTGPU_KO, f"gpus={gpus}", f"fb_mib={fb_mib}", *extra)
     for name, want in (("gpus", gpus), ("fb_mib", fb_mib)):
         with open(f"/sys/module/huvm_softgpu/parameters/{name}") as f:
             got = f.read().strip()
@@ -838,3 +838,33 @@ def test_unload_while_harvested(unloadable: None, kmsg: Kmsg) -> None:
     print(f"unload-while-harvested: after the reload: {h}")
     _check_small_harvest(h, "after the reload")
     assert_clean_log(kmsg, "after the reload")
+
+
+# ---- a mismatched nvidia.ko is refused by the module itself -----------------------------------------------
+
+MISMATCH_VERSION = "580.159.04"
+
+
+def test_version_mismatch_refused(unloadable: None, kmsg: Kmsg) -> None:
+    """huvm's nvidia-uvm asks nvidia.ko's version first thing at load (nvidia_get_rm_ops(), as nvidia-modeset
+    does) and refuses another one, with one kernel log line naming both; the software GPU answers with what
+    its nvidia_version= parameter says. Afterwards the fixture loads both again with matching versions."""
+    with open("/sys/module/huvm_softgpu/parameters/nvidia_version") as f:
+        ours = f.read().strip()
+    assert ours and ours != MISMATCH_VERSION
+    _rmmod("nvidia_uvm")
+    _rmmod("huvm_softgpu")
+    _load_softgpu(f"nvidia_version={MISMATCH_VERSION}")
+    kmsg.read()
+    p = subprocess.run(["insmod", UVM_KO, *UVM_PARAMS], capture_output=True, text=True, check=False)
+    lines = kmsg.read()
+    loaded = "nvidia_uvm" in _module_refs()
+    if loaded:
+        _rmmod("nvidia_uvm")
+    _rmmod("huvm_softgpu")
+    mismatch = [ln for ln in lines if "Version mismatch" in ln]
+    print(f"version-mismatch: insmod exit {p.returncode} ({(p.stderr or p.stdout).strip()}); log: {mismatch}")
+    assert p.returncode != 0 and not loaded, "nvidia-uvm loaded next to an nvidia.ko of another version"
+    line = f"nvidia-uvm: Version mismatch: nvidia.ko({MISMATCH_VERSION}) nvidia-uvm.ko({ours}), huvm refuses to load"
+    assert mismatch == [line], lines
+    assert_clean_log(kmsg, "after the refused load")
