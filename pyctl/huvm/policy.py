@@ -160,6 +160,8 @@ def preset_name(value: int) -> str:
 
 
 def preset_value(name: str) -> int:
+    """HUVM_PRESET_* of a preset name; aliases: atc22 and prototype for huvm-atc22, default for huvm (ours, the
+    recommended preset; the kernel module itself starts at stock)."""
     names = preset_names()
     key = name.strip().lower().replace("_", "-")
     aliases = {"atc22": "huvm-atc22", "prototype": "huvm-atc22", "default": "huvm"}
