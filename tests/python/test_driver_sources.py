@@ -428,3 +428,14 @@ def test_every_hook_is_wired_by_a_patch(version: str, hook: tuple[str, str]) -> 
 
 def _added_lines_of(part: str) -> list[str]:
     return [line[1:] for line in part.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def test_softgpu_export_count_matches_docs() -> None:
+    """The software GPU exports every nvUvmInterface* of 535's nv_uvm_interface.h (71; nvidia-uvm 535 imports 68
+    of them, which modpost checks in the test bed); every "N nvUvmInterface*" of the docs is that count."""
+    exported = {m for f in sorted((ROOT / "driver" / "softgpu").glob("*.c"))
+                for m in re.findall(r"EXPORT_SYMBOL(?:_GPL)?\(\s*(nvUvmInterface\w+)\s*\)", _read(f))}
+    assert len(exported) == 71, f"driver/softgpu exports {len(exported)} nvUvmInterface*: update the docs and this test"
+    for doc in ("softgpu.md", "testing.md"):
+        stated = re.findall(r"(\d+) (?:exported )?`?nvUvmInterface\*", _read(ROOT / "docs" / doc))
+        assert stated and set(stated) == {str(len(exported))}, f"docs/{doc}: {stated} nvUvmInterface* exports"
