@@ -150,11 +150,9 @@ def preset_names() -> dict[str, int]:
 
 def preset_name(value: int) -> str:
     """The core's name for a preset value (huvm_preset_name), e.g. "huvm-atc22"."""
-    lib = abi.lib
-    if hasattr(lib, "huvm_preset_name"):
-        ptr = lib.huvm_preset_name(value)
-        if ptr != abi.ffi.NULL:
-            return abi.cstr(ptr)
+    ptr = abi.lib.huvm_preset_name(value)
+    if ptr != abi.ffi.NULL:
+        return abi.cstr(ptr)
     short = abi.enum_names("HUVM_PRESET_").get(value, str(value))
     return "huvm-" + short if short == "atc22" else _display(short)
 
