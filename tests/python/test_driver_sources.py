@@ -137,7 +137,7 @@ def test_core_fires_every_event_through_huvm_trace() -> None:
 def test_simulator_probes_come_only_from_the_core() -> None:
     """The simulator's USDT probes are the core's HUVM_TRACE calls: it fires none of its own."""
     sim = DRIVER / "sim"
-    require_or_skip(sim.is_dir() and any(sim.glob("*.c")), "driver/sim not present")
+    assert any(sim.glob("*.c"))
     for src in sorted(sim.glob("*.[ch]")):
         text = _strip_c_comments(_read(src))
         assert "DTRACE_PROBE" not in text and "HUVM_USDT(" not in text and "HUVM_TRACE(" not in text, src.name
