@@ -2,7 +2,8 @@
 #
 #   make demo      run the shipped consolidation experiment on the simulated node into out/demo
 #   make py-test   pytest over tests/python (the TUI's tests run in tui.mk's tui-test)
-#   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top
+#   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top; ruff (same config) over tests/python
+#                  and tests/vm
 #   make uvm-binding   huvm.uvm's cffi binding of NVIDIA's UVM ioctls, compiled against the pinned upstream
 #                  headers (needs `make source`) into $(UVM_BINDING_DIR); not part of the pip install
 #   make gpu-check GPT-2 steps on this machine's GPU with PyTorch's allocator and with huvm's managed pool
@@ -22,7 +23,7 @@ py-test: | venv
 	@cd $(ROOT) && $(PY) -m pytest -q -p no:cacheprovider tests/python --ignore-glob='tests/python/test_tui*' $(PYTEST_ARGS)
 
 lint: | venv
-	@cd $(ROOT) && $(VENV)/bin/ruff check --no-cache --config $(LINT_CONFIG) pyctl/huvm tui/huvm_top
+	@cd $(ROOT) && $(VENV)/bin/ruff check --no-cache --config $(LINT_CONFIG) pyctl/huvm tui/huvm_top tests/python tests/vm
 	@cd $(ROOT) && $(PY) -m mypy --no-incremental --cache-dir=/dev/null --config-file $(LINT_CONFIG) \
 		pyctl/huvm tui/huvm_top
 

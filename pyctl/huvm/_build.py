@@ -1,7 +1,7 @@
 """cffi builder of ``huvm._huvm_cffi`` (out-of-line API mode).
 
-The extension compiles the portable policy core (``driver/core/*.c``) and, once the simulator provides
-``driver/sim/huvm_sim_cdef.h``, the simulated node (``driver/sim/*.c``). Its cdef is taken verbatim from
+The extension compiles the portable policy core (``driver/core/*.c``) and the simulated node
+(``driver/sim/*.c``). Its cdef is taken verbatim from
 the C headers, so the C compiler checks every struct layout, field type and ioctl number that Python uses
 against the real header: a drift fails the build.
 
@@ -14,8 +14,7 @@ against the real header: a drift fails the build.
 * Core API: the text between ``HUVM_CORE_API_BEGIN`` and ``HUVM_CORE_API_END`` of
   ``driver/core/huvm_core.h`` (structs fully declared, so their layout is checked too).
 * Simulator: ``driver/sim/huvm_sim_cdef.h``, a C header that is both ``#include``d by the extension and fed
-  to cdef (the part between ``/* HUVM_SIM_CDEF_BEGIN */`` and ``/* HUVM_SIM_CDEF_END */`` when present,
-  else the whole file less preprocessor guard/include lines). Its presence switches on ``SIM_SOURCES``.
+  to cdef (the part between ``/* HUVM_SIM_CDEF_BEGIN */`` and ``/* HUVM_SIM_CDEF_END */``).
 
 Run directly (``python huvm/_build.py``) or through setuptools (``cffi_modules`` in ``pyctl/setup.py``).
 """
@@ -45,7 +44,7 @@ def _rel(path: Path) -> str:
 
 
 CORE_SOURCES = sorted(_rel(p) for p in (DRIVER / "core").glob("*.c"))
-SIM_SOURCES = sorted(_rel(p) for p in (DRIVER / "sim").glob("*.c")) if SIM_CDEF_HEADER.exists() else []
+SIM_SOURCES = sorted(_rel(p) for p in (DRIVER / "sim").glob("*.c"))
 INCLUDE_DIRS = [str(DRIVER / "include" / "uapi"), str(DRIVER / "core"), str(DRIVER / "sim")]
 COMPILE_ARGS = ["-O2", "-fno-semantic-interposition", "-std=gnu11", "-Wall", "-Werror", "-Wno-unused-function"]
 
@@ -99,11 +98,7 @@ def core_cdef() -> str:
 
 
 def sim_cdef() -> str:
-    if not SIM_CDEF_HEADER.exists():
-        return ""
-    text = SIM_CDEF_HEADER.read_text()
-    if "HUVM_SIM_CDEF_BEGIN" in text:
-        text = _between(text, "HUVM_SIM_CDEF_BEGIN", "HUVM_SIM_CDEF_END", SIM_CDEF_HEADER)
+    text = _between(SIM_CDEF_HEADER.read_text(), "HUVM_SIM_CDEF_BEGIN", "HUVM_SIM_CDEF_END", SIM_CDEF_HEADER)
     return to_cdef(text)
 
 
@@ -120,11 +115,9 @@ def make_ffibuilder() -> FFI:
     builder = FFI()
     cdefs = [abi_cdef(), softgpu_cdef(), core_cdef(), sim_cdef()]
     for text in cdefs:
-        if text:
-            builder.cdef(text)
-    includes = ['#include "uvm_huvm_ioctl.h"', '#include "huvm_softgpu_ioctl.h"', '#include "huvm_core.h"']
-    if SIM_CDEF_HEADER.exists():
-        includes.append(f'#include "{SIM_CDEF_HEADER.name}"')
+        builder.cdef(text)
+    includes = ['#include "uvm_huvm_ioctl.h"', '#include "huvm_softgpu_ioctl.h"', '#include "huvm_core.h"',
+                f'#include "{SIM_CDEF_HEADER.name}"']
     builder.set_source(
         "huvm._huvm_cffi",
         "\n".join(includes) + "\n" + "\n".join(literal_checks(text) for text in cdefs) + "\n",

@@ -1,8 +1,7 @@
 """A bare policy core with a synthetic node, as a backend: the real C core with no simulator around it.
 
 :class:`CoreNode` holds a ``huvm_core_t`` (the real C core) with N synthetic GPUs and runs commands through
-the core's own ``huvm_dispatch``, like the kernel glue does. huvm-top's ``--sim`` drives one with the core's
-test events where huvm's simulator is not built; the tests build their kernel stand-ins on it.
+the core's own ``huvm_dispatch``, like the kernel glue does. The tests build their kernel stand-ins on it.
 """
 
 from __future__ import annotations

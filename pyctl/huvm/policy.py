@@ -150,16 +150,16 @@ def preset_names() -> dict[str, int]:
 
 def preset_name(value: int) -> str:
     """The core's name for a preset value (huvm_preset_name), e.g. "huvm-atc22"."""
-    lib = abi.lib
-    if hasattr(lib, "huvm_preset_name"):
-        ptr = lib.huvm_preset_name(value)
-        if ptr != abi.ffi.NULL:
-            return abi.cstr(ptr)
+    ptr = abi.lib.huvm_preset_name(value)
+    if ptr != abi.ffi.NULL:
+        return abi.cstr(ptr)
     short = abi.enum_names("HUVM_PRESET_").get(value, str(value))
     return "huvm-" + short if short == "atc22" else _display(short)
 
 
 def preset_value(name: str) -> int:
+    """HUVM_PRESET_* of a preset name; aliases: atc22 and prototype for huvm-atc22, default for huvm (ours, the
+    recommended preset; the kernel module itself starts at stock)."""
     names = preset_names()
     key = name.strip().lower().replace("_", "-")
     aliases = {"atc22": "huvm-atc22", "prototype": "huvm-atc22", "default": "huvm"}

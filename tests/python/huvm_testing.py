@@ -71,8 +71,10 @@ steps = 0
 
 def lender_budget_experiment(lend_traffic_mbyte_per_s: str | None) -> str:
     """A one-policy ("huvm") experiment where GPU 0's BFS harvester, squeezed by a static footprint, evicts
-    to GPU 1's idle lender; lend_traffic_mbyte_per_s: that lender tenant's guest-traffic budget (None: the key left out)."""
-    budget = f'lend_traffic_mbyte_per_s = "{lend_traffic_mbyte_per_s}"\n' if lend_traffic_mbyte_per_s is not None else ""
+    to GPU 1's idle lender; lend_traffic_mbyte_per_s: that lender tenant's guest-traffic budget (None: the key
+    left out)."""
+    budget = (f'lend_traffic_mbyte_per_s = "{lend_traffic_mbyte_per_s}"\n'
+              if lend_traffic_mbyte_per_s is not None else "")
     return small_experiment().replace('policies = ["stock", "huvm"]', 'policies = ["huvm"]').replace(
         "[[tenant]]\ngpu = 1\n", '[[tenant]]\ngpu = 0\ntrace = ""\nstatic = "2540MiB"\n[[tenant]]\ngpu = 1\n'
     ) + 'role = "lender"\n' + budget

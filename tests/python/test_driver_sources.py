@@ -117,7 +117,8 @@ def test_tracepoints_match_core_events() -> None:
         assert [p[-1] for p in params] == EVENT_ARGS, f"huvm:{name}: argument names"
         assert [p[0] for p in params] == EVENT_TYPES, f"huvm:{name}: argument types"
     # One event class carries the record layout and the print format of all of them.
-    assert "TP_STRUCT__entry" in text and all(f"__field({t}, {a})" in text for t, a in zip(EVENT_TYPES, EVENT_ARGS))
+    assert "TP_STRUCT__entry" in text and all(f"__field({t}, {a})" in text
+                                            for t, a in zip(EVENT_TYPES, EVENT_ARGS, strict=False))
 
 
 def test_core_fires_every_event_through_huvm_trace() -> None:
@@ -136,7 +137,7 @@ def test_core_fires_every_event_through_huvm_trace() -> None:
 def test_simulator_probes_come_only_from_the_core() -> None:
     """The simulator's USDT probes are the core's HUVM_TRACE calls: it fires none of its own."""
     sim = DRIVER / "sim"
-    require_or_skip(sim.is_dir() and any(sim.glob("*.c")), "driver/sim not present")
+    assert any(sim.glob("*.c"))
     for src in sorted(sim.glob("*.[ch]")):
         text = _strip_c_comments(_read(src))
         assert "DTRACE_PROBE" not in text and "HUVM_USDT(" not in text and "HUVM_TRACE(" not in text, src.name
@@ -258,7 +259,7 @@ def test_every_function_added_by_the_patches_documents_locking() -> None:
     for patch in _all_huvm_patches():
         hunks = re.split(r"^@@[^\n]*\n", _read(patch), flags=re.MULTILINE)[1:]
         for hunk in hunks:
-            lines = [l[1:] for l in hunk.splitlines() if l.startswith("+")]
+            lines = [line[1:] for line in hunk.splitlines() if line.startswith("+")]
             missing = _functions_without_locking(lines)
             assert not missing, f"{patch.name}: no // LOCKING: comment above {missing}"
 
@@ -379,7 +380,8 @@ HOOK_FUNCTIONS = {
         # 570+: init_peer_access() became peers_init(); the link lives in the parents' peer caps.
         ("uvm_gpu.c", "uvm_huvm_add_peer(", "peers_init"),
         # 570+: faults are serviced per parent GPU; the hook gets the fault entry's GPU.
-        ("uvm_gpu_replayable_faults.c", "uvm_huvm_fault_batch_done(last->gpu", "uvm_parent_gpu_service_replayable_faults"),
+        ("uvm_gpu_replayable_faults.c", "uvm_huvm_fault_batch_done(last->gpu",
+         "uvm_parent_gpu_service_replayable_faults"),
         ("uvm_va_block.c", "uvm_huvm_block_split_prepare(", "uvm_va_block_split"),
         ("uvm_va_block.c", "uvm_huvm_block_destroy_gpu_state(", "block_destroy_gpu_state"),
         ("uvm_va_space.c", "uvm_huvm_va_space_destroy(", "uvm_va_space_destroy"),
@@ -419,10 +421,21 @@ def test_every_hook_is_wired_by_a_patch(version: str, hook: tuple[str, str]) -> 
     for patch in _huvm_patches(_patches(version)):
         text = _read(patch)
         for part in re.split(r"^diff --git ", text, flags=re.MULTILINE)[1:]:
-            if part.startswith(f"a/nvidia-uvm/{fname} ") and any(needle in l for l in _added_lines_of(part)):
+            if part.startswith(f"a/nvidia-uvm/{fname} ") and any(needle in line for line in _added_lines_of(part)):
                 return
     pytest.fail(f"no patch of {version} adds {needle} to {fname}")
 
 
 def _added_lines_of(part: str) -> list[str]:
-    return [l[1:] for l in part.splitlines() if l.startswith("+") and not l.startswith("+++")]
+    return [line[1:] for line in part.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def test_softgpu_export_count_matches_docs() -> None:
+    """The software GPU exports every nvUvmInterface* of 535's nv_uvm_interface.h (71; nvidia-uvm 535 imports 68
+    of them, which modpost checks in the test bed); every "N nvUvmInterface*" of the docs is that count."""
+    exported = {m for f in sorted((ROOT / "driver" / "softgpu").glob("*.c"))
+                for m in re.findall(r"EXPORT_SYMBOL(?:_GPL)?\(\s*(nvUvmInterface\w+)\s*\)", _read(f))}
+    assert len(exported) == 71, f"driver/softgpu exports {len(exported)} nvUvmInterface*: update the docs and this test"
+    for doc in ("softgpu.md", "testing.md"):
+        stated = re.findall(r"(\d+) (?:exported )?`?nvUvmInterface\*", _read(ROOT / "docs" / doc))
+        assert stated and set(stated) == {str(len(exported))}, f"docs/{doc}: {stated} nvUvmInterface* exports"

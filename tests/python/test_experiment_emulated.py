@@ -22,7 +22,6 @@ from huvm.errors import ConfigError, DeviceUnavailable, HuvmError
 from huvm.experiment import emulated, emulated_guest
 from huvm.experiment.emulated import (
     EmulatedExecutor,
-    counters_vs_events,
     emulated_tenant_values,
     guest_script,
     residency_check,
@@ -43,6 +42,7 @@ from huvm.experiment.emulated_guest import (
     replay,
 )
 from huvm.experiment.executor import plan as plan_runs
+from huvm.experiment.recording import counters_vs_events
 from huvm.experiment.resultio import dumps
 from huvm.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult, TenantRow
 from huvm.experiment.spec import load

@@ -13,9 +13,8 @@ import pytest
 from huvm import experiment
 from huvm.errors import ConfigError, DeviceUnavailable
 from huvm.experiment.executor import Executor, NodeRecord, scale_bytes, scale_text
-from huvm.experiment.runner import executor_for
 from huvm.experiment.resultio import dumps, loads
-from huvm.experiment.runner import Runner
+from huvm.experiment.runner import Runner, executor_for
 from huvm.experiment.spec import load
 
 NODE = """[node]

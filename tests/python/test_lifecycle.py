@@ -558,7 +558,8 @@ def test_source_580_default_is_the_pinned_tarball(tmp_path: Path) -> None:
     assert r.returncode == 1 and "pinned tarball" in r.stderr and "is missing" in r.stderr, r.stderr
     # A tarball of the right name but other content: its sha256 is refused before anything is unpacked.
     (shared / "upstream").mkdir(parents=True)
-    tarball(fake_upstream(tmp_path / "src", "580.142"), shared / "upstream" / "nvidia-open-kernel-580.142-kernel-open.tar.xz")
+    tarball(fake_upstream(tmp_path / "src", "580.142"),
+            shared / "upstream" / "nvidia-open-kernel-580.142-kernel-open.tar.xz")
     r = run("huvm-source.sh", env=env)
     err = r.stderr.strip()
     assert r.returncode == 1 and "checksum mismatch for" in err and "8457440a1b96" in err and "\n" not in err, err
@@ -597,7 +598,8 @@ def test_modprobe_rule_wins_over_nvidia_conf(tmp_path: Path) -> None:
     require_or_skip(shutil.which("modprobe") is not None, "needs modprobe (kmod)")
     d = tmp_path / "modprobe.d"
     d.mkdir()
-    (d / "nvidia.conf").write_text("install nvidia-uvm modprobe nvidia ; modprobe -i nvidia-current-open-uvm $CMDLINE_OPTS\n")
+    (d / "nvidia.conf").write_text(
+        "install nvidia-uvm modprobe nvidia ; modprobe -i nvidia-current-open-uvm $CMDLINE_OPTS\n")
     r = run("huvm-dkms.sh", "modprobe-conf", env={"MODPROBE_DIR": str(d), "BUILD": str(tmp_path / "b"),
                                                    "MODULE_PARAMS": "uvm_huvm_preset=huvm"})
     assert r.returncode == 0, r.stderr

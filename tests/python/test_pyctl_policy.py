@@ -13,7 +13,6 @@ from huvm_testing import CoreNode
 from hypothesis import given
 from hypothesis import strategies as st
 
-
 #: the budget's range as refusals word it, from the ABI's constants
 TRAFFIC_RANGE = (f"0 (off) or {abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S}MB/s..{abi.lib.HUVM_MAX_MBYTE_PER_S}MB/s"
                  .replace("(", r"\(").replace(")", r"\)").replace(".", r"\."))
@@ -83,12 +82,15 @@ def test_lend_traffic_rates(node: Node) -> None:
     """gpu.N.lend_traffic_mbyte_per_s: MB/s bare, or a decimal rate unit; off/none/0 for no budget; shown in the largest
     exact unit, and reaching the module's entry as lend_traffic_mbyte_per_s."""
     lo = abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
-    _, after = node.set(["gpu.1.lend_traffic_mbyte_per_s=18GB/s", "gpu.2.lend_traffic_mbyte_per_s=500 MB/s", f"gpu.3.lend_traffic_mbyte_per_s={lo}"])
+    _, after = node.set(["gpu.1.lend_traffic_mbyte_per_s=18GB/s", "gpu.2.lend_traffic_mbyte_per_s=500 MB/s",
+                         f"gpu.3.lend_traffic_mbyte_per_s={lo}"])
     assert [g.lend_traffic_mbyte_per_s for g in after.gpus] == [0, 18000, 500, lo]
     s = after.settings(node.info())
-    assert (s["gpu.0.lend_traffic_mbyte_per_s"], s["gpu.1.lend_traffic_mbyte_per_s"], s["gpu.2.lend_traffic_mbyte_per_s"]) == ("off", "18GB/s", "500MB/s")
+    assert (s["gpu.0.lend_traffic_mbyte_per_s"], s["gpu.1.lend_traffic_mbyte_per_s"],
+            s["gpu.2.lend_traffic_mbyte_per_s"]) == ("off", "18GB/s", "500MB/s")
     assert node.get_policy() == after  # what the module holds
-    _, after = node.set(["gpu.1.lend_traffic_mbyte_per_s=off", "gpu.2.lend_traffic_mbyte_per_s=none", "gpu.3.lend_traffic_mbyte_per_s=0"])
+    _, after = node.set(["gpu.1.lend_traffic_mbyte_per_s=off", "gpu.2.lend_traffic_mbyte_per_s=none",
+                         "gpu.3.lend_traffic_mbyte_per_s=0"])
     assert all(g.lend_traffic_mbyte_per_s == 0 for g in after.gpus)
     _, after = node.set([f"gpu.all.lend_traffic_mbyte_per_s={abi.lib.HUVM_MAX_MBYTE_PER_S}"])  # the struct field
     assert all(g.lend_traffic_mbyte_per_s == abi.lib.HUVM_MAX_MBYTE_PER_S for g in after.gpus)
@@ -142,7 +144,8 @@ def test_gpu_by_uuid_prefix(node: Node) -> None:
         ("gpu.0.flags=turbo", "unknown flag 'turbo'"),          # flags: names only
         ("gpu.0.flags=1", "unknown flag '1'"),
         ("flags=none", "per-GPU key"),
-        ("gpu.0.lend_traffic_mbyte_per_s=50", f"gpu.0.lend_traffic_mbyte_per_s=50: must be {TRAFFIC_RANGE}"),  # rates: 0 or MIN..MAX
+        # rates: 0 or MIN..MAX
+        ("gpu.0.lend_traffic_mbyte_per_s=50", f"gpu.0.lend_traffic_mbyte_per_s=50: must be {TRAFFIC_RANGE}"),
         ("gpu.0.lend_traffic_mbyte_per_s=104MB/s", f"gpu.0.lend_traffic_mbyte_per_s=104MB/s: must be {TRAFFIC_RANGE}"),
         ("gpu.0.lend_traffic_mbyte_per_s=17TB/s", f"gpu.0.lend_traffic_mbyte_per_s=17TB/s: must be {TRAFFIC_RANGE}"),
         ("gpu.0.lend_traffic_mbyte_per_s=-1", f"gpu.0.lend_traffic_mbyte_per_s=-1: must be {TRAFFIC_RANGE}"),
@@ -262,7 +265,8 @@ def test_lend_traffic_refused_by_the_core_is_named(node: Node) -> None:
         node.set_policy(bad)
     assert info.value.field == "gpus[1].lend_traffic_mbyte_per_s"
     assert node.get_policy() == current
-    with pytest.raises(PolicyError, match=rf"^gpu\.1\.lend_traffic_mbyte_per_s=104MB/s: must be {TRAFFIC_RANGE}$") as err:
+    with pytest.raises(PolicyError,
+                       match=rf"^gpu\.1\.lend_traffic_mbyte_per_s=104MB/s: must be {TRAFFIC_RANGE}$") as err:
         Mirror(node.info(), current).validate(bad)
     assert err.value.key == "gpu.1.lend_traffic_mbyte_per_s"
 
@@ -311,7 +315,8 @@ flags = ["lend-above-peak"]
         ("prefetch_chunks = \"eight\"\n", 1, "prefetch_chunks", "expected an integer"),
         ("\n\nprefetch_stride = 99\n", 3, "prefetch_stride", "99: must be <= 16"),
         ("nvlink_only = 3\n", 1, "nvlink_only", "boolean"),
-        ("[gpu.0]\nrole = \"harvester\"\nlend_reserve_bytes = \"20GiB\"\n", 3, "gpu.0.lend_reserve_bytes", "must be <= 16GiB"),
+        ("[gpu.0]\nrole = \"harvester\"\nlend_reserve_bytes = \"20GiB\"\n", 3, "gpu.0.lend_reserve_bytes",
+         "must be <= 16GiB"),
         ("[gpu.1]\nrole = \"lender\"\nlend_limit_bytes = 0\n", 3, "gpu.1.lend_limit_bytes", "0: must be more than 0"),
         ("[gpu.7]\nrole = \"lender\"\n", 2, "gpu.7.role", "unknown GPU"),
         ("prefetch_chunks = 4\n[gpu.0]\nrole = \"lender\"\n[gpu.\"0\"]\n", None, None, "TOML syntax"),
@@ -321,8 +326,10 @@ flags = ["lend-above-peak"]
         ("[tuning]\nx = 1\n", 1, "tuning", "unknown table"),
         ("[gpu.0]\nflags = [\"lend-above-peak\", \"warp\"]\n", 2, "gpu.0.flags", "unknown flag 'warp'"),
         ("[gpu.0]\nflags = 3\n", 2, "gpu.0.flags", "expected flag names"),
-        ("[gpu.1]\nlend_traffic_mbyte_per_s = 50\n", 2, "gpu.1.lend_traffic_mbyte_per_s", f"50: must be {TRAFFIC_RANGE}"),
-        ("[gpu.1]\nlend_traffic_mbyte_per_s = \"18GiB/s\"\n", 2, "gpu.1.lend_traffic_mbyte_per_s", "unknown unit 'GiB/s'"),
+        ("[gpu.1]\nlend_traffic_mbyte_per_s = 50\n", 2, "gpu.1.lend_traffic_mbyte_per_s",
+         f"50: must be {TRAFFIC_RANGE}"),
+        ("[gpu.1]\nlend_traffic_mbyte_per_s = \"18GiB/s\"\n", 2, "gpu.1.lend_traffic_mbyte_per_s",
+         "unknown unit 'GiB/s'"),
         ("[gpu.1]\nlend_traffic_mbyte_per_s = true\n", 2, "gpu.1.lend_traffic_mbyte_per_s", "expected a rate"),
     ],
 )

@@ -171,14 +171,16 @@ def test_the_example_experiment_is_accepted(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "line", "key", "message"),
     [
-        ('[gpu.0]\nrole = "harvester"\nlend_reserve_bytes = "1GiB"\n\n[gpu.1]\nrole = "lender"\nlend_limit_bytes = -1\n', 7,
+        ('[gpu.0]\nrole = "harvester"\nlend_reserve_bytes = "1GiB"\n\n'
+         '[gpu.1]\nrole = "lender"\nlend_limit_bytes = -1\n', 7,
          "gpu.1.lend_limit_bytes", "-1: must be >= 0"),
         ('peer_usage_max_pct = 0\n', 1, "peer_usage_max_pct", "0: must be >= 1"),
         ('preevict_batch = 4097\n', 1, "preevict_batch", f"4097: must be <= {abi.lib.HUVM_PREEVICT_MAX_BATCH}"),
         ('hysteresis_ms = 1.0\n', 1, "hysteresis_ms", "expected an integer, got 1.0"),
         ('[gpu.0]\nindex = "zero"\n', 2, "gpu.0.index", "expected an integer"),
         ('gpu = 3\n', 1, "gpu", "expected a table, got 3"),
-        ('[gpu.0.extra]\nrole = "lender"\n', 1, "gpu.0.extra", "unknown table (known: index, role, flags, lend_limit_bytes"),
+        ('[gpu.0.extra]\nrole = "lender"\n', 1, "gpu.0.extra",
+         "unknown table (known: index, role, flags, lend_limit_bytes"),
     ],
 )
 def test_policy_file_errors(tmp_path: Path, text: str, line: int, key: str, message: str) -> None:

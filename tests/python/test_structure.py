@@ -113,4 +113,4 @@ def test_importing_every_library_module_loads_no_cli_module() -> None:
 
 def test_the_test_doubles_are_not_in_the_package() -> None:
     assert "huvm.testing" not in MODULES
-    assert "huvm.corenode" in MODULES  # what huvm-top's --sim runs without the simulator
+    assert "huvm.corenode" in MODULES  # a bare core as a backend; the tests' kernel stand-in builds on it

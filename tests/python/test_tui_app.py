@@ -225,7 +225,8 @@ async def test_editor_lend_traffic_with_its_range() -> None:
         inp.value = f"{lo - 1}"
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert status_text(editor).startswith(f"not sent: gpu.1.lend_traffic_mbyte_per_s: '{lo - 1}': must be 0 (off) or {lo}MB/s")
+        assert status_text(editor).startswith(
+            f"not sent: gpu.1.lend_traffic_mbyte_per_s: '{lo - 1}': must be 0 (off) or {lo}MB/s")
         assert inp.has_class("-invalid") and fake.sent == []
         inp.value = "18GB/s"
         await pilot.press("ctrl+s")

@@ -269,16 +269,6 @@ def test_sim_source_bad_experiment_names_file_line_and_key(tmp_path: Path, text:
     assert msg.startswith(f"{f}{where}") and "\n" not in msg, msg
 
 
-def test_synthetic_sim_without_the_simulator() -> None:
-    src = SimSource(synthetic=True)
-    info = src.open()
-    try:
-        assert info.description.startswith("sim: synthetic load on the policy core")
-        assert _moving(src) > 0
-    finally:
-        src.close()
-
-
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
 async def test_app_over_the_sim_shows_nonzero_rates() -> None:

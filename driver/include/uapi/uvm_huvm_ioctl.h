@@ -225,8 +225,9 @@
 
 /* Backends (huvm_info.backend). */
 #define HUVM_BACKEND_KERNEL             0   /* patched nvidia-uvm */
-#define HUVM_BACKEND_KTEST              1   /* a core driven by tests alone (tests/c, pyctl's CoreNode); no module
-                                               reports it since the qemu test module was retired */
+#define HUVM_BACKEND_KTEST              1   /* a core that a test drives in-process (tests/c, the kernel-mode
+                                               check, pyctl's CoreNode); never a module's answer. Kept, value
+                                               and name: those cores report it, and SIM stays 2 */
 #define HUVM_BACKEND_SIM                2   /* simulated node */
 
 /* GPU flags (huvm_gpu_info_t.flags). */

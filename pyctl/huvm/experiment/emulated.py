@@ -56,7 +56,7 @@ from .executor import (
     tenant_role,
     traffic_rows,
 )
-from .recording import counters_vs_events as counters_vs_events  # the hook's old home
+from .recording import counters_vs_events as counters_vs_events  # for tests/vm/softgpu/test_experiment.py only
 from .results import CounterRow, ExperimentResult, RunEvents, RunKey, RunResult, SampleRow, TenantRow
 from .spec import ExperimentSpec, TenantSpec
 

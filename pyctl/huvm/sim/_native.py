@@ -15,7 +15,3 @@ except ImportError as exc:  # pragma: no cover - depends on the build
 
 ffi: Any = _ffi
 lib: Any = _lib
-
-if not hasattr(lib, "huvm_sim_create"):  # pragma: no cover - depends on the build
-    raise SimUnavailable("huvm._huvm_cffi was built without the simulator (driver/sim): rebuild it with "
-                         "`cd pyctl && python setup.py build_ext --inplace`")

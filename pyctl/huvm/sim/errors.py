@@ -4,7 +4,7 @@
   (``gpus[2].reserved_bytes``, ``topology[0][3]``, ``tenants[1].touch_chunk``) and ``record`` the offending
   record (op, touch or chunk index) when there is one. It is also a :class:`ValueError`.
 * :class:`SimRunError` -- the run itself failed (a cudaMalloc that cannot fit, host memory exhausted).
-* :class:`SimUnavailable` -- the C extension was built without the simulator.
+* :class:`SimUnavailable` -- the C extension (policy core and simulator) is not built.
 """
 
 from __future__ import annotations
@@ -44,4 +44,4 @@ class SimRunError(HuvmError):
 
 
 class SimUnavailable(HuvmError):
-    """huvm._huvm_cffi has no simulator (built before driver/sim existed): rebuild the extension."""
+    """huvm._huvm_cffi, which holds the simulator, is not built: build the extension."""

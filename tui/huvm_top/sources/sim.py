@@ -1,14 +1,10 @@
 """SimSource: a simulated node that moves, for ``huvm-top --sim`` on a machine without a GPU.
 
 A background thread drives the node while the app reads it like any live node (GET_STATS, GET_INFO and the
-policy commands go through the same dispatch as the kernel's), all under the LiveSource's one lock:
-
-- with huvm's simulator (:mod:`huvm.sim`), a scenario (:mod:`huvm_top.sources.scenario`) runs in slices of
-  simulated time paced to the wall clock (``speed`` simulated seconds per second); when it ends it starts
-  again on a fresh node with the policy then in force (counters restart from zero);
-- without the simulator, a synthetic load is fed through the real policy core's test events (evictions,
-  fault fetch-backs, prefetches, pre-eviction, give-backs on a 4-GPU huvm.corenode.CoreNode), so every
-  figure is still the core's own decision and accounting.
+policy commands go through the same dispatch as the kernel's), all under the LiveSource's one lock: a
+scenario (:mod:`huvm_top.sources.scenario`) runs on huvm's simulator (:mod:`huvm.sim`) in slices of simulated
+time paced to the wall clock (``speed`` simulated seconds per second); when it ends it starts again on a fresh
+node with the policy then in force (counters restart from zero).
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from huvm import abi as habi
 from huvm import errors as herr
 from huvm.client import Node
 
@@ -28,61 +23,18 @@ from huvm_top.sources.live import LiveSource
 TICK_S = 0.05  # wall time between two slices
 
 
-class SyntheticLoad:
-    """A deterministic load on a bare core node: GPUs 0 and 1 under memory pressure, 2 and 3 lending."""
-
-    def __init__(self, node: Node, core: Any) -> None:
-        self.node = node
-        self.core = core
-        self.step = 0
-        self.clock_ns = 0
-
-    def _event(self, event: int, gpu: int, count: int, flags: int = 0) -> None:
-        lib = habi.lib
-        p = habi.new_params(lib.HUVM_IOCTL_TEST_EVENT)
-        p.event, p.gpu, p.count, p.flags = event, gpu, count, flags
-        p.va = (gpu + 1) << 40 | (self.step % 4096) * lib.HUVM_CHUNK_SIZE
-        try:
-            self.node.call(lib.HUVM_IOCTL_TEST_EVENT, p)
-        except herr.HuvmError:
-            pass  # a refused event (e.g. nothing to give back) is part of the load
-
-    def advance(self, dt_ns: int) -> None:
-        lib = habi.lib
-        self.step += 1
-        self.clock_ns += dt_ns
-        self.core.caller.now_ns = self.clock_ns  # the bare core has no clock: the caller's time is ours
-        s = self.step
-        wave = (s // 40) % 4  # the load changes every ~2 s
-        for gpu in (0, 1):
-            self._event(lib.HUVM_TEST_EVENT_EVICT, gpu, 1 + (s + gpu) % (2 + wave))
-            if s % 3 == gpu:
-                self._event(lib.HUVM_TEST_EVENT_FAULT, gpu, 1 + wave)
-            if s % 5 == 0:
-                self._event(lib.HUVM_TEST_EVENT_PREFETCH, gpu, 2)
-            if s % 7 == 0:
-                self._event(lib.HUVM_TEST_EVENT_PREEVICT, gpu, 1)
-            if s % 11 == 0:
-                self._event(lib.HUVM_TEST_EVENT_EVICT, gpu, 1, flags=1)  # PMA context: to host
-        if wave == 3 and s % 2 == 0:
-            for lender in (2, 3):
-                self._event(lib.HUVM_TEST_EVENT_GIVEBACK, lender, 1)
-
-
 class SimSource(LiveSource):
     """A LiveSource over a simulated node, driven by a background thread until :meth:`close`."""
 
-    def __init__(self, sim_config: str | None = None, speed: float = 1.0, synthetic: bool = False) -> None:
+    def __init__(self, sim_config: str | None = None, speed: float = 1.0) -> None:
         super().__init__(backend="sim", sim_config=sim_config)
         self.speed = speed
-        self.synthetic = synthetic
         self.restarts = 0
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._scenario: Any = None
         self._sim: Any = None
-        self._load: SyntheticLoad | None = None
         self._target_ns = 0
 
     # building the node
@@ -97,21 +49,6 @@ class SimSource(LiveSource):
         return info
 
     def _make_node(self) -> Node:
-        if not self.synthetic:
-            try:
-                import huvm.sim  # noqa: F401
-            except (ImportError, herr.HuvmError):
-                self.synthetic = True
-        if self.synthetic:
-            if self.sim_config:
-                raise SourceError("--sim-config needs huvm's simulator (huvm.sim), which is not available")
-            from huvm.corenode import CoreNode
-
-            core = CoreNode(4)
-            node = Node(core)
-            self._load = SyntheticLoad(node, core)
-            self.label = "sim: synthetic load on the policy core"
-            return node
         from huvm_top.sources import scenario
 
         try:
@@ -154,10 +91,7 @@ class SimSource(LiveSource):
                 with self._lock:
                     if self.node is None:
                         return
-                    if self._load is not None:
-                        self._load.advance(dt_ns)
-                    else:
-                        self._advance_sim(dt_ns)
+                    self._advance_sim(dt_ns)
             except Exception as exc:  # noqa: BLE001 - reported by the next snapshot; the thread stops
                 self.error = f"simulation stopped: {str(exc).splitlines()[0] if str(exc) else exc!r}"
                 return
@@ -180,10 +114,7 @@ class SimSource(LiveSource):
     def snapshot(self) -> Snapshot:
         if self.error:
             raise SourceError(self.error)
-        snap = super().snapshot()
-        if self._load is not None and snap.timestamp_ns == 0:  # the bare core does not stamp snapshots
-            snap = replace(snap, timestamp_ns=self._load.clock_ns)
-        return snap
+        return super().snapshot()
 
     def close(self) -> None:
         self._stop.set()
