@@ -62,7 +62,8 @@ void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 a
         huvm_account_faults(&g_uvm_huvm.core, index, num_faults);
 
         memset(&plan, 0, sizeof(plan));
-        if (va_space && g_uvm_huvm.prefetch_q_running) {
+        // The stock preset (prefetch off) gathers nothing across GPUs: the fault path costs a counter.
+        if (va_space && g_uvm_huvm.prefetch_q_running && huvm_prefetch_active(&g_uvm_huvm.core, index)) {
             uvm_huvm_gather_state_locked(state);
             huvm_decide_prefetch(&g_uvm_huvm.core,
                                  state,
