@@ -98,12 +98,36 @@ static void own_peak_traffic_update(NvU32 i, huvm_gpu_state_t *state)
     spin_unlock(&slot->peak_lock);
 }
 
-// LOCKING: g_uvm_huvm.lock held (read or write).
-void uvm_huvm_gather_state_locked(huvm_gpu_state_t *state)
+// The node's state for one decision: HUVM_MAX_GPUS entries (1 KiB), per CPU rather than on the stack of the
+// eviction, allocation and fault paths, which run deep in UVM's call chains.
+typedef struct
 {
-    NvU32 i;
+    huvm_gpu_state_t gpus[HUVM_MAX_GPUS];
+} uvm_huvm_node_state_t;
+
+static DEFINE_PER_CPU(uvm_huvm_node_state_t, g_uvm_huvm_node_state);
+
+// This CPU's state buffer, zeroed; preemption stays disabled until uvm_huvm_put_state() (the decisions run
+// under g_uvm_huvm.lock, where nothing sleeps). Never called from interrupt context.
+// LOCKING: g_uvm_huvm.lock held (read or write).
+huvm_gpu_state_t *uvm_huvm_get_state_locked(void)
+{
+    huvm_gpu_state_t *state = get_cpu_ptr(&g_uvm_huvm_node_state)->gpus;
+
+    UVM_ASSERT(!in_interrupt());
 
     memset(state, 0, sizeof(*state) * HUVM_MAX_GPUS);
+
+    return state;
+}
+
+// uvm_huvm_get_state_locked()'s buffer with the node's state.
+// LOCKING: g_uvm_huvm.lock held (read or write); takes the slots' peak_lock and PMM list locks (leaves).
+huvm_gpu_state_t *uvm_huvm_gather_state_locked(void)
+{
+    huvm_gpu_state_t *state = uvm_huvm_get_state_locked();
+    NvU32 i;
+
     for (i = 0; i < g_uvm_huvm.core.gpu_count; i++) {
         uvm_huvm_slot_t *slot = &g_uvm_huvm.slots[i];
 
@@ -120,6 +144,15 @@ void uvm_huvm_gather_state_locked(huvm_gpu_state_t *state)
         state[i].prefetch_unused = slot->prefetch_unused;
         spin_unlock(&slot->feedback_lock);
     }
+
+    return state;
+}
+
+// Done with uvm_huvm_get_state_locked()'s (or uvm_huvm_gather_state_locked()'s) buffer.
+// LOCKING: g_uvm_huvm.lock held (read or write), the one uvm_huvm_gather_state_locked() ran under.
+void uvm_huvm_put_state(void)
+{
+    put_cpu_ptr(&g_uvm_huvm_node_state);
 }
 
 // Every slot's prefetch feedback history forgotten.
