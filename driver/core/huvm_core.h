@@ -117,8 +117,9 @@ typedef struct {
 
 /* Callbacks for what only the caller knows. Any may be NULL (then the command reports no data). */
 typedef struct {
-    /* Refresh core->gpus[i].free_bytes before GET_INFO. */
-    void (*refresh_free)(void *ctx, huvm_core_t *core);
+    /* GET_INFO's free memory: gpus[i].free_bytes (the answer's copy of core->gpus[], gpu_count entries) for
+     * each present GPU. The core is not written: GET_INFO is a reader (huvm_cmd_reader()). */
+    void (*refresh_free)(void *ctx, const huvm_core_t *core, huvm_gpu_info_t *gpus);
     /* Fill params->entries from start_index, visible to caller (own processes unless privileged). */
     huvm_status_t (*list_va_spaces)(void *ctx, const huvm_caller_t *caller, HUVM_LIST_VA_SPACES_PARAMS *params);
     /* Called after a policy change was applied (e.g. to kick pre-eviction workers). */
@@ -221,6 +222,9 @@ uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t hol
  * peer-held chunks back (peer_local_chunks), PEER prefetches nothing. */
 void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
                           uint32_t candidates, uint64_t now_ns, huvm_prefetch_plan_t *plan);
+/* 0 when huvm_decide_prefetch() plans nothing for gpu whatever the node's state (prefetch off, as in the stock
+ * preset, or no such GPU): the fault path then gathers no state at all. */
+uint32_t huvm_prefetch_active(const huvm_core_t *core, uint32_t gpu);
 /* Lender needs need_bytes: harvested chunks go first (to host), then its own data. */
 void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender,
                           uint64_t need_bytes, huvm_giveback_plan_t *plan);
@@ -263,6 +267,10 @@ uint32_t huvm_cmd_params_size(uint32_t cmd);
 /* 1 if cmd needs a privileged caller (it changes the policy, the counters or the test node): the kernel
  * then checks CAP_SYS_ADMIN with an audited check, and without audit for every other command. */
 uint32_t huvm_cmd_privileged(uint32_t cmd);
+/* 1 if cmd only reads the core (GET_INFO, GET_POLICY, GET_STATS): its dispatch writes nothing but params and
+ * the ops' callbacks get a const core, so the kernel runs it under its lock taken shared (an unprivileged
+ * monitor's loop never excludes the eviction and fault paths, which take that lock shared too). */
+uint32_t huvm_cmd_reader(uint32_t cmd);
 /* Check hdr against cmd (version, size, flags); sets hdr->module_abi_version. */
 huvm_status_t huvm_check_hdr(uint32_t cmd, huvm_hdr_t *hdr, uint32_t params_size, uint32_t *error_field);
 /* Validate fully, then apply atomically; writes error_field and rmStatus into params and returns the

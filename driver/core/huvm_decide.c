@@ -403,6 +403,12 @@ uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t hol
     return HUVM_FETCH_MIGRATE;
 }
 
+uint32_t huvm_prefetch_active(const huvm_core_t *core, uint32_t gpu)
+{
+    return core && gpu < core->gpu_count && core->policy.prefetch_mode != HUVM_PREFETCH_OFF &&
+           core->policy.prefetch_chunks != 0;
+}
+
 void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
                           uint32_t candidates, uint64_t now_ns, huvm_prefetch_plan_t *plan)
 {
@@ -420,10 +426,10 @@ void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state
     if (!core || !state || gpu >= core->gpu_count)
         return;
     plan->stride = core->policy.prefetch_stride ? core->policy.prefetch_stride : 1;
+    if (!huvm_prefetch_active(core, gpu))
+        return;
     mode = core->policy.prefetch_mode;
     n = core->policy.prefetch_chunks;
-    if (mode == HUVM_PREFETCH_OFF || n == 0)
-        return;
     e = huvm_policy_gpu(core, gpu);
     if (e && (e->flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK) &&
         state[gpu].prefetch_unused > state[gpu].prefetch_used)

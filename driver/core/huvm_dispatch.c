@@ -36,6 +36,18 @@ uint32_t huvm_cmd_privileged(uint32_t cmd)
     }
 }
 
+uint32_t huvm_cmd_reader(uint32_t cmd)
+{
+    switch (cmd) {
+    case HUVM_IOCTL_GET_INFO:
+    case HUVM_IOCTL_GET_POLICY:
+    case HUVM_IOCTL_GET_STATS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 huvm_status_t huvm_check_hdr(uint32_t cmd, huvm_hdr_t *hdr, uint32_t params_size, uint32_t *error_field)
 {
     uint32_t dummy;
@@ -79,13 +91,12 @@ static void clear_body(void *params, uint32_t size)
     huvm_memset((uint8_t *)params + sizeof(huvm_hdr_t), 0, size - sizeof(huvm_hdr_t) - 2 * sizeof(uint32_t));
 }
 
-static huvm_status_t cmd_get_info(huvm_core_t *core, const huvm_core_ops_t *ops, void *ctx,
+/* A reader (huvm_cmd_reader()): writes only p. */
+static huvm_status_t cmd_get_info(const huvm_core_t *core, const huvm_core_ops_t *ops, void *ctx,
                                   HUVM_GET_INFO_PARAMS *p)
 {
     uint32_t i;
 
-    if (ops && ops->refresh_free)
-        ops->refresh_free(ctx, core);
     clear_body(p, sizeof(*p));
     p->huvm_version = HUVM_VERSION;
     p->backend = core->backend;
@@ -95,10 +106,12 @@ static huvm_status_t cmd_get_info(huvm_core_t *core, const huvm_core_ops_t *ops,
     for (i = 0; i < core->gpu_count; i++)
         p->gpus[i] = core->gpus[i];
     huvm_memcpy(p->links, core->links, sizeof(p->links));
+    if (ops && ops->refresh_free)
+        ops->refresh_free(ctx, core, p->gpus);
     return HUVM_NV_OK;
 }
 
-static huvm_status_t cmd_get_stats(huvm_core_t *core, const huvm_caller_t *caller, HUVM_GET_STATS_PARAMS *p)
+static huvm_status_t cmd_get_stats(const huvm_core_t *core, const huvm_caller_t *caller, HUVM_GET_STATS_PARAMS *p)
 {
     const uint32_t n = sizeof(huvm_gpu_counters_t) / sizeof(uint64_t);
     const uint32_t pn = sizeof(huvm_pair_counters_t) / sizeof(uint64_t);

@@ -20,13 +20,13 @@ static inline uint64_t free_bytes_of(const huvm_sim_t *sim, uint32_t g)
     return used < gg->capacity_chunks ? (gg->capacity_chunks - used) * SIM_CHUNK : 0;
 }
 
-static void sim_refresh_free(void *ctx, huvm_core_t *core)
+static void sim_refresh_free(void *ctx, const huvm_core_t *core, huvm_gpu_info_t *gpus)
 {
     const huvm_sim_t *sim = ctx;
     uint32_t g;
 
     for (g = 0; g < sim->cfg.gpu_count && g < core->gpu_count; g++)
-        core->gpus[g].free_bytes = free_bytes_of(sim, g);
+        gpus[g].free_bytes = free_bytes_of(sim, g);
 }
 
 static huvm_status_t sim_list_va_spaces(void *ctx, const huvm_caller_t *caller, HUVM_LIST_VA_SPACES_PARAMS *params)

@@ -10,8 +10,9 @@
  * Locking (see also docs/driver.md):
  * - g_uvm_huvm.lock is an rwlock_t below every UVM lock but PMM's list lock: nothing sleeps while it is
  *   held, and the only lock taken under it is a PMM list lock (a leaf spinlock), to count UVM's free root
- *   chunks (uvm_huvm_gpu_free_bytes()). Readers: decisions on the eviction, pre-eviction and prefetch paths. Writers:
- *   the control ioctls (huvm_dispatch), GPU add/remove and link registration.
+ *   chunks (uvm_huvm_gpu_free_bytes()). Readers: decisions on the eviction, pre-eviction and prefetch paths,
+ *   and the read-only control ioctls (GET_INFO, GET_POLICY, GET_STATS: huvm_cmd_reader()). Writers: the
+ *   other control ioctls (huvm_dispatch), GPU add/remove and link registration.
  * - Counters are updated by the core with atomics, without the lock.
  * - The VA space masks read on the eviction path without the VA space lock follow the argument in
  *   uvm_va_block_evict_chunks() (a GPU leaving a VA space sets gpu_unregister_in_progress before it
@@ -97,12 +98,36 @@ static void own_peak_traffic_update(NvU32 i, huvm_gpu_state_t *state)
     spin_unlock(&slot->peak_lock);
 }
 
-// LOCKING: g_uvm_huvm.lock held (read or write).
-void uvm_huvm_gather_state_locked(huvm_gpu_state_t *state)
+// The node's state for one decision: HUVM_MAX_GPUS entries (1 KiB), per CPU rather than on the stack of the
+// eviction, allocation and fault paths, which run deep in UVM's call chains.
+typedef struct
 {
-    NvU32 i;
+    huvm_gpu_state_t gpus[HUVM_MAX_GPUS];
+} uvm_huvm_node_state_t;
+
+static DEFINE_PER_CPU(uvm_huvm_node_state_t, g_uvm_huvm_node_state);
+
+// This CPU's state buffer, zeroed; preemption stays disabled until uvm_huvm_put_state() (the decisions run
+// under g_uvm_huvm.lock, where nothing sleeps). Never called from interrupt context.
+// LOCKING: g_uvm_huvm.lock held (read or write).
+huvm_gpu_state_t *uvm_huvm_get_state_locked(void)
+{
+    huvm_gpu_state_t *state = get_cpu_ptr(&g_uvm_huvm_node_state)->gpus;
+
+    UVM_ASSERT(!in_interrupt());
 
     memset(state, 0, sizeof(*state) * HUVM_MAX_GPUS);
+
+    return state;
+}
+
+// uvm_huvm_get_state_locked()'s buffer with the node's state.
+// LOCKING: g_uvm_huvm.lock held (read or write); takes the slots' peak_lock and PMM list locks (leaves).
+huvm_gpu_state_t *uvm_huvm_gather_state_locked(void)
+{
+    huvm_gpu_state_t *state = uvm_huvm_get_state_locked();
+    NvU32 i;
+
     for (i = 0; i < g_uvm_huvm.core.gpu_count; i++) {
         uvm_huvm_slot_t *slot = &g_uvm_huvm.slots[i];
 
@@ -119,6 +144,15 @@ void uvm_huvm_gather_state_locked(huvm_gpu_state_t *state)
         state[i].prefetch_unused = slot->prefetch_unused;
         spin_unlock(&slot->feedback_lock);
     }
+
+    return state;
+}
+
+// Done with uvm_huvm_get_state_locked()'s (or uvm_huvm_gather_state_locked()'s) buffer.
+// LOCKING: g_uvm_huvm.lock held (read or write), the one uvm_huvm_gather_state_locked() ran under.
+void uvm_huvm_put_state(void)
+{
+    put_cpu_ptr(&g_uvm_huvm_node_state);
 }
 
 // Every slot's prefetch feedback history forgotten.
@@ -143,8 +177,10 @@ uvm_va_space_t *uvm_huvm_block_va_space(uvm_va_block_t *va_block)
 
 /* ---- Control surface ---- */
 
-// LOCKING: g_uvm_huvm.lock held for write (huvm_dispatch, GET_INFO); reads PMA statistics lock-free.
-static void ops_refresh_free(void *ctx, huvm_core_t *core)
+// GET_INFO's free memory, into the answer (the core is not written: GET_INFO runs under the lock taken shared,
+// beside other readers). The walk of each GPU's free root chunks is bounded (HUVM_FREE_ROOT_CHUNKS_COUNTED).
+// LOCKING: g_uvm_huvm.lock held for read (uvm_huvm_ioctl()); takes the GPUs' PMM list locks (leaves).
+static void ops_refresh_free(void *ctx, const huvm_core_t *core, huvm_gpu_info_t *gpus)
 {
     NvU32 i;
 
@@ -152,7 +188,7 @@ static void ops_refresh_free(void *ctx, huvm_core_t *core)
         uvm_gpu_t *gpu = g_uvm_huvm.slots[i].gpu;
 
         if (gpu)
-            core->gpus[i].free_bytes = min(uvm_huvm_gpu_free_bytes(gpu), core->gpus[i].memory_bytes);
+            gpus[i].free_bytes = min(uvm_huvm_gpu_free_bytes(gpu), core->gpus[i].memory_bytes);
     }
 }
 
@@ -270,9 +306,11 @@ static long refuse_hdr(void __user *uparams, const huvm_hdr_t *hdr, NvU32 size, 
 // The header is copied and checked first (ABI version, size, flags), so a tool built against another
 // struct size never has memory beyond its own struct read or written (see refuse_hdr()); otherwise the
 // ioctl returns 0 and the params' rmStatus/error_field say what happened.
-// LOCKING: none held on entry (thread context from uvm_ioctl()). Takes g_uvm_huvm.lock for write around
-// the core's dispatch, except LIST_VA_SPACES (its callback takes the VA spaces list lock, which ranks
-// above the leaf huvm lock; the core reads no mutable state for that command).
+// LOCKING: none held on entry (thread context from uvm_ioctl()). Takes g_uvm_huvm.lock around the core's
+// dispatch: for read for the readers (huvm_cmd_reader(): GET_INFO, GET_POLICY, GET_STATS, which any user may
+// call in a loop; taken shared they never exclude the eviction and fault paths, readers too), for write for
+// the others, except LIST_VA_SPACES (its callback takes the VA spaces list lock, which ranks above the leaf
+// huvm lock; the core reads no mutable state for that command).
 long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 {
     void __user *uparams = (void __user *)arg;
@@ -320,6 +358,11 @@ long uvm_huvm_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 
     if (cmd == HUVM_IOCTL_LIST_VA_SPACES) {
         huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
+    }
+    else if (huvm_cmd_reader(cmd)) {
+        read_lock(&g_uvm_huvm.lock);
+        huvm_dispatch(&g_uvm_huvm.core, &g_uvm_huvm_ops, NULL, &caller, cmd, params, size);
+        read_unlock(&g_uvm_huvm.lock);
     }
     else {
         write_lock(&g_uvm_huvm.lock);

@@ -276,7 +276,7 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
 {
     uvm_va_block_region_t region = uvm_va_block_region_from_block(va_block);
     uvm_va_space_t *va_space = uvm_huvm_block_va_space(va_block);
-    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    const huvm_gpu_state_t *state;
     huvm_evict_request_t req;
     huvm_decision_t decision = { HUVM_DEST_HOST, HUVM_REASON_TIER_OFF };
     uvm_gpu_t *peer = NULL;
@@ -333,7 +333,7 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
         if (uvm_page_mask_intersects(pages_to_evict, &va_block->discarded_pages))
             req.candidates = 0;
 #endif
-        uvm_huvm_gather_state_locked(state);
+        state = uvm_huvm_gather_state_locked();
         decision = huvm_decide_evict(&g_uvm_huvm.core, state, &req);
         if (decision.dst < HUVM_MAX_GPUS) {
             // Other evictors decide under the same read lock: reserve the chunk on the peer atomically (lend
@@ -349,6 +349,7 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
             if (!peer)
                 decision.dst = HUVM_DEST_HOST;
         }
+        uvm_huvm_put_state();
     }
     read_unlock(&g_uvm_huvm.lock);
 

@@ -112,9 +112,11 @@ typedef struct
     uvm_huvm_slot_t slots[HUVM_MAX_GPUS];
     atomic64_t next_va_space_id;
 
-    // Multi-path prefetch worker, one for the module.
+    // Multi-path prefetch worker, one for the module, and its copy of the node's state for one request (its
+    // moves reserve on peers with it after the decision): used by that one kthread only.
     nv_kthread_q_t prefetch_q;
     bool prefetch_q_running;
+    huvm_gpu_state_t prefetch_state[HUVM_MAX_GPUS];
 
     bool initialized;
 } uvm_huvm_global_t;
@@ -133,8 +135,15 @@ static inline bool huvm_enabled(void)
 NvU32 uvm_huvm_slot_of_gpu_locked(const uvm_gpu_t *gpu);
 // LOCKING: takes gpu's PMM list lock (a leaf spinlock; the only lock ever taken under g_uvm_huvm.lock).
 NvU64 uvm_huvm_gpu_free_bytes(uvm_gpu_t *gpu);
+// This CPU's state buffer (HUVM_MAX_GPUS entries, zeroed), preemption disabled until uvm_huvm_put_state(),
+// which the caller calls under the same hold of g_uvm_huvm.lock.
+// LOCKING: g_uvm_huvm.lock held (read or write).
+huvm_gpu_state_t *uvm_huvm_get_state_locked(void);
+// The same buffer with the node's state gathered.
 // LOCKING: g_uvm_huvm.lock held (read or write); takes the slots' peak_lock and PMM list locks (leaves).
-void uvm_huvm_gather_state_locked(huvm_gpu_state_t *state);
+huvm_gpu_state_t *uvm_huvm_gather_state_locked(void);
+// LOCKING: g_uvm_huvm.lock held (read or write).
+void uvm_huvm_put_state(void);
 // LOCKING: the block lock is held.
 uvm_va_space_t *uvm_huvm_block_va_space(uvm_va_block_t *va_block);
 

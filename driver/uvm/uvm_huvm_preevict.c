@@ -47,7 +47,7 @@ void uvm_huvm_kick_preevict(uvm_gpu_t *gpu)
 // LOCKING: the block lock may be held; takes g_uvm_huvm.lock for read (and, under it, the PMM list lock).
 void uvm_huvm_note_alloc(uvm_gpu_t *gpu, NvU64 size)
 {
-    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    huvm_gpu_state_t *state;
     uvm_huvm_slot_t *slot;
     NvU32 index;
     bool lends, reserve;
@@ -63,11 +63,12 @@ void uvm_huvm_note_alloc(uvm_gpu_t *gpu, NvU64 size)
         lends = huvm_atomic64_read(&g_uvm_huvm.core.counters[index].lent_bytes) != 0;
         reserve = huvm_preevict_target(&g_uvm_huvm.core, index) != 0;
         if (lends || reserve) {
-            memset(state, 0, sizeof(state));
+            state = uvm_huvm_get_state_locked();
             state[index].free_bytes = uvm_huvm_gpu_free_bytes(gpu);
             if ((lends && huvm_giveback_need(&g_uvm_huvm.core, state, index) > 0) ||
                 (reserve && huvm_decide_preevict(&g_uvm_huvm.core, state, index) > 0))
                 uvm_huvm_preevict_kick_slot_locked(slot);
+            uvm_huvm_put_state();
         }
     }
     read_unlock(&g_uvm_huvm.lock);
@@ -81,7 +82,7 @@ static void preevict_worker(void *args)
 {
     uvm_huvm_slot_t *slot = args;
     uvm_gpu_t *gpu = slot->worker_gpu;
-    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    const huvm_gpu_state_t *state;
     huvm_giveback_plan_t giveback, preevict;
     NvU32 index, owner, i;
     NvU64 need = 0;
@@ -92,7 +93,7 @@ static void preevict_worker(void *args)
     read_lock(&g_uvm_huvm.lock);
     index = uvm_huvm_slot_of_gpu_locked(gpu);
     if (index != HUVM_SLOT_NONE && huvm_enabled()) {
-        uvm_huvm_gather_state_locked(state);
+        state = uvm_huvm_gather_state_locked();
 
         // A lender below its lend reserve takes its memory back from its guests first (the core's give-back
         // plan: owners holding the most first, all to host), whatever pre-eviction decides.
@@ -102,6 +103,7 @@ static void preevict_worker(void *args)
 
         // Pre-eviction restores the free reserve under pressure: guests' chunks first, then own data.
         huvm_decide_preevict_plan(&g_uvm_huvm.core, state, index, NV_GETTIME(), &preevict);
+        uvm_huvm_put_state();
     }
     read_unlock(&g_uvm_huvm.lock);
 

@@ -45,7 +45,6 @@ bool uvm_huvm_prefetch_whole_block(uvm_va_block_t *va_block, uvm_processor_id_t 
 // re-checked by the worker under the VA space lock).
 void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 address, NvU32 num_faults)
 {
-    huvm_gpu_state_t state[HUVM_MAX_GPUS];
     huvm_prefetch_plan_t plan;
     uvm_huvm_slot_t *slot;
     NvU32 index;
@@ -62,14 +61,15 @@ void uvm_huvm_fault_batch_done(uvm_gpu_t *gpu, uvm_va_space_t *va_space, NvU64 a
         huvm_account_faults(&g_uvm_huvm.core, index, num_faults);
 
         memset(&plan, 0, sizeof(plan));
-        if (va_space && g_uvm_huvm.prefetch_q_running) {
-            uvm_huvm_gather_state_locked(state);
+        // The stock preset (prefetch off) gathers nothing across GPUs: the fault path costs a counter.
+        if (va_space && g_uvm_huvm.prefetch_q_running && huvm_prefetch_active(&g_uvm_huvm.core, index)) {
             huvm_decide_prefetch(&g_uvm_huvm.core,
-                                 state,
+                                 uvm_huvm_gather_state_locked(),
                                  index,
                                  uvm_huvm_prefetch_candidates_locked(va_space, gpu),
                                  NV_GETTIME(),
                                  &plan);
+            uvm_huvm_put_state();
         }
 
         if (plan.local_chunks + plan.peer_chunks + plan.peer_local_chunks > 0) {
@@ -256,7 +256,7 @@ unlock:
 static void prefetch_worker(void *args)
 {
     uvm_huvm_slot_t *slot = args;
-    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    huvm_gpu_state_t *state = g_uvm_huvm.prefetch_state;
     huvm_prefetch_plan_t plan;
     uvm_va_block_context_t *block_context;
     uvm_va_space_t *va_space;
@@ -287,7 +287,10 @@ static void prefetch_worker(void *args)
     read_lock(&g_uvm_huvm.lock);
     owner = uvm_huvm_slot_of_gpu_locked(gpu);
     if (owner != HUVM_SLOT_NONE) {
-        uvm_huvm_gather_state_locked(state);
+        // A copy: the moves below reserve on peers with it, outside this hold of the lock (the prefetch queue
+        // has one kthread: the copy is its own).
+        memcpy(state, uvm_huvm_gather_state_locked(), sizeof(g_uvm_huvm.prefetch_state));
+        uvm_huvm_put_state();
         huvm_decide_prefetch(&g_uvm_huvm.core,
                              state,
                              owner,

@@ -628,6 +628,23 @@ TEST(decide_prefetch_feedback)
     huvm_prefetch_feedback(NULL, &unused, 1);                   /* no crash */
 }
 
+/* The stock preset plans no prefetch for any GPU, whatever the node's state: its fault path (the kernel's
+ * uvm_huvm_fault_batch_done()) never gathers the node's state. Every other preset prefetches. */
+TEST(decide_prefetch_active_by_preset)
+{
+    static const uint32_t presets[] = { HUVM_PRESET_STOCK, HUVM_PRESET_ATC22, HUVM_PRESET_HUVM };
+    huvm_policy_t p;
+    uint32_t k, g;
+
+    for (k = 0; k < sizeof(presets) / sizeof(presets[0]); k++) {
+        node4(HUVM_PEER_SELECT_MOST_FREE);
+        CHECK_EQ(huvm_policy_preset(presets[k], &core, &p), HUVM_NV_OK);
+        CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+        for (g = 0; g < core.gpu_count; g++)
+            CHECK_EQ(!!huvm_prefetch_active(&core, g), presets[k] != HUVM_PRESET_STOCK);
+    }
+}
+
 TEST(decide_prefetch_modes)
 {
     huvm_prefetch_plan_t plan;
@@ -642,12 +659,15 @@ TEST(decide_prefetch_modes)
 
     p.prefetch_mode = HUVM_PREFETCH_OFF;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_prefetch_active(&core, 0), 0);               /* the fault path gathers no state */
     huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
     CHECK_EQ(plan.local_chunks + plan.peer_chunks, 0);
     CHECK_EQ(plan.peer, HUVM_DEST_HOST);
 
     p.prefetch_mode = HUVM_PREFETCH_LOCAL;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK(huvm_prefetch_active(&core, 0));
+    CHECK_EQ(huvm_prefetch_active(&core, core.gpu_count), 0);
     huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
     CHECK_EQ(plan.local_chunks, 16);
     CHECK_EQ(plan.peer_chunks, 0);

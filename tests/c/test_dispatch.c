@@ -300,11 +300,12 @@ TEST(dispatch_list_va_spaces)
 
 static int refreshed, changed;
 
-static void fake_refresh(void *ctx, huvm_core_t *c)
+static void fake_refresh(void *ctx, const huvm_core_t *c, huvm_gpu_info_t *gpus)
 {
     (void)ctx;
+    (void)c;
     refreshed++;
-    c->gpus[0].free_bytes = 123 * CHUNK;
+    gpus[0].free_bytes = 123 * CHUNK;
 }
 
 static void fake_changed(void *ctx, const huvm_core_t *c)
@@ -325,6 +326,7 @@ TEST(dispatch_ops_callbacks)
     CHECK_EQ(huvm_dispatch(&core, &ops, NULL, &user, HUVM_IOCTL_GET_INFO, &i, sizeof(i)), HUVM_NV_OK);
     CHECK_EQ(refreshed, 1);
     CHECK_EQ(i.gpus[0].free_bytes, 123 * CHUNK);
+    CHECK(core.gpus[0].free_bytes != 123 * CHUNK);          /* the answer's copy, not the core */
     HDR(s);
     s.policy = core.policy;
     CHECK_EQ(huvm_dispatch(&core, &ops, NULL, &root, HUVM_IOCTL_SET_POLICY, &s, sizeof(s)), HUVM_NV_OK);
@@ -333,6 +335,39 @@ TEST(dispatch_ops_callbacks)
     CHECK_EQ(huvm_dispatch(&core, &ops, NULL, &root, HUVM_IOCTL_SET_POLICY, &s, sizeof(s)),
              HUVM_NV_ERR_OUT_OF_RANGE);
     CHECK_EQ(changed, 1);                                   /* not on refusal */
+}
+
+/* The readers run under the kernel's huvm lock taken shared, several at once: their dispatch (callbacks
+ * included) must leave the core byte for byte as it was, for any caller. */
+TEST(dispatch_readers_write_nothing_but_params)
+{
+    static const uint32_t readers[] = { HUVM_IOCTL_GET_INFO, HUVM_IOCTL_GET_POLICY, HUVM_IOCTL_GET_STATS };
+    static huvm_core_t before;
+    static uint8_t params[sizeof(HUVM_GET_STATS_PARAMS) + sizeof(HUVM_GET_INFO_PARAMS) +
+                          sizeof(HUVM_GET_POLICY_PARAMS)];
+    huvm_core_ops_t ops = { fake_refresh, NULL, fake_changed };
+    HUVM_TEST_EVENT_PARAMS e = event(HUVM_TEST_EVENT_EVICT, 0, 3);
+    uint32_t k, cmd;
+
+    CHECK_EQ(set_node(3, 16 * GIB), HUVM_NV_OK);
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
+    for (cmd = HUVM_IOCTL_FIRST; cmd <= HUVM_IOCTL_LAST; cmd++)
+        CHECK_EQ(huvm_cmd_reader(cmd), (uint32_t)(cmd == HUVM_IOCTL_GET_INFO || cmd == HUVM_IOCTL_GET_POLICY ||
+                                                  cmd == HUVM_IOCTL_GET_STATS));
+    for (k = 0; k < sizeof(readers) / sizeof(readers[0]); k++) {
+        uint32_t size = huvm_cmd_params_size(readers[k]);
+        huvm_hdr_t *h = (huvm_hdr_t *)params;
+
+        CHECK(huvm_cmd_privileged(readers[k]) == 0);
+        memset(params, 0, sizeof(params));
+        h->abi_version = HUVM_ABI_VERSION;
+        h->size = size;
+        memcpy(&before, &core, sizeof(core));
+        CHECK_EQ(huvm_dispatch(&core, &ops, NULL, &user, readers[k], params, size), HUVM_NV_OK);
+        CHECK(memcmp(&before, &core, sizeof(core)) == 0);
+        CHECK_EQ(huvm_dispatch(&core, &ops, NULL, &root, readers[k], params, size), HUVM_NV_OK);
+        CHECK(memcmp(&before, &core, sizeof(core)) == 0);
+    }
 }
 
 TEST(dispatch_test_commands_need_allow_test)

@@ -356,3 +356,7 @@ def test_privileged_commands_are_exactly_the_writers() -> None:
         assert lib.huvm_cmd_privileged(cmd) == 1, hex(cmd)
     for cmd in readers:
         assert lib.huvm_cmd_privileged(cmd) == 0, hex(cmd)
+    # taken shared by the kernel: only the readers whose dispatch writes nothing but params
+    shared = readers - {lib.HUVM_IOCTL_LIST_VA_SPACES}
+    for cmd in writers | readers:
+        assert lib.huvm_cmd_reader(cmd) == (cmd in shared), hex(cmd)

@@ -18,6 +18,13 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
   gauges equal the residency, no byte is lost.
 - ``stock-equals-upstream``: the ``stock`` preset on the patched module, the same 1.5x working set: UVM
   evicts to the host only, no peer counter moves, data intact.
+- ``stock-fault-path``: the ``stock`` preset, GPU0's SM writes fault on fresh managed pages: the fault batches
+  are counted and the prefetch decision (``huvm_decide_prefetch``, counted by a kprobe) is never reached, so
+  nothing is gathered across GPUs; the same faults under ``huvm`` (prefetch on) do reach it (the probe works).
+- ``readers-shared``: a loop of GET_INFO, GET_STATS and GET_POLICY (the commands any user may call); a kprobe on
+  GET_INFO's free-memory walk (``uvm_pmm_gpu_free_user_root_bytes``: UVM's free root chunks) reads the huvm
+  lock's word (``g_uvm_huvm.lock``, a qrwlock): it is held shared (readers counted, no writer), never
+  exclusively, so such a loop cannot stall the eviction and fault paths (readers of the same lock).
 - ``lend-traffic``: the evict-to-peer workload with one lender whose guest-traffic budget is the smallest the
   ABI takes: it takes a chunk per 20 ms window at most, the rest goes to host (reason lender_busy).
 - ``fetch-back``: harvested data comes back to GPU0, 64 KiB of a block (partial: the peer keeps the chunk) and a
@@ -34,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import sglib
@@ -477,6 +484,133 @@ def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Km
     assert st3.gpus[owner].scalar("harvested_bytes") == 0, "harvested gauge not back to 0 after the data left"
     bad_log = _bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+
+
+# ---- stock-fault-path ------------------------------------------------------------------------------------------
+
+KPROBE_GROUP = "huvm_sgtest"
+
+
+def _tracefs_append(path: str, text: str) -> None:
+    """One line appended to a tracefs file (O_APPEND without Python's seek to the end, which tracefs refuses)."""
+    fd = os.open(os.path.join(sglib.TRACEFS, path), os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, (text + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+class _KprobeCount:
+    """A kprobe on nvidia-uvm's symbol, counted (tracefs kprobe_profile's hits), removed on exit."""
+
+    def __init__(self, symbol: str) -> None:
+        self.symbol = symbol
+        self.event = f"{KPROBE_GROUP}/{symbol}"
+
+    def _write(self, path: str, text: str) -> None:
+        _tracefs_append(path, text)
+
+    def __enter__(self) -> Self:
+        assert os.path.exists(os.path.join(sglib.TRACEFS, "kprobe_events")), "no kprobe events in this kernel"
+        self._write("kprobe_events", f"p:{self.event} nvidia_uvm:{self.symbol}")
+        self._write(f"events/{self.event}/enable", "1")
+        return self
+
+    def hits(self) -> int:
+        with open(os.path.join(sglib.TRACEFS, "kprobe_profile")) as f:
+            for line in f:
+                words = line.split()
+                if words and words[0] == self.symbol:
+                    return int(words[1])
+        raise AssertionError(f"kprobe {self.event} not in kprobe_profile")
+
+    def __exit__(self, *exc: object) -> None:
+        self._write(f"events/{self.event}/enable", "0")
+        self._write("kprobe_events", f"-:{self.event}")
+
+
+def _sm_fault_pages(s: sglib.Session, managed: Any, mib: int) -> None:
+    """GPU0's SM writes one word per page of a fresh managed region: replayable faults, no eviction."""
+    from huvm import softgpu
+
+    r = managed(mib * MIB)
+    accesses = [softgpu.Access.write(r.base + off, 8, seed=3) for off in range(0, r.size, sglib.PAGE)]
+    s.sg.sm_access(s.channels[0], accesses, check=True)
+
+
+#: the qrwlock word (asm-generic/qrwlock_types.h): writer byte, readers counted from bit 9
+QW_LOCKED = 0xFF
+QR_SHIFT = 9
+
+
+def _trace_lines(inst: str) -> list[str]:
+    with open(os.path.join(inst, "trace")) as f:
+        return [ln for ln in f if not ln.startswith("#")]
+
+
+@_scenario("readers-shared")
+def test_glue_readers_shared(session: sglib.Session, huvm_node: Any, kmsg: Kmsg) -> None:
+    node = huvm_node
+    inst = os.path.join(sglib.TRACEFS, "instances", KPROBE_GROUP)
+    event = f"{KPROBE_GROUP}/free_bytes"
+    # g_uvm_huvm's first field is its rwlock_t (no lock debugging in the guest's kernel: the qrwlock word)
+    _tracefs_append("kprobe_events",
+                    f"p:{event} nvidia_uvm:uvm_pmm_gpu_free_user_root_bytes cnts=@g_uvm_huvm:x32")
+    os.makedirs(inst, exist_ok=True)
+    try:
+        with open(os.path.join(inst, "events", KPROBE_GROUP, "free_bytes", "enable"), "w") as f:
+            f.write("1")
+        rounds = 50
+        for _ in range(rounds):
+            info = node.info()
+            node.stats()
+            node.get_policy()
+        with open(os.path.join(inst, "events", KPROBE_GROUP, "free_bytes", "enable"), "w") as f:
+            f.write("0")
+        lines = _trace_lines(inst)
+    finally:
+        os.rmdir(inst)
+        _tracefs_append("kprobe_events", f"-:{event}")
+
+    words = [int(ln.rsplit("cnts=", 1)[1].split()[0], 16) for ln in lines if "cnts=" in ln]
+    exclusive = [w for w in words if w & QW_LOCKED]
+    unlocked = [w for w in words if not w & QW_LOCKED and (w >> QR_SHIFT) == 0]
+    print(f"readers-shared: {rounds} rounds, {len(info.gpus)} GPUs: {len(words)} free-memory walks, "
+          f"{len(exclusive)} under the lock held exclusively, {len(unlocked)} unlocked")
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert len(words) >= rounds, f"GET_INFO walked the free memory {len(words)} times in {rounds} calls"
+    assert not exclusive, f"{len(exclusive)} of {len(words)} walks ran under the huvm lock held for write: " \
+        + ", ".join(hex(w) for w in exclusive[:4])
+    assert not unlocked, f"{len(unlocked)} walks without the huvm lock"
+
+
+@_scenario("stock-fault-path")
+def test_glue_stock_fault_path(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+    s, node = session, huvm_node
+    owner = _slots(node, s)[s.gpus[0].index]
+
+    with _KprobeCount("huvm_decide_prefetch") as probe:
+        _, policy = node.apply_preset("stock")
+        assert policy.preset_name == "stock"
+        st0, h0 = node.stats(), probe.hits()
+        _sm_fault_pages(s, managed, 4)
+        d, stock_hits = node.stats().delta(st0), probe.hits() - h0
+
+        node.apply_preset("huvm")
+        h1 = probe.hits()
+        _sm_fault_pages(s, managed, 4)
+        huvm_hits = probe.hits() - h1
+        node.apply_preset("stock")
+
+    batches = d.gpus[owner]["fault_batches"]
+    print(f"stock-fault-path: stock: {d.gpus[owner]['faults']} faults in {batches} batches, "
+          f"huvm_decide_prefetch {stock_hits}x; huvm preset: {huvm_hits}x")
+    bad_log = _bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert batches > 0, "no fault batch was counted: the workload did not fault"
+    assert stock_hits == 0, f"stock: the fault path gathered the node's state {stock_hits} times ({batches} batches)"
+    assert huvm_hits > 0, "huvm preset: the fault path never reached the prefetch decision (probe not working?)"
 
 
 # ---- stock-equals-upstream -------------------------------------------------------------------------------------
