@@ -161,7 +161,8 @@ typedef struct {
 
 typedef struct huvm_sim huvm_sim_t;
 
-/* Fill cfg with the built-in defaults (zero GPUs; costs of docs/simulator.md). */
+/* Fill cfg with the C tests' defaults (zero GPUs; the earlier published-figure costs, no per-path services;
+ * the model's measured defaults are huvm.sim.config.Costs, docs/simulator.md). */
 void huvm_sim_config_defaults(huvm_sim_config_t *cfg);
 /* Validate cfg and create the node with the core in preset (HUVM_PRESET_*). NULL on error (*err filled). */
 huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_sim_error_t *err);

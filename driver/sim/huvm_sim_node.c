@@ -31,8 +31,11 @@ void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const
 void huvm_sim_config_defaults(huvm_sim_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    /* ObservUVM: one fault 10-50 us; UVMSmart/G10: 45 us far fault = batch 20 us + block 25 us.
-     * ARIADNE (535.86): a VA block takes tens of us, a 256-fault batch several ms (256 x 25 us = 6.4 ms). */
+    /* These are the C tests' fixed inputs, not the model's defaults: every node the Python front end builds
+     * fills every cost from huvm.sim.config.Costs, derived from the measured H200 record (docs/simulator.md,
+     * "Constants"). The values below are the earlier published-figure costs the C tests were written for:
+     * ObservUVM: one fault 10-50 us; UVMSmart/G10: 45 us far fault = batch 20 us + block 25 us. The
+     * per-path services (migrate_service_ns, evict_service_ns) stay 0 here. */
     cfg->fault_batch_ns = 20000;
     cfg->fault_service_ns = 25000;
     /* Zero-fill of a new 2 MiB chunk at HBM/GDDR speed (~1 TB/s): ~2 us, plus mapping: 3 us. */

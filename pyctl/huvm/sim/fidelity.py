@@ -38,8 +38,8 @@ from .workloads import make_trace
 
 TOLERANCE = 0.25
 GIB = 1 << 30
-#: ARIADNE (EuroSys '24 artifact numbers as HUVM's issue tracker cites them): stock UVM's geomean slowdown
-#: over 10 benchmarks on an RTX A5000, driver 535.86
+#: ARIADNE's published stock UVM geomean slowdown over 10 benchmarks on an RTX A5000, driver 535.86
+#: (docs/simulator.md, table 1)
 PUBLISHED_STOCK = {2.0: 33.2, 3.0: 60.7}
 
 
