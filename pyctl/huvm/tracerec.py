@@ -197,7 +197,16 @@ def record(out: str | Path, *, mode: bpf.Mode = "auto", pid: int | None = None,
             worker.join()
         if failure:
             raise failure[0]
-        counts = tracer.counts()
+        # the counts end the recording: what they count and the buffer still holds is written, nothing later
+        snap = tracer.seqs()
+        while not full():
+            batch = tracer.poll(20)
+            if not batch:
+                break
+            for r in batch:
+                if bpf.before(r, snap) and not full():
+                    writer.add(r)
+        counts = bpf.totals(snap, tracer.names)
         lost = tracer.lost()
         source = tracer.description
     except BaseException:
@@ -232,6 +241,10 @@ def rows_of(records: list[bpf.Record], reasons: dict[str, dict[int, str]] | None
     return [{"ts_ns": r.ts_ns, "event": r.name, "gpu": r.gpu, "peer": r.peer, "reason": r.reason,
              "reason_name": reason_name(reasons, r.name, r.reason), "bytes": r.bytes, "va": r.va, "pid": r.pid,
              "comm": r.comm, "uvm_gpu": r.uvm_gpu, "uvm_peer": r.uvm_peer} for r in records]
+
+
+_CUT_WAIT_S = 1.0  # how long a cut waits for records its counts say were submitted (a BPF program's submit
+                   # follows its count by microseconds; a dropped record is counted as lost instead)
 
 
 class RunRecorder:
@@ -269,18 +282,26 @@ class RunRecorder:
                     self._records.extend(batch)
 
     def cut(self) -> Segment:
-        """The events since the last cut (or the start), the perf buffer drained first."""
+        """The events since the last cut (or the start). The kernel's per-CPU counts are taken first, then the
+        perf buffer is drained until every record they count has arrived (or was dropped): a record counted
+        by the snapshot belongs to this segment, a later one to the next, so each segment's counts equal its
+        rows plus its dropped records, however busy the node is at the cut."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        while True:  # what the kernel has submitted and the thread did not read yet
-            batch = self.tracer.poll(20)
-            if not batch:
-                break
+        snap = self.tracer.seqs()
+        expected = sum(bpf.totals(snap, self.tracer.names).values()) - sum(self._counts.values())
+        deadline = time.monotonic() + _CUT_WAIT_S
+        have = sum(1 for r in self._records if bpf.before(r, snap))
+        while have + self.tracer.lost() - self._lost < expected and time.monotonic() < deadline:
+            batch = self.tracer.poll(20)  # what the kernel submitted and the thread did not read yet
             self._records.extend(batch)
-        counts, lost = self.tracer.counts(), self.tracer.lost()
+            have += sum(1 for r in batch if bpf.before(r, snap))
+        lost = self.tracer.lost()
         with self._lock:
-            records, self._records = self._records, []
+            records = [r for r in self._records if bpf.before(r, snap)]
+            self._records = [r for r in self._records if not bpf.before(r, snap)]
+        counts = bpf.totals(snap, self.tracer.names)
         seg = Segment(rows_of(records, self.reasons), lost - self._lost,
                       {k: v - self._counts.get(k, 0) for k, v in counts.items()}, self.tracer.description)
         self._counts, self._lost = counts, lost
