@@ -21,7 +21,6 @@ headless pilot, the kernel source and bcc) while an experiment runs in another p
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -30,29 +29,7 @@ import pytest
 import sglib
 
 EXAMPLE = Path(sglib.__file__).resolve().parents[3] / "pyctl" / "huvm" / "examples" / "consolidation-emulated.toml"
-KMSG_BAD = ("Assert failed", "Call Trace", "WARNING:", "BUG:", "Oops", "circular locking", "recursive locking")
 MIB = sglib.MIB
-
-
-def _kmsg_open() -> int:
-    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-    os.lseek(fd, 0, os.SEEK_END)
-    return fd
-
-
-def _kmsg_bad(fd: int) -> list[str]:
-    out: list[str] = []
-    while True:
-        try:
-            rec = os.read(fd, 8192)
-        except BlockingIOError:
-            return [ln for ln in out if any(p in ln for p in KMSG_BAD)]
-        except OSError as exc:
-            if exc.errno == errno.EPIPE:
-                continue
-            raise
-        text = rec.decode(errors="replace")
-        out.append(text.split(";", 1)[1].rstrip("\n") if ";" in text else text.rstrip("\n"))
 
 
 def _metric(run: Any, scope: str, gpu: int, metric: str, peer: int = -1) -> int:
@@ -74,13 +51,10 @@ def test_consolidation_emulated_example(tmp_path: Path) -> None:
     assert sglib.GPUS_EXPECTED == 0 or sglib.GPUS_EXPECTED >= em.gpus, \
         f"the example needs {em.gpus} GPUs; the test bed has {sglib.GPUS_EXPECTED} (VM_GPUS)"
     out = Path(sglib.OUT) / "experiment-emulated" if sglib.OUT and os.path.isdir(sglib.OUT) else tmp_path / "out"
-    kmsg = _kmsg_open()
-    try:
+    with sglib.kmsg_window() as kmsg:
         with sglib.timed() as took:
             res, files = experiment.run_to(spec, out)
-        bad = _kmsg_bad(kmsg)
-    finally:
-        os.close(kmsg)
+        bad = sglib.bad_lines(kmsg.read())
     for row in experiment.policy_rows(res):
         print(f"experiment: {row.policy}: runtime {row.runtime_s:.2f} s, evict->peer {row.evict_to_peer}, "
               f"evict->host {row.evict_to_host}, fetch<-peer {row.fetch_from_peer}, NVLink {row.nvlink_bytes >> 20} "
@@ -249,12 +223,9 @@ def test_replay_paths_on_the_module(tmp_path: Path) -> None:
     plan = EmulatedExecutor(spec).plan_of(spec.tenants[0])
     assert plan is not None and plan.cpu_op.tolist() == [False, True, False, False, False]
     assert plan.op_frees(3), "the trace frees nothing after its scratch op"
-    kmsg = _kmsg_open()
-    try:
+    with sglib.kmsg_window() as kmsg:
         res = experiment.run(spec)
-        bad = _kmsg_bad(kmsg)
-    finally:
-        os.close(kmsg)
+        bad = sglib.bad_lines(kmsg.read())
     assert not bad, f"{len(bad)} kernel log lines of asserts/reports: " + " | ".join(bad[:6])
     (run,) = res.runs
     mixed = next(t for t in run.tenants if t.tenant == "mixed")
