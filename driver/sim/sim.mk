@@ -7,7 +7,7 @@
 #                    speedup and lender slowdown of huvm and huvm-atc22 against stock, geomean, worst case;
 #                    then a verdict line per scenario and lender bound T (huvm.sim.verdict)
 #                    (not part of `make test`; EVAL_HALF=tuning for the half the constants were chosen on)
-#   make eval-doc    the same, written into docs/policy.md ("Evaluation") between its generated-table markers
+#   make eval-doc    the same, written into docs/evaluation.md between its generated-table markers
 #   make replicate-doc  the prototype's Fig 6/8/9 replications (huvm.sim.replicate) into docs/simulator.md
 #   make calibration    the cost model against real measurements: one line per replication row, exit 1 if
 #                  a row is off by more than 25 % (huvm.sim.fidelity; not part of `make test`)
@@ -63,8 +63,8 @@ calibration-doc: | venv
 	cd $(ROOT) && $(PY) -m huvm.sim.fidelity --update-doc $(ROOT)/docs/simulator.md
 
 eval-doc: | venv
-	cd $(ROOT) && $(PY) -m huvm.sim.matrix --half evaluation -q --update-doc $(ROOT)/docs/policy.md
-	cd $(ROOT) && $(PY) -m huvm.sim.verdict --update-doc $(ROOT)/docs/policy.md
+	cd $(ROOT) && $(PY) -m huvm.sim.matrix --half evaluation -q --update-doc $(ROOT)/docs/evaluation.md
+	cd $(ROOT) && $(PY) -m huvm.sim.verdict --update-doc $(ROOT)/docs/evaluation.md
 
 test: sim-test
 bench: bench-sim

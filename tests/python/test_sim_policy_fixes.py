@@ -6,7 +6,7 @@
 * a lender whose footprint spikes keeps the memory it used lately (lending costs it nothing after that);
 * prefetch puts data on a peer only under memory pressure on the faulting GPU (issue 12, defect 3).
 
-Each scenario below lost under the previous core (numbers in docs/policy.md, "Evaluation").
+Each scenario below lost under the previous core (numbers in docs/evaluation.md).
 """
 
 from __future__ import annotations

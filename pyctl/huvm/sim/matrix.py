@@ -1,4 +1,4 @@
-"""The scenario matrix: how the policies are judged (``make eval``, docs/policy.md "Evaluation").
+"""The scenario matrix: how the policies are judged (``make eval``, docs/evaluation.md).
 
 Scenarios cross node presets (p3.8xlarge's mixed NV1/NV2 links, the DGX-1 cube-mesh with pairs that have no
 peer path, NVSwitch nodes), oversubscription from a job that nearly fits (0-64 MiB to spare) to 3x, lenders
@@ -586,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="only the scenarios whose name contains it (repeatable)")
     ap.add_argument("--json", metavar="FILE", help="write every outcome as JSON")
     ap.add_argument("--update-doc", metavar="FILE",
-                    help="replace the generated table between the make-eval markers of FILE (docs/policy.md)")
+                    help="replace the generated table between the make-eval markers of FILE (docs/evaluation.md)")
     ap.add_argument("--lender-timing", type=float, default=1.0, metavar="FACTOR",
                     help="stretch the working lenders' op time by FACTOR (0.5..2): when their spikes fall")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")

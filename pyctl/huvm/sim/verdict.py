@@ -1,4 +1,4 @@
-"""Verdicts against the prototype at a lender bound T (``make eval``'s verdict lines; docs/policy.md).
+"""Verdicts against the prototype at a lender bound T (``make eval``'s verdict lines; docs/evaluation.md).
 
 An admin bounds how much a lender may be slowed down (T). For each scenario and T in :data:`BOUNDS`:
 
@@ -15,7 +15,7 @@ An admin bounds how much a lender may be slowed down (T). For each scenario and 
   huvm's and the prototype's speedups (and worst lender slowdowns) over it, at least :data:`NOISE_FLOOR`.
 
     python -m huvm.sim.verdict                 # the evaluation half's verdict lines and their summary
-    python -m huvm.sim.verdict --update-doc docs/policy.md   # the summary into docs/policy.md (make eval-doc)
+    python -m huvm.sim.verdict --update-doc docs/evaluation.md   # the summary into docs/evaluation.md (make eval-doc)
 """
 
 from __future__ import annotations

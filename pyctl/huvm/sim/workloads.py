@@ -265,7 +265,7 @@ def spiky(base_bytes: int, spike_bytes: int, period_ops: int, spike_ops: int, op
                       alloc_op=alloc, free_op=free)
 
 
-#: lender shapes of :func:`lender`, as shares of the lender GPU's usable memory (docs/policy.md, "Scenario
+#: lender shapes of :func:`lender`, as shares of the lender GPU's usable memory (docs/evaluation.md, "Scenario
 #: matrix"): footprint before, and the extra footprint of a rise or spike.
 LENDER_SHAPES: dict[str, tuple[float, float]] = {
     "idle": (0.06, 0.0),
