@@ -17,6 +17,7 @@
 
 SIM_DIR      := $(ROOT)/driver/sim
 SIM_BUILD    := $(BUILD)/sim
+# The core's huvm_dispatch_test.c included: the simulator is a test build (its callers may use TEST_* commands).
 SIM_SRCS     := $(wildcard $(SIM_DIR)/*.c) $(wildcard $(ROOT)/driver/core/*.c)
 SIM_HDRS     := $(wildcard $(SIM_DIR)/*.h) $(wildcard $(ROOT)/driver/core/*.h) \
                 $(ROOT)/driver/include/uapi/uvm_huvm_ioctl.h
