@@ -18,7 +18,7 @@ BACKENDS: tuple[str, ...] = ("auto", "kernel", "sim")
 
 
 def _open_sim(sim_config: str | None, live: bool = False) -> Backend:
-    from .simbackend import SimBackend
+    from huvmlab.simbackend import SimBackend
 
     return SimBackend.from_config(sim_config, live=live)
 

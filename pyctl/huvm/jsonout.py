@@ -650,7 +650,7 @@ def trace_info(info: Any) -> TraceInfoDoc:
 
 def gpu_check(res: Any, reason: str = "no GPU") -> GpuCheckDoc:
     """A :class:`huvm.experiment.gpucheck.CheckResult`, or None where nothing was measured."""
-    from .experiment.gpucheck import TARGET_RATIO
+    from huvmlab.experiment.gpucheck import TARGET_RATIO
 
     if res is None:
         return GpuCheckDoc.make(measured=False, reason=reason, device="", driver="", torch="", cuda=None,

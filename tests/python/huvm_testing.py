@@ -13,7 +13,8 @@ import errno
 import importlib.util
 from typing import Any
 
-from huvm import abi, corenode
+from huvm import abi
+from huvmlab import corenode
 
 
 class CoreNode(corenode.CoreNode):
@@ -84,7 +85,7 @@ def usdt_scenario() -> tuple[Any, list[Any]]:
     """A small simulated node where every kind of movement happens (evictions to peers and host, pre-eviction,
     fetch-back, give-back, prefetch): 3 GPUs of 256 MiB, a streaming harvester, a lender with a static
     footprint and a rising background lender. Returns (node config, tenants) for huvm.sim.run_scenario."""
-    from huvm.sim import MIB, NodeConfig, TenantSpec, workloads
+    from huvmlab.sim import MIB, NodeConfig, TenantSpec, workloads
 
     node = NodeConfig.preset("aws-p3.8xlarge").subset(3).with_gpu_memory(256 * MIB, 0)
     tenants = [
@@ -106,7 +107,7 @@ _TABLES: dict[tuple[Any, ...], Any] = {}
 
 def dnn_tables(model: str, **kw: Any) -> Any:
     """huvm.traces.gen.build_tables(model, **kw), built once per configuration for the whole test run."""
-    from huvm.traces.gen import build_tables
+    from huvmlab.traces.gen import build_tables
 
     key = (model, *sorted(kw.items()))
     if key not in _TABLES:

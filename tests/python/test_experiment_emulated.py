@@ -17,16 +17,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from huvm import abi, errors, traces
+from huvm import abi, errors
 from huvm.errors import ConfigError, DeviceUnavailable, HuvmError
-from huvm.experiment import emulated, emulated_guest
-from huvm.experiment.emulated import (
-    EmulatedExecutor,
-    emulated_tenant_values,
-    guest_script,
-    residency_check,
-)
-from huvm.experiment.emulated_guest import (
+from huvmlab import traces
+from huvmlab.experiment import emulated, emulated_guest
+from huvmlab.experiment.emulated import EmulatedExecutor, emulated_tenant_values, guest_script, residency_check
+from huvmlab.experiment.emulated_guest import (
     PAGE,
     REGION_BASE,
     Accesses,
@@ -41,11 +37,11 @@ from huvm.experiment.emulated_guest import (
     plan_accesses,
     replay,
 )
-from huvm.experiment.executor import plan as plan_runs
-from huvm.experiment.recording import counters_vs_events
-from huvm.experiment.resultio import dumps
-from huvm.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult, TenantRow
-from huvm.experiment.spec import load
+from huvmlab.experiment.executor import plan as plan_runs
+from huvmlab.experiment.recording import counters_vs_events
+from huvmlab.experiment.resultio import dumps
+from huvmlab.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult, TenantRow
+from huvmlab.experiment.spec import load
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "pyctl" / "huvm" / "examples" / "consolidation-emulated.toml"
@@ -406,7 +402,7 @@ def test_guest_script_terminator_never_in_the_text(tmp_path: Path) -> None:
 def test_guest_entry_point_outside_the_guest_is_one_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "HUVM_UVM_VARIANT"}
     err = tmp_path / "err.txt"
-    p = subprocess.run([sys.executable, "-m", "huvm.experiment.emulated", "guest", str(EXAMPLE), "--result",
+    p = subprocess.run([sys.executable, "-m", "huvmlab.experiment.emulated", "guest", str(EXAMPLE), "--result",
                         str(tmp_path / "r.json"), "--error", str(err)], capture_output=True, text=True, env=env)
     assert p.returncode == 1
     # (matplotlib, imported with huvm.experiment, announces a font-cache rebuild on stderr: not ours)
@@ -550,8 +546,8 @@ def test_census_samples_every_block_first_and_last_and_at_most_per_block() -> No
 def test_plan_of_a_trace_with_a_cpu_phase_and_a_freed_buffer(tmp_path: Path) -> None:
     """The guest test's mixed trace (tests/vm/softgpu/test_experiment.py): the CPU op is flagged, the freed
     scratch buffer's pages are freed after its op, and nothing else is."""
-    from huvm.traces.builder import Builder
-    from huvm.traces.schema import MODE_READ, MODE_WRITE_NEW, write_tables
+    from huvmlab.traces.builder import Builder
+    from huvmlab.traces.schema import MODE_READ, MODE_WRITE_NEW, write_tables
 
     b = Builder()
     a = b.storage(512 * MIB, "param", "float32", "A", before_op=-1)

@@ -10,12 +10,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from huvm import experiment
 from huvm.errors import ConfigError, DeviceUnavailable
-from huvm.experiment.executor import Executor, NodeRecord, scale_bytes, scale_text
-from huvm.experiment.resultio import dumps, loads
-from huvm.experiment.runner import Runner, executor_for
-from huvm.experiment.spec import load
+from huvmlab import experiment
+from huvmlab.experiment.executor import Executor, NodeRecord, scale_bytes, scale_text
+from huvmlab.experiment.resultio import dumps, loads
+from huvmlab.experiment.runner import Runner, executor_for
+from huvmlab.experiment.spec import load
 
 NODE = """[node]
 preset = "aws-p3.8xlarge"
@@ -202,7 +202,7 @@ def test_every_run_records_its_node(tmp_path: Path) -> None:
 
 def test_emulated_kind_without_its_module_refuses_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
-    monkeypatch.setitem(sys.modules, "huvm.experiment.emulated", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "huvmlab.experiment.emulated", None)  # as if not installed
     node = '[node]\nkind = "emulated"\npreset = "aws-p3.8xlarge"\ngpus = 2\nfb_mib = 128\n'
     spec = load(write(tmp_path, exp_text(node=node)))
     with pytest.raises(DeviceUnavailable) as info:

@@ -10,8 +10,8 @@ import pytest
 from huvm import jsonout
 from huvm.cli import main as huvmctl
 from huvm.errors import NoMemory
-from huvm.experiment import gpucheck as gc
-from huvm.experiment import managed_alloc as ma
+from huvmlab.experiment import gpucheck as gc
+from huvmlab.experiment import managed_alloc as ma
 
 GIB = 1 << 30
 H200 = {"available": True, "torch": "2.11.0+cu130", "cuda": "13.0", "device": "NVIDIA H200", "driver": "580.159.04",

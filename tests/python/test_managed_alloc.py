@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from huvm.errors import UsageError
-from huvm.experiment import managed_alloc as ma
+from huvmlab.experiment import managed_alloc as ma
 
 
 class FakeTorch(types.SimpleNamespace):

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from huvm.abi import lib
-from huvm.experiment import run as run_experiment
-from huvm.experiment.spec import load as load_spec
-from huvm.sim import NodeConfig, SimNode, TenantSpec, calibrate, run_scenario, workloads
-from huvm.sim.config import MIB
-from huvm.sim.matrix import NOISE
-from huvm.sim.replicate import fig9_node
+from huvmlab.experiment import run as run_experiment
+from huvmlab.experiment.spec import load as load_spec
+from huvmlab.sim import NodeConfig, SimNode, TenantSpec, calibrate, run_scenario, workloads
+from huvmlab.sim.config import MIB
+from huvmlab.sim.matrix import NOISE
+from huvmlab.sim.replicate import fig9_node
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "pyctl" / "huvm" / "examples"
 PAIR = ("huvm-atc22", "huvm")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from huvm.sim import NodeConfig, TenantSpec, run_scenario, workloads
-from huvm.sim.config import GIB, MIB
-from huvm.sim.errors import SimConfigError
-from huvm.traces.trace import SimTrace
+from huvmlab.sim import NodeConfig, TenantSpec, run_scenario, workloads
+from huvmlab.sim.config import GIB, MIB
+from huvmlab.sim.errors import SimConfigError
+from huvmlab.traces.trace import SimTrace
 
 
 def _trace() -> SimTrace:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from huvm.sim import matrix as M
-from huvm.sim.errors import SimConfigError
+from huvmlab.sim import matrix as M
+from huvmlab.sim.errors import SimConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "policy.md"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from huvm.sim import MIB, NodeConfig, SimNode, TenantSpec, run_scenario, workloads
+from huvmlab.sim import MIB, NodeConfig, SimNode, TenantSpec, run_scenario, workloads
 
 CHUNK = 2 * MIB
 N = 192                       # 384 MiB on a 256 MiB GPU: part of it ends up on the peer

@@ -7,13 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import huvm.traces as T
+import huvmlab.traces as T
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from huvm.traces import chunks, graph, lenders, roofline, schema
-from huvm.traces.builder import Builder
+from huvmlab.traces import chunks, graph, lenders, roofline, schema
+from huvmlab.traces.builder import Builder
 
 MiB = 1 << 20
 

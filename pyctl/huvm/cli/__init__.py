@@ -44,8 +44,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from huvmlab.cli import calibrate, experiment, gpucheck, trace
+
     from ..client import BACKENDS
-    from . import calibrate, experiment, export, gpucheck, policy, stats, status, trace, watch
+    from . import export, policy, stats, status, watch
 
     # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
     # from overriding a value given globally.

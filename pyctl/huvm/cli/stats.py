@@ -91,8 +91,8 @@ TENANTS_TITLE = ("Tenants: harvesters' runtime (speedup over stock), lenders' ru
 
 def tenant_figures_of_experiment(spec: Any) -> list[TenantFigures]:
     """Run an experiment (every policy, ideal and the alone baselines) and return its tenant figures."""
-    from ..experiment.output import tenant_dicts
-    from ..experiment.runner import run
+    from huvmlab.experiment.output import tenant_dicts
+    from huvmlab.experiment.runner import run
 
     return tenant_figures(tenant_dicts(run(spec)))
 

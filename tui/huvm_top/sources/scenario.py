@@ -49,8 +49,8 @@ def from_experiment(doc: TomlDoc) -> Scenario:
     ``huvmctl --sim --sim-config FILE`` sets them up (:meth:`huvm.simbackend.SimBackend.from_experiment`:
     every table checked, traces loaded, footprints and the policy checked against the node), not yet run."""
     from huvm.client import Node
-    from huvm.experiment import spec as es
-    from huvm.simbackend import SimBackend
+    from huvmlab.experiment import spec as es
+    from huvmlab.simbackend import SimBackend
 
     name = es.parse(doc).name
     backend = SimBackend.from_experiment(doc, run=False)
@@ -66,8 +66,8 @@ def from_experiment(doc: TomlDoc) -> Scenario:
 def default_load(config: Any) -> list[Any]:
     """GPU 0 streams over 1.5x its usable memory (a harvester under pressure); the others run a small
     steady job and lend the rest."""
-    from huvm.sim import workloads
-    from huvm.sim.tenants import TenantSpec
+    from huvmlab.sim import workloads
+    from huvmlab.sim.tenants import TenantSpec
 
     usable = int(config.usable_bytes(0))
     tenants = [TenantSpec(gpu=0, trace=workloads.streaming(usable * 3 // 2, passes=4), name="streaming",
@@ -90,7 +90,7 @@ def load(sim_config: str | None) -> Scenario:
         doc = TomlDoc(path)  # huvm's TOML reading: errors as file:line (syntax, not UTF-8, not readable)
         if "tenant" in doc.data or "experiment" in doc.data:
             return from_experiment(doc)
-    from huvm.simbackend import SimBackend
+    from huvmlab.simbackend import SimBackend
 
     backend = SimBackend.from_config(sim_config)  # node presets and [node] files, huvm's way
     try:

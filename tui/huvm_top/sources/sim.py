@@ -63,8 +63,8 @@ class SimSource(LiveSource):
         """A new simulated node with the scenario's tenants, and ``policy`` (a huvm Policy), else the
         scenario's policy or settings."""
         from huvm import policy as hp
-        from huvm.sim.node import SimNode
-        from huvm.simbackend import SimBackend
+        from huvmlab.sim.node import SimNode
+        from huvmlab.simbackend import SimBackend
 
         sc = self._scenario
         sim = SimNode(sc.config, preset=sc.policy_preset)

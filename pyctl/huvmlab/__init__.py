@@ -1,0 +1,1 @@
+"""huvmlab: the lab (built on the huvm control plane)."""
