@@ -23,9 +23,9 @@ py-test: | venv
 	@cd $(ROOT) && $(PY) -m pytest -q -p no:cacheprovider tests/python --ignore-glob='tests/python/test_tui*' $(PYTEST_ARGS)
 
 lint: | venv
-	@cd $(ROOT) && $(VENV)/bin/ruff check --no-cache --config $(LINT_CONFIG) pyctl/huvm tui/huvm_top tests/python tests/vm
+	@cd $(ROOT) && $(VENV)/bin/ruff check --no-cache --config $(LINT_CONFIG) pyctl/huvm pyctl/huvmlab tui/huvm_top tests/python tests/vm
 	@cd $(ROOT) && $(PY) -m mypy --no-incremental --cache-dir=/dev/null --config-file $(LINT_CONFIG) \
-		pyctl/huvm tui/huvm_top
+		pyctl/huvm pyctl/huvmlab tui/huvm_top
 
 demo-experiment: | venv
 	@cd $(ROOT) && $(VENV)/bin/huvmctl experiment run $(DEMO_FILE) --out $(DEMO_OUT)

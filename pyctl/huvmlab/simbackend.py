@@ -14,6 +14,7 @@ examples/consolidation.toml stats --pairs``). Each process gets a fresh node: po
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from huvm.errors import ConfigError, HuvmError
 from huvm.tomlpos import TomlDoc
@@ -76,3 +77,18 @@ class SimBackend(backend.SimBackend):
         backend = cls(sim)
         backend.experiment = spec
         return backend
+
+    def tenant_dicts(self) -> list[dict[str, Any]] | None:
+        """The tenants of the experiment this node came from, under every policy of it (ideal and the alone
+        baselines included), as :func:`huvmlab.experiment.output.tenant_dicts`; None without an experiment."""
+        if self.experiment is None:
+            return None
+        from .experiment.output import tenant_dicts
+        from .experiment.runner import run
+
+        return tenant_dicts(run(self.experiment))
+
+
+def open_backend(config: str | None = None, *, live: bool = False) -> SimBackend:
+    """The ``sim`` backend kind of :mod:`huvm.registry` (entry point ``huvm.backends: sim``)."""
+    return SimBackend.from_config(config, live=live)

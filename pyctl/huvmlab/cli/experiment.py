@@ -9,6 +9,8 @@ from typing import Any
 
 from huvm.cli.common import add_verb, err, out, print_json
 
+from .tools import add_tools
+
 
 class _NoProgress:
     def __enter__(self) -> _NoProgress:
@@ -158,7 +160,7 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                            "huvmctl experiment run pyctl/huvm/examples/two-harvesters-emulated.toml --node sim-twin "
                            "--out out/th-twin",
                            "huvmctl experiment compare out/th-twin out/two-harvesters-emulated"])
-    es = p.add_subparsers(dest="experiment_cmd", metavar="{run,compare}", required=True)
+    es = p.add_subparsers(dest="experiment_cmd", metavar="{run,compare,managed-alloc}", required=True)
     q = es.add_parser("run", parents=parents, help="run FILE")
     q.add_argument("file", metavar="FILE")
     q.add_argument("--out", metavar="DIR", help="output folder (default: out/<file stem>)")
@@ -178,15 +180,19 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     q.add_argument("--no-links", dest="links", action="store_false", help="totals only, no row per link")
     q.add_argument("--markdown", action="store_true", help="a Markdown table (for the docs' cross-check)")
     q.set_defaults(func=cmd_experiment_compare)
+    add_tools("experiment", es)
 
     p = add_verb(sub, "sim", help="the simulated node: run a scenario, list node presets",
                  description="Run a scenario (an experiment file) on the simulated node and print "
                              "per-policy runtimes, counters and ratios to ideal, writing nothing.",
-                 examples=["huvmctl sim run pyctl/huvm/examples/consolidation.toml", "huvmctl sim presets"])
-    ss = p.add_subparsers(dest="sim_cmd", metavar="{run,presets}", required=True)
+                 examples=["huvmctl sim run pyctl/huvm/examples/consolidation.toml", "huvmctl sim presets",
+                           "huvmctl sim fidelity --markdown", "huvmctl sim matrix --half evaluation"])
+    ss = p.add_subparsers(dest="sim_cmd", metavar="{run,presets,fidelity,matrix,verdict,replicate,calibrate,bench}",
+                          required=True)
     q = ss.add_parser("run", parents=parents, help="run CONFIG and print the comparison")
     q.add_argument("file", metavar="CONFIG")
     q.add_argument("--no-progress", action="store_true")
     q.set_defaults(func=cmd_sim_run)
     q = ss.add_parser("presets", parents=parents, help="list the simulated node presets")
     q.set_defaults(func=cmd_sim_presets)
+    add_tools("sim", ss)

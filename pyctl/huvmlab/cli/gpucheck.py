@@ -19,7 +19,8 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     if args.json:
         from huvm import jsonout
 
-        print_json(jsonout.dump(jsonout.gpu_check(res, reason=said[0] if said else "")))
+        print_json(jsonout.dump(jsonout.gpu_check(res, reason=said[0] if said else "",
+                                                    target_ratio=gpucheck.TARGET_RATIO)))
     if res is None:
         return 0
     if not res.ok:

@@ -10,6 +10,8 @@ from typing import Any
 from huvm.cli.common import print_json
 from huvm.errors import ConfigError, UsageError
 
+from .tools import add_tools
+
 
 def cmd_gen(args: argparse.Namespace) -> int:
     from .. import traces
@@ -104,10 +106,12 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                        epilog="examples:\n  huvmctl trace gen gpt2-xl out/gpt2-xl.trace --batch 8\n"
                               "  huvmctl trace gen pagerank out/pr.trace --graph small\n"
                               "  huvmctl trace info bundled:llama-tiny --json\n"
+                              "  huvmctl trace large build/traces --only gpt2-xl\n"
                               "  sudo huvmctl trace record --out ev.parquet --sim-config "
                               "pyctl/huvm/examples/consolidation.toml",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ts = p.add_subparsers(dest="trace_cmd", metavar="{gen,info,record}", required=True)
+    ts = p.add_subparsers(dest="trace_cmd", metavar="{gen,info,record,large,bundled}", required=True)
+    add_tools("trace", ts)
     g = ts.add_parser("gen", parents=parents, help="generate one trace (progress bar; deterministic)")
     traces.add_gen_arguments(g)
     g.set_defaults(func=cmd_gen)

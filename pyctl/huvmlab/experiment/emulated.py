@@ -3,7 +3,7 @@ test bed's software GPUs (docs/softgpu.md, docs/experiments.md "The emulated nod
 
 On the host, :class:`EmulatedExecutor` boots the test bed ONCE (``tests/vm/run-vm.sh --phases softgpu``: the
 software GPU with ``node.gpus`` GPUs of ``node.fb_mib`` MiB and the chosen nvidia-uvm build loaded) and runs
-the whole experiment in the guest with ``python -m huvm.experiment.emulated guest FILE``; the guest writes its
+the whole experiment in the guest with ``python -m huvmlab.experiment.emulated guest FILE``; the guest writes its
 results (:mod:`huvm.experiment.resultio`) to the results share, the host loads them and writes the usual
 output folder, with the test bed's logs under ``vm/``. Inside the guest (``HUVM_UVM_VARIANT`` set and
 ``/dev/huvm-softgpu`` present) the same executor runs the runs itself: each tenant is a guest process that
@@ -59,6 +59,7 @@ from .executor import (
 )
 from .recording import counters_vs_events as counters_vs_events  # for tests/vm/softgpu/test_experiment.py only
 from .results import CounterRow, ExperimentResult, RunEvents, RunKey, RunResult, SampleRow, TenantRow
+from .runner import KIND_EXECUTORS
 from .spec import ExperimentSpec, TenantSpec
 
 #: the nvidia-uvm build the test bed loads for node.module (HUVM_EMULATED_VARIANT overrides, e.g. patched-debug)
@@ -454,7 +455,7 @@ def guest_script(spec: ExperimentSpec, root: Path, python: str, result: str, err
         lines += [f"mkdir -p {shlex.quote(str(Path(path).parent))}",
                   f"cat > {shlex.quote(path)} <<'{end}'", text.rstrip("\n"), end]
     lines += [f"cd {shlex.quote(str(root))}",
-              f"{shlex.quote(python)} -m huvm.experiment.emulated guest {shlex.quote(path)} "
+              f"{shlex.quote(python)} -m huvmlab.experiment.emulated guest {shlex.quote(path)} "
               f"--result {shlex.quote(result)} --error {shlex.quote(error)}"]
     return "\n".join(lines) + "\n"
 
@@ -462,10 +463,10 @@ def guest_script(spec: ExperimentSpec, root: Path, python: str, result: str, err
 # ---- the guest's entry point ---------------------------------------------------------------------------------
 
 def guest_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m huvm.experiment.emulated guest FILE --result PATH [--error PATH] [--out DIR]``: run the
+    """``python -m huvmlab.experiment.emulated guest FILE --result PATH [--error PATH] [--out DIR]``: run the
     experiment in the test bed's guest and write its results (resultio JSON); with --out, the whole output
     folder too. A failure is one line on stderr and in --error, exit status 1."""
-    ap = argparse.ArgumentParser(prog="python -m huvm.experiment.emulated")
+    ap = argparse.ArgumentParser(prog="python -m huvmlab.experiment.emulated")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("guest", help="run an emulated experiment inside the test bed's guest")
     g.add_argument("file")
@@ -485,7 +486,7 @@ def guest_main(argv: Sequence[str] | None = None) -> int:
             raise DeviceUnavailable("not inside the test bed's guest (no HUVM_UVM_VARIANT or /dev/huvm-softgpu)",
                                     reason="guest")
         if a.out:
-            from . import run_to
+            from .runner import run_to
 
             res, _ = run_to(spec, a.out, progress=say)
         else:
@@ -502,6 +503,8 @@ def guest_main(argv: Sequence[str] | None = None) -> int:
             Path(a.error).write_text(line + "\n")
         return 1
 
+
+KIND_EXECUTORS["emulated"] = EmulatedExecutor
 
 if __name__ == "__main__":
     sys.exit(guest_main())

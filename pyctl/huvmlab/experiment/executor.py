@@ -509,23 +509,3 @@ class Executor(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-class Unavailable(Executor):
-    """A node kind whose executor is not installed: refuses in :meth:`check` with one line."""
-
-    def __init__(self, spec: ExperimentSpec, outdir: Path | None, kind: str, why: str) -> None:
-        self.kind_name = kind
-        self.why = why
-        super().__init__(spec, outdir)
-
-    def check(self) -> None:
-        from huvm.errors import DeviceUnavailable
-
-        raise DeviceUnavailable(f"{self.spec.path}: node.kind = {self.kind_name!r}: {self.why}", reason="no-executor")
-
-    def record(self) -> NodeRecord:
-        return NodeRecord(self.kind_name, "", self.spec.node_preset)
-
-    def run_one(self, run: PlannedRun) -> RunResult:
-        self.check()
-        raise AssertionError("unreachable")

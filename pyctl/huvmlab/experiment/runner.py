@@ -11,6 +11,7 @@ deterministic, so the same file gives the same numbers.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,7 +26,6 @@ from .executor import (
     NodeRecord,
     PlannedRun,
     Progress,
-    Unavailable,
     check_tenants,
     counter_rows,
     module_version,
@@ -36,7 +36,7 @@ from .executor import (
 from .results import ExperimentResult, RunKey, RunResult, SampleRow, TenantRow, TrafficRow
 from .spec import ExperimentSpec, TenantSpec
 
-__all__ = ["PlannedRun", "Progress", "Runner", "check_tenants", "plan", "run", "tenant_role"]
+__all__ = ["PlannedRun", "Progress", "Runner", "check_tenants", "plan", "run", "run_to", "tenant_role"]
 
 _with_sweep_value = with_sweep_value  # the name this module had
 
@@ -221,31 +221,48 @@ def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] |
         return ex.execute(ex.planned(), progress)
 
 
-def executor_for(spec: ExperimentSpec, outdir: Path | None = None, node: str | None = None) -> Executor:
-    """The executor of spec's node kind, or of ``node`` (:data:`huvm.experiment.twin.NODE_CHOICES`)."""
-    import importlib
+#: executors of the node kinds that are not the simulator's (``[node] kind``: "emulated") and of ``--node``
+#: (:func:`executor_for`: "sim-twin"); their modules add themselves (twin.py, emulated.py) and the package
+#: imports them (huvmlab/experiment/__init__.py), so runner.py never names them
+KIND_EXECUTORS: dict[str, Callable[[ExperimentSpec, Path | None], Executor]] = {}
+NODE_EXECUTORS: dict[str, Callable[[ExperimentSpec, Path | None], Executor]] = {}
 
+
+def executor_for(spec: ExperimentSpec, outdir: Path | None = None, node: str | None = None) -> Executor:
+    """The executor of spec's node kind, or of ``node`` (a key of :data:`NODE_EXECUTORS`: "sim-twin")."""
     if node is not None:
-        # the twin subclasses Runner: looked up by name, as the emulated node's executor below
-        twin = importlib.import_module(f"{__package__}.twin")
-        if node not in twin.NODE_CHOICES:
-            raise ConfigError(f"unknown node {node!r} (one of: {', '.join(twin.NODE_CHOICES)}; or none: the file's)")
-        ex_twin: Executor = twin.SimTwin(spec, outdir)
-        return ex_twin
+        if node not in NODE_EXECUTORS:
+            raise ConfigError(f"unknown node {node!r} (one of: {', '.join(NODE_EXECUTORS)}; or none: the file's)")
+        return NODE_EXECUTORS[node](spec, outdir)
     if spec.node_kind == "local":
         from .local import LocalExecutor
 
         return LocalExecutor(spec, outdir)
-    if spec.node_kind == "emulated":
-        name = f"{__package__}.emulated"
-        try:
-            emulated = importlib.import_module(name)
-        except ImportError as exc:
-            if exc.name != name:
-                raise
-            return Unavailable(spec, outdir, "emulated", "the emulated node is not available in this build "
-                               "(huvm.experiment.emulated is missing)")
-        cls: type[Executor] = emulated.EmulatedExecutor
-        ex: Executor = cls(spec, outdir)
-        return ex
+    if spec.node_kind in KIND_EXECUTORS:
+        return KIND_EXECUTORS[spec.node_kind](spec, outdir)
     return Runner(spec, outdir)
+
+
+def run_to(spec: ExperimentSpec, outdir: str | Path,
+           progress: Callable[[PlannedRun, int, int], None] | None = None,
+           node: str | None = None) -> tuple[ExperimentResult, list[Path]]:
+    """Run spec and write outdir/: data/*.parquet|csv, plots/*.png, summary.json, report.md, the spec. node:
+    another node than the file's (``"sim-twin"``, :func:`run`)."""
+    out = Path(outdir)
+    res = run(spec, progress, out, node)
+    if out.exists():
+        for sub in ("data", "plots"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    from .output import write
+    from .plots import all_plots  # matplotlib: imported only where plots are drawn
+    from .report import markdown
+
+    files = write(res, out)
+    files += all_plots(res, out)
+    (out / "experiment.toml").write_text(spec.doc.text)
+    files.append(out / "experiment.toml")
+    report = out / "report.md"
+    report.write_text(markdown(res, spec.doc.text, files, out))
+    files.append(report)
+    return res, files

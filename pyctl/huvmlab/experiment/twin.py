@@ -36,7 +36,7 @@ from huvm.units import format_size
 
 from .executor import CHUNK_BYTES, NodeRecord, PlannedRun, node_config, scale_bytes, scale_text
 from .results import ExperimentResult, RunResult, SampleRow, TenantRow
-from .runner import Runner
+from .runner import NODE_EXECUTORS, Runner
 from .spec import EMULATED_RESERVED_BYTES, ExperimentSpec, TenantSpec
 
 #: ``huvmctl experiment run --node``: where to run an experiment other than its file's node
@@ -155,3 +155,6 @@ def chunk_equivalents(res: RunResult, k: int) -> RunResult:
                              s.peer_bytes * k, s.host_bytes * k) for s in res.samples]
     res.tenants = [_tenant_row(t, k) for t in res.tenants]
     return res
+
+
+NODE_EXECUTORS.update(dict.fromkeys(NODE_CHOICES, SimTwin))
