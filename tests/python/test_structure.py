@@ -176,8 +176,8 @@ def test_the_control_plane_does_not_name_the_lab_at_all() -> None:
                       and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
         lines = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                  and id(n) not in docstrings and (re.search(r"\bhuvmlab\.\w", n.value) or n.value == "huvmlab")]
-        lines += [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name | ast.alias)
-                  and "huvmlab" in getattr(n, "id", getattr(n, "name", ""))]
+        lines += [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name | ast.alias | ast.ImportFrom)
+                  and "huvmlab" in str(getattr(n, "id", None) or getattr(n, "name", None) or getattr(n, "module", ""))]
         if lines:
             named[m] = sorted(lines)
     assert named == {}
