@@ -20,7 +20,7 @@ class CoreNode:
                  backend: int | None = None) -> None:
         ffi, lib = abi.ffi, abi.lib
         self.core: Any = ffi.new("huvm_core_t *")
-        lib.huvm_core_init(self.core, lib.HUVM_BACKEND_KTEST if backend is None else backend, lib.HUVM_PRESET_HUVM)
+        lib.huvm_core_init(self.core, lib.HUVM_BACKEND_CORE if backend is None else backend, lib.HUVM_PRESET_HUVM)
         for i in range(gpu_count):
             g = ffi.new("huvm_gpu_info_t *")
             raw = bytes([0x10 + i] * 4) + bytes([0xAB, 0xCD, 0x40 | i, 0, 0x80, i]) + bytes([0x11 * (i + 1) % 256] * 6)

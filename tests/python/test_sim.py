@@ -194,7 +194,7 @@ def test_ioctl_through_simnode() -> None:
 
 
 def test_bundled_traces_run() -> None:
-    traces = pytest.importorskip("huvmlab.traces")
+    from huvmlab import traces  # part of the lab: always there
     h = traces.load(traces.bundled("llama-tiny")).to_sim_events("v100")
     lender = traces.load(traces.bundled("lender-rising")).to_sim_events("v100")
     node = NodeConfig.preset("aws-p3.8xlarge").subset(2).with_gpu_memory(1 * GIB, 0, gpus=[0])
