@@ -1,8 +1,8 @@
-# pyctl: the huvm Python package (control plane, huvmctl, experiments, exporter).
+# pyctl: the Python packages huvm (control plane, huvmctl, exporter) and huvmlab (simulator, traces, experiments).
 #
 #   make demo      run the shipped consolidation experiment on the simulated node into out/demo
 #   make py-test   pytest over tests/python (the TUI's tests run in tui.mk's tui-test)
-#   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top; ruff (same config) over tests/python
+#   make lint      ruff + mypy --strict over pyctl/huvm, pyctl/huvmlab and tui/huvm_top; ruff (same config) over tests/python
 #                  and tests/vm
 #   make uvm-binding   huvm.uvm's cffi binding of NVIDIA's UVM ioctls, compiled against the pinned upstream
 #                  headers (needs `make source`) into $(UVM_BINDING_DIR); not part of the pip install

@@ -641,7 +641,7 @@ def topology(topo: Any) -> TopologyDoc:
 
 
 def trace_info(info: Any) -> TraceInfoDoc:
-    """A :class:`huvm.traces.TraceInfo`."""
+    """A :class:`huvmlab.traces.TraceInfo`."""
     d = dict(info.to_dict())
     d["trace_kind"] = d.pop("kind")
     return TraceInfoDoc.make(**d)

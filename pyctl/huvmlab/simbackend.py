@@ -1,8 +1,8 @@
-"""The simulated node as a backend: ioctls go in-process to huvm.sim.SimNode (the core's own dispatch).
+"""The simulated node as a backend: ioctls go in-process to huvmlab.sim.SimNode (the core's own dispatch).
 
 ``sim_config`` selects the node: None (the default preset, :data:`DEFAULT_PRESET`), a preset name
 (``aws-p3.8xlarge``, ``dgx-a100``, ``hgx-h100``, ...), or a TOML file whose ``[node]`` table (or top level)
-is a :meth:`huvm.sim.config.NodeConfig.from_dict` mapping (``preset`` plus overrides such as
+is a :meth:`huvmlab.sim.config.NodeConfig.from_dict` mapping (``preset`` plus overrides such as
 ``gpu_memory_bytes``), optionally with ``policy_preset`` (stock, huvm-atc22, huvm). An experiment file
 (one with ``[[tenant]]`` tables) also works: its node is built under its policy "huvm" (else its first
 policy), its tenants run to
@@ -25,7 +25,7 @@ DEFAULT_PRESET = "aws-p3.8xlarge"
 
 
 class SimBackend(backend.SimBackend):
-    """:class:`huvm.sim.backend.SimBackend` with the ways to open one."""
+    """:class:`huvmlab.sim.backend.SimBackend` with the ways to open one."""
 
     @classmethod
     def from_config(cls, sim_config: str | None = None, *, live: bool = False) -> SimBackend:

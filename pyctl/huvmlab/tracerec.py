@@ -6,7 +6,7 @@
 
 Sources (:class:`huvm.bpf.Tracer`): the kernel tracepoints ``huvm:huvm_<event>`` of the patched module, the USDT
 probes of a process (``pid``), or, with ``during``, the USDT probes of this process while ``during()`` runs (the
-in-process simulator). The rows follow :data:`huvm.traces.events.EVENT_SCHEMA`; records the perf buffer
+in-process simulator). The rows follow :data:`huvmlab.traces.events.EVENT_SCHEMA`; records the perf buffer
 dropped are counted into the file's metadata (``huvm.events.lost``), next to the exact per-event counts kept
 in the kernel. Needs root and bcc: otherwise :class:`huvm.bpf.TracingUnavailable`.
 """
@@ -227,7 +227,7 @@ class Segment:
 
 
 def rows_of(records: list[bpf.Record], reasons: dict[str, dict[int, str]] | None = None) -> list[dict[str, Any]]:
-    """Records as event-table rows (:data:`huvm.traces.events.EVENT_SCHEMA`'s columns)."""
+    """Records as event-table rows (:data:`huvmlab.traces.events.EVENT_SCHEMA`'s columns)."""
     reasons = reasons if reasons is not None else reason_names()
     return [{"ts_ns": r.ts_ns, "event": r.name, "gpu": r.gpu, "peer": r.peer, "reason": r.reason,
              "reason_name": reason_name(reasons, r.name, r.reason), "bytes": r.bytes, "va": r.va, "pid": r.pid,
@@ -302,7 +302,7 @@ class RunRecorder:
 
 
 def write_segment(path: str | Path, seg: Segment) -> Path:
-    """One segment as an event-table file (what ``trace record`` writes; :func:`huvm.traces.events.read_events`
+    """One segment as an event-table file (what ``trace record`` writes; :func:`huvmlab.traces.events.read_events`
     reads it)."""
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -258,7 +258,7 @@ def test_residency_check_agrees_and_names_disagreements() -> None:
 
 
 def test_counters_vs_events_hook() -> None:
-    """The guest test's hook (re-exported from huvm.experiment.recording): rows of recorded events against the
+    """The guest test's hook (re-exported from huvmlab.experiment.recording): rows of recorded events against the
     run's counters; giveback counts on the lender (the event's gpu)."""
     key = RunKey("huvm", None, 0)
     r = RunResult(key, 1, counters=[CounterRow(key, "gpu", 0, -1, "evict_to_peer", 5),
@@ -373,7 +373,7 @@ def test_guest_script_recreates_a_hidden_file_and_runs_the_guest(tmp_path: Path)
     script = guest_script(spec, ROOT, "/venv/bin/python", "/run/huvm-out/r.json", "/run/huvm-out/e.txt")
     assert str(tmp_path).startswith("/tmp/")  # pytest's tmp_path: hidden in the guest
     assert f"cat > {tmp_path / 'emu.toml'} <<'HUVM_EXPERIMENT_EOF'" in script
-    assert script.rstrip().endswith(f"/venv/bin/python -m huvm.experiment.emulated guest {tmp_path / 'emu.toml'} "
+    assert script.rstrip().endswith(f"/venv/bin/python -m huvmlab.experiment.emulated guest {tmp_path / 'emu.toml'} "
                                     "--result /run/huvm-out/r.json --error /run/huvm-out/e.txt")
     # the heredoc gives back the file byte for byte (run it with the path moved)
     moved = tmp_path / "copy" / "emu.toml"
@@ -405,7 +405,7 @@ def test_guest_entry_point_outside_the_guest_is_one_line(tmp_path: Path) -> None
     p = subprocess.run([sys.executable, "-m", "huvmlab.experiment.emulated", "guest", str(EXAMPLE), "--result",
                         str(tmp_path / "r.json"), "--error", str(err)], capture_output=True, text=True, env=env)
     assert p.returncode == 1
-    # (matplotlib, imported with huvm.experiment, announces a font-cache rebuild on stderr: not ours)
+    # (matplotlib, imported with huvmlab.experiment, announces a font-cache rebuild on stderr: not ours)
     lines = [ln for ln in p.stderr.strip().splitlines() if not ln.startswith("Matplotlib ")]
     assert len(lines) == 1 and "not inside the test bed's guest" in lines[0]
     assert "Traceback" not in p.stderr and err.read_text().strip() in p.stderr
@@ -476,7 +476,7 @@ def test_host_boots_the_test_bed_once_and_loads_the_guests_results(fake_testbed:
     assert "--phases" in args and "softgpu" in args and "VM_GPUS=3" in args and "VM_FB_MIB=128" in args
     assert any(a.startswith("patched-release=") and a.endswith("build/module/patched-release/nvidia-uvm.ko")
                for a in args)
-    assert f"-m huvm.experiment.emulated guest {EXAMPLE}" in (fake_testbed / "args.cmd").read_text()
+    assert f"-m huvmlab.experiment.emulated guest {EXAMPLE}" in (fake_testbed / "args.cmd").read_text()
     assert str(fake_testbed / "checkout" / "build" / "vm-emulated") in args  # its own work dir, not vm-test's
 
 

@@ -1,4 +1,4 @@
-"""``[record] events`` in experiment files (huvm.experiment.recording): the table is validated (one-line errors
+"""``[record] events`` in experiment files (huvmlab.experiment.recording): the table is validated (one-line errors
 with the file's line), a simulated experiment records the simulator's USDT probes per run through the tracer of
 ``huvmctl trace record`` and writes each run's events as the trace schema's event table, the counters equal the
 events (counters_vs_events, which mirrors huvm_account_*), the results carry the events across the emulated

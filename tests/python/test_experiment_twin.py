@@ -1,5 +1,5 @@
 """The simulated twin of an emulated experiment (``huvmctl experiment run FILE --node sim-twin``,
-huvm.experiment.twin): the emulated [node] run on the simulator at its granularity, k trace chunks per 2 MiB
+huvmlab.experiment.twin): the emulated [node] run on the simulator at its granularity, k trace chunks per 2 MiB
 block at scale 1/k, counts in chunk equivalents; no VM."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The `huvm` preset (the default) is not slower than the prototype's `huvm-atc22` in the simulator (by more
-than huvm.sim.matrix.NOISE, 1 %).
+than huvmlab.sim.matrix.NOISE, 1 %).
 
 docs/policy.md ("Measurements behind the `huvm` values", "Evaluation") has the numbers; these tests keep them
 from regressing: the shipped consolidation scenarios (pyctl/huvm/examples) and the calibration's Fig 9 runs.

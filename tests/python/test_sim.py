@@ -1,4 +1,4 @@
-"""The simulated node: determinism, conservation, policy behaviour, ioctl surface (huvm.sim, driver/sim)."""
+"""The simulated node: determinism, conservation, policy behaviour, ioctl surface (huvmlab.sim, driver/sim)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""huvm.sim.workloads.coarsen: a trace at the emulated node's granularity (k trace chunks per 2 MiB UVM block),
+"""huvmlab.sim.workloads.coarsen: a trace at the emulated node's granularity (k trace chunks per 2 MiB UVM block),
 used to compare the simulator with the emulated node at the same granularity (docs/simulator.md, "Cross-check
 against the emulated node")."""
 

@@ -1,4 +1,4 @@
-"""The scenario matrix of `make eval` (huvm.sim.matrix): the split, a smoke run, the CLI's refusals, and
+"""The scenario matrix of `make eval` (huvmlab.sim.matrix): the split, a smoke run, the CLI's refusals, and
 the table in docs/policy.md being the measured one."""
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"huvm": ROOT / "pyctl" / "huvm", "huvmlab": ROOT / "pyctl" / "huvmlab", "huvm_top": ROOT / "tui" / "huvm_top"}
+PACKAGES = {"huvm": ROOT / "pyctl" / "huvm", "huvmlab": ROOT / "pyctl" / "huvmlab",
+            "huvm_top": ROOT / "tui" / "huvm_top"}
 #: the layers, bottom up: a module may import its own layer and those before it
 LAYERS = ("huvm", "huvmlab", "huvm_top")
 #: module-level functions that import the module their first argument names

@@ -1,4 +1,4 @@
-"""huvm.tracerec / `huvmctl trace record`: bcc on the USDT probes of the in-process simulator writes one Parquet
+"""huvmlab.tracerec / `huvmctl trace record`: bcc on the USDT probes of the in-process simulator writes one Parquet
 row per event, and the rows counted per event (and per GPU pair) equal the simulator's counters (the mapping of
 tests/vm/guest/test_tracepoints.py); the event schema and metadata; the refusal paths. Root and bcc
 (python3-bpfcc) are needed for the recording tests (a failure, not a skip, in CI)."""

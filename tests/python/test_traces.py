@@ -285,7 +285,7 @@ def test_bundled_traces_load_and_fit() -> None:
 def test_imports_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-        "import huvm.traces as T\n"
+        "import huvmlab.traces as T\n"
         "print(T.info(T.bundled('bfs-small')).n_ops)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())

@@ -113,7 +113,7 @@ def test_dnn_deterministic_and_cli(tmp_path: Path) -> None:
     from huvmlab.traces.cli import main
 
     assert main(["gen", "gpt2-tiny", str(out), "--batch", "1", "--seq", "64"]) == 0  # with the progress bar
-    r = subprocess.run([sys.executable, "-m", "huvm.traces", "info", str(out), "--json"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "huvmlab.traces", "info", str(out), "--json"], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

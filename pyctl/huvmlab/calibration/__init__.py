@@ -1,13 +1,13 @@
-"""``huvmctl calibrate``: measure one GPU of a real node with the tests of :mod:`huvm.sim.measured`, and write
+"""``huvmctl calibrate``: measure one GPU of a real node with the tests of :mod:`huvmlab.sim.measured`, and write
 the calibration record (``huvm-calibration/1``) and the simulator's node TOML built from it.
 
 Flow (:func:`measure`): the backend probes the GPU; :func:`make_plan` applies the safety rules (below) and
 sizes every buffer; the backend runs the plan; :func:`make_record` turns the samples into a record, checked by
 :meth:`NodeMeasurement.from_dict`. :func:`write` writes ``NAME.json`` (the record) and ``NAME.toml`` (a
-``[node]`` table from :func:`huvm.sim.config.node_from_measurement`, which ``--sim-config`` loads: :func:`write` loads
-it back through :class:`huvm.simbackend.SimBackend` and checks it gives the same node). :func:`nearest_preset`
-and :func:`compare` put the node's costs next to the nearest built-in preset's. The costs come from
-:func:`huvm.sim.measured.derive` only: nothing here derives a cost.
+``[node]`` table from :func:`huvmlab.sim.config.node_from_measurement`, which ``--sim-config`` loads:
+:func:`write` loads it back through :class:`huvmlab.simbackend.SimBackend` and checks it gives the same node).
+:func:`nearest_preset` and :func:`compare` put the node's costs next to the nearest built-in preset's. The costs come from
+:func:`huvmlab.sim.measured.derive` only: nothing here derives a cost.
 
 Safety rules (a managed allocation larger than the GPU's free memory oversubscribes it, which can stall a
 shared GPU):
@@ -75,7 +75,7 @@ CONSTANTS: tuple[tuple[str, str, str], ...] = (
 
 
 def default_backend(*, nvcc: str | None = None, build_dir: Path | None = None, timeout_s: float = 1800) -> Backend:
-    """The real backend (:class:`huvm.calibration.cuda.CudaBackend`); the CLI asks for it here, so the tests
+    """The real backend (:class:`huvmlab.calibration.cuda.CudaBackend`); the CLI asks for it here, so the tests
     replace this function with their fake."""
     from .cuda import CudaBackend
 
@@ -138,7 +138,7 @@ class Calibration:
     source: str = "measured"          # "measured", or the record file it was read from
 
     def node(self, name: str | None = None) -> NodeConfig:
-        """The simulator's one-GPU node (:func:`huvm.sim.config.node_from_measurement`), named name."""
+        """The simulator's one-GPU node (:func:`huvmlab.sim.config.node_from_measurement`), named name."""
         m = self.measurement
         return node_from_measurement(m, name=name or default_name(m.gpu_name, m.driver))
 

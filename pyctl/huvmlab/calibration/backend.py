@@ -1,8 +1,8 @@
 """What a calibration backend is: the :class:`Backend` protocol, the GPU it probes and the plan it runs.
 
-Two backends implement it: :class:`huvm.calibration.cuda.CudaBackend` (the project's CUDA C benchmark, built
+Two backends implement it: :class:`huvmlab.calibration.cuda.CudaBackend` (the project's CUDA C benchmark, built
 with nvcc on the target) and the tests' fake (``tests/python/test_calibration.py``: samples from the shipped
-H200 record). :mod:`huvm.calibration` checks a probe against the safety rules before it asks for a run.
+H200 record). :mod:`huvmlab.calibration` checks a probe against the safety rules before it asks for a run.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Plan:
 @dataclass(frozen=True)
 class Samples:
     """A run's samples: ``tests`` (name -> values, rates in MB/s, times in us; may hold tests beyond
-    :data:`huvm.sim.measured.RATE_TESTS`) and ``block_fault_us`` (concurrency -> us per block)."""
+    :data:`huvmlab.sim.measured.RATE_TESTS`) and ``block_fault_us`` (concurrency -> us per block)."""
 
     tests: Mapping[str, tuple[float, ...]]
     block_fault_us: Mapping[int, tuple[float, ...]]

@@ -1,4 +1,4 @@
-"""huvmctl calibrate: measure a real GPU with the tests of huvm.sim.measured (huvm.calibration does the work),
+"""huvmctl calibrate: measure a real GPU with the tests of huvmlab.sim.measured (huvmlab.calibration does the work),
 write the calibration record and the simulator's node TOML, and print the node against the nearest preset."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """huvmctl gpu-check: GPT-2 steps with PyTorch's allocator and with huvm's managed pool on this machine's GPU
-(huvm.experiment.gpucheck does the work)."""
+(huvmlab.experiment.gpucheck does the work)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Two runs of an experiment side by side (e.g. the simulated node against the emulated one): per policy
 and sweep value, the module's counters and the bytes per link, with each counter's relative error.
 
-    from huvm.experiment.compare import compare
+    from huvmlab.experiment.compare import compare
     c = compare("out/consolidation-sim", "out/consolidation-emulated")
     for row in c.rows:
         print(row.policy, row.counter, row.a, row.b, row.rel_error)

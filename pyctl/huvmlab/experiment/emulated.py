@@ -4,10 +4,10 @@ test bed's software GPUs (docs/softgpu.md, docs/experiments.md "The emulated nod
 On the host, :class:`EmulatedExecutor` boots the test bed ONCE (``tests/vm/run-vm.sh --phases softgpu``: the
 software GPU with ``node.gpus`` GPUs of ``node.fb_mib`` MiB and the chosen nvidia-uvm build loaded) and runs
 the whole experiment in the guest with ``python -m huvmlab.experiment.emulated guest FILE``; the guest writes its
-results (:mod:`huvm.experiment.resultio`) to the results share, the host loads them and writes the usual
+results (:mod:`huvmlab.experiment.resultio`) to the results share, the host loads them and writes the usual
 output folder, with the test bed's logs under ``vm/``. Inside the guest (``HUVM_UVM_VARIANT`` set and
 ``/dev/huvm-softgpu`` present) the same executor runs the runs itself: each tenant is a guest process that
-replays its trace through UVM (:mod:`huvm.experiment.emulated_guest`), the policy of each run is set through
+replays its trace through UVM (:mod:`huvmlab.experiment.emulated_guest`), the policy of each run is set through
 the patched module's huvm ioctl on /dev/nvidia-uvm (pyctl's kernel backend), and the module's counters, the
 tenants' wall times and where their data ended up (UVM's residency) are read back into the simulator's
 result records.
@@ -74,7 +74,7 @@ _DROP_SUFFIXES = (".ko",)
 
 
 def repo_root() -> Path:
-    """The checkout (pyctl/huvm/experiment/emulated.py -> the repository root)."""
+    """The checkout (pyctl/huvmlab/experiment/emulated.py -> the repository root)."""
     return Path(__file__).resolve().parents[3]
 
 

@@ -19,7 +19,7 @@ software GPU's FOREIGN_ALLOC: pinned PMA memory, allocated like another process'
 have to evict for it); a tenant with ``managed = false`` holds its whole scaled footprint that way and
 issues no accesses (cudaMalloc'd memory is resident and never faults).
 
-Byte sizes are scaled: a trace's 2 MiB chunk is ``chunk_bytes`` here (``huvm.experiment.executor.scale_bytes``
+Byte sizes are scaled: a trace's 2 MiB chunk is ``chunk_bytes`` here (``huvmlab.experiment.executor.scale_bytes``
 of 2 MiB: whole pages). The replay plan (:func:`build_plan`) is pure numpy and is tested on the host.
 """
 
@@ -142,7 +142,7 @@ def _runs(op_of: I64, chunk: I64, flag: BoolArray, n_ops: int, ppc: int) -> tupl
 
 def build_plan(sim: Any, chunk_bytes: int, time_scale: float = 1.0,
                cpu_ops: npt.NDArray[np.bool_] | None = None) -> ReplayPlan:
-    """The replay plan of a :class:`huvm.traces.trace.SimTrace` with each 2 MiB trace chunk scaled to
+    """The replay plan of a :class:`huvmlab.traces.trace.SimTrace` with each 2 MiB trace chunk scaled to
     ``chunk_bytes`` (whole pages) and every op's compute time multiplied by ``time_scale``.
 
     Touch modes: 0 (read) is a read; 1 (write of new data) and 2 (read-modify-write) are writes.

@@ -1,14 +1,14 @@
 """Where an experiment's runs happen: one executor per node kind (``[node] kind``).
 
 An :class:`Executor` runs one planned run, a (policy, sweep value, repetition), and returns the same result
-records whatever the node (:mod:`huvm.experiment.results`), so the report, tables, Parquet and plots do not
+records whatever the node (:mod:`huvmlab.experiment.results`), so the report, tables, Parquet and plots do not
 know where the numbers came from. Every run also records its node (:class:`NodeRecord`: kind, module
 version, preset, scale factor).
 
-- ``sim``: :class:`huvm.experiment.runner.Runner`, the simulated node (deterministic).
-- ``emulated``: ``huvm.experiment.emulated.EmulatedExecutor``, NVIDIA's nvidia-uvm on the qemu test bed's
+- ``sim``: :class:`huvmlab.experiment.runner.Runner`, the simulated node (deterministic).
+- ``emulated``: ``huvmlab.experiment.emulated.EmulatedExecutor``, NVIDIA's nvidia-uvm on the qemu test bed's
   software GPUs (traces replayed through UVM; bytes scaled by one declared factor).
-- ``local``: :class:`huvm.experiment.local.LocalExecutor`, commands on this machine's GPUs under the
+- ``local``: :class:`huvmlab.experiment.local.LocalExecutor`, commands on this machine's GPUs under the
   patched module (policy through the ioctl).
 
 The contract an executor implements::
@@ -156,9 +156,9 @@ def with_sweep_value(spec: ExperimentSpec, value: Any) -> list[TenantSpec]:
 
 
 def node_config(spec: ExperimentSpec, value: Any = None) -> Any:
-    """The node's shape (a :class:`huvm.sim.config.NodeConfig`) at a sweep value: the simulated node, or for
+    """The node's shape (a :class:`huvmlab.sim.config.NodeConfig`) at a sweep value: the simulated node, or for
     an emulated node the preset's topology over ``gpus`` software GPUs of ``fb_mib`` each (reserve: the
-    software GPU's RM share, :data:`huvm.experiment.spec.EMULATED_RESERVED_BYTES`, unless
+    software GPU's RM share, :data:`huvmlab.experiment.spec.EMULATED_RESERVED_BYTES`, unless
     ``gpu_reserved_bytes`` says otherwise). Errors name the file, line and key (``sweep.values[i]`` for a
     node sweep value)."""
     from ..sim.config import NodeConfig
@@ -344,7 +344,7 @@ class Executor(abc.ABC):
         return with_sweep_value(self.spec, value)
 
     def trace(self, t: TenantSpec) -> Any:
-        """t's trace (:class:`huvm.traces.Trace`), loaded once; None for a tenant without one."""
+        """t's trace (:class:`huvmlab.traces.Trace`), loaded once; None for a tenant without one."""
         if not t.trace:
             return None
         if t.trace not in self._traces:
@@ -394,7 +394,7 @@ class Executor(abc.ABC):
             bpf.check_kprobes(names)
 
     def start_recording(self) -> Any:
-        """A started :class:`huvm.tracerec.RunRecorder` for ``[record] events``, or None."""
+        """A started :class:`huvmlab.tracerec.RunRecorder` for ``[record] events``, or None."""
         if not self.spec.record_events or self.record_mode is None:
             return None
         from ..tracerec import RunRecorder

@@ -1,9 +1,9 @@
 """The GPU check (``huvmctl gpu-check``, ``make gpu-check``): GPT-2 training steps on this machine's GPU with
-PyTorch's own allocator and with huvm's managed pool (:mod:`huvm.experiment.managed_alloc`), within GPU memory
+PyTorch's own allocator and with huvm's managed pool (:mod:`huvmlab.experiment.managed_alloc`), within GPU memory
 only; prints both step times, their ratio (target: at most 1.05x after warm-up) and the measured peak next to
 the trace generator's prediction for the same configuration.
 
-Each allocator runs in its own Python process (``python -m huvm.experiment.gpucheck worker ...``: the
+Each allocator runs in its own Python process (``python -m huvmlab.experiment.gpucheck worker ...``: the
 allocator must be chosen before CUDA allocates anything), and so does a first probe of the GPU (its free
 memory, names and versions), so this process never creates a CUDA context. The configuration is the one of
 the measured program (docs/experiments.md): HF ``GPT2LMHeadModel`` from its config, SDPA attention, AdamW
@@ -34,7 +34,7 @@ TARGET_RATIO = 1.05
 HEADROOM = 0.10  # over the predicted peak, for what the trace does not model (cuDNN/attention scratch, ...)
 GPT2_MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 
-#: (argv after ``-m huvm.experiment.gpucheck``) -> (exit status, stdout, stderr)
+#: (argv after ``-m huvmlab.experiment.gpucheck``) -> (exit status, stdout, stderr)
 Runner = Callable[[list[str]], tuple[int, str, str]]
 Predictor = Callable[["CheckConfig", "str | None"], int]
 
@@ -250,7 +250,7 @@ def _worker_main(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m huvm.experiment.gpucheck",
+    ap = argparse.ArgumentParser(prog="python -m huvmlab.experiment.gpucheck",
                                  description="The GPU check's subprocesses (huvmctl gpu-check runs them).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("probe")

@@ -3,8 +3,8 @@ training script runs oversubscribed under nvidia-uvm (and huvm's peer tier) unch
 
 ::
 
-    python -m huvm.experiment.managed_alloc run train.py --epochs 1    # the script, the pool installed first
-    python -m huvm.experiment.managed_alloc check                      # what it would use, or why not
+    huvmctl experiment managed-alloc run train.py --epochs 1    # the script, the pool installed first
+    huvmctl experiment managed-alloc check                      # what it would use, or why not
 
 The pool (``rmm.mr.PoolMemoryResource`` over ``rmm.mr.ManagedMemoryResource``, installed with
 ``rmm.allocators.torch.rmm_torch_allocator``) takes managed memory from CUDA in large pieces and hands
@@ -126,7 +126,7 @@ def check(importer: Callable[[str], Any] = _import) -> str:
 
 
 _ALREADY = ("GPU memory was already allocated through PyTorch's own allocator: install the managed pool before "
-            "the first CUDA tensor (python -m huvm.experiment.managed_alloc run SCRIPT)")
+            "the first CUDA tensor (huvmctl experiment managed-alloc run SCRIPT)")
 
 
 def _advising(rmm: Any, upstream: Any, config: PoolConfig, device: int, cuda_version: str | None,
@@ -187,7 +187,7 @@ def enable(config: PoolConfig | None = None, *, importer: Callable[[str], Any] =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m huvm.experiment.managed_alloc",
+    ap = argparse.ArgumentParser(prog="huvmctl experiment managed-alloc",
                                  description="Run PyTorch on RMM's managed-memory pool (docs/experiments.md).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check", help="say which RMM package the pool uses here, or why it cannot")

@@ -1,11 +1,11 @@
 """Events recorded alongside an experiment (``[record] events = [...]``, docs/experiments.md "Recording events").
 
 Every run of the experiment records the listed events through the tracer of ``huvmctl trace record``
-(:class:`huvm.tracerec.RunRecorder`, bcc, root): on the simulated node the simulator's USDT probes in this
+(:class:`huvmlab.tracerec.RunRecorder`, bcc, root): on the simulated node the simulator's USDT probes in this
 process, on the emulated node (inside its guest) and on a local node the patched module's kernel tracepoints and,
 for UVM's own events (``uvm_fault``, ``uvm_make_resident``), kprobes on nvidia-uvm. Each run's events are kept in
-its :class:`~huvm.experiment.results.RunEvents` and written as the trace schema's event table, one file per run
-(``data/events/RUN.parquet``, read by :func:`huvm.traces.events.read_events`), and all runs together with the run
+its :class:`~huvmlab.experiment.results.RunEvents` and written as the trace schema's event table, one file per run
+(``data/events/RUN.parquet``, read by :func:`huvmlab.traces.events.read_events`), and all runs together with the run
 columns (``data/events.parquet`` and ``.csv``). :func:`counters_vs_events` checks a run's counters against its
 events; the report notes the result.
 """

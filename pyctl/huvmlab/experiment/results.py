@@ -90,7 +90,7 @@ class CounterRow:
 @dataclass
 class RunEvents:
     """The events recorded during one run (``[record] events``): rows as the event table's columns
-    (:data:`huvm.traces.events.EVENT_SCHEMA`), the records the perf buffer dropped, the per-event counts the
+    (:data:`huvmlab.traces.events.EVENT_SCHEMA`), the records the perf buffer dropped, the per-event counts the
     kernel kept, the source; ``window_ns``: the CLOCK_MONOTONIC window of the run's counters where they cover
     only part of the recording (the emulated node: between its settled GET_STATS), else None."""
 
@@ -110,7 +110,7 @@ class RunResult:
     samples: list[SampleRow] = field(default_factory=list)
     counters: list[CounterRow] = field(default_factory=list)
     policy_settings: dict[str, str] = field(default_factory=dict)
-    node: dict[str, Any] = field(default_factory=dict)  # the node it ran on (huvm.experiment.executor.NodeRecord)
+    node: dict[str, Any] = field(default_factory=dict)  # the node it ran on (huvmlab.experiment.executor.NodeRecord)
     events: RunEvents | None = None  # the recorded events, with [record] events
 
     def foreground_runtime_ns(self) -> int:

@@ -1,8 +1,8 @@
-"""Run an experiment: pick the executor of its node kind (:mod:`huvm.experiment.executor`, which holds
+"""Run an experiment: pick the executor of its node kind (:mod:`huvmlab.experiment.executor`, which holds
 the executor interface), check everything, run every planned run.
 
 :class:`Runner` is the simulated node's executor (``kind = "sim"``). Each run builds a fresh
-:class:`huvm.sim.node.SimNode` with the policy's base preset (at the run's sweep value for a node sweep), then
+:class:`huvmlab.sim.node.SimNode` with the policy's base preset (at the run's sweep value for a node sweep), then
 applies the policy's settings through the same control path as ``huvmctl policy apply`` (validated by the
 core, sent as one SET_POLICY through the node's ioctl), adds the tenants, runs to completion and reads the
 results: tenant outcomes, GET_STATS counters, traffic per path and memory samples. The simulator is
@@ -215,7 +215,7 @@ def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] |
     """Run every planned run on spec's node (progress(run, index, total) is called before each); outdir:
     the output folder, where a node keeps its own files (a local node's tenant logs), or None; node: another
     node than the file's (``"sim-twin"``: an emulated file on the simulator at its granularity,
-    :mod:`huvm.experiment.twin`)."""
+    :mod:`huvmlab.experiment.twin`)."""
     with executor_for(spec, outdir, node) as ex:
         ex.check()
         return ex.execute(ex.planned(), progress)

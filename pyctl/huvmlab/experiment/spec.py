@@ -32,7 +32,7 @@
     values = [0, 1, 2, 4, 8, 16]                   #   or node.gpu_memory_bytes / node.preset / node.gpu_count
     policies = ["huvm-atc22"]                      # which policies the sweep applies to (default: all)
 
-``[node] kind`` picks where the runs happen (huvm.experiment.executor): ``"sim"`` (default, the simulated
+``[node] kind`` picks where the runs happen (huvmlab.experiment.executor): ``"sim"`` (default, the simulated
 node above), ``"emulated"`` (NVIDIA's nvidia-uvm on the qemu test bed's software GPUs: ``gpus``, ``fb_mib``,
 ``scale``, ``module``) or ``"local"`` (this machine's GPUs and patched module: tenants are commands,
 ``command``, ``gpus``, ``env``, ``cwd``; node keys ``device``, ``stop_grace_s``, ``timeout_s``,
@@ -95,7 +95,7 @@ class ExperimentFile(FileModel):
 
 
 class RecordTable(FileModel):
-    """``[record]``: events recorded alongside every run (huvm.experiment.recording)."""
+    """``[record]``: events recorded alongside every run (huvmlab.experiment.recording)."""
 
     events: Annotated[list[Annotated[str, StringConstraints(min_length=1)]], Field(min_length=1)]
 

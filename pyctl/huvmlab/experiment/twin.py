@@ -7,9 +7,9 @@ runs the simulator at that granularity, everything derived from the file's emula
 
 - k = 1 / ``scale``, refused unless a trace chunk is a whole 1/k of a 2 MiB block (scale 1/8, 1/16, ...);
 - the node: ``preset``'s topology over ``gpus`` GPUs of ``fb_mib`` each, less the software GPU's RM reserve
-  (:data:`huvm.experiment.spec.EMULATED_RESERVED_BYTES`, what ``huvm-softgpu.ko`` keeps: the emulated node's
+  (:data:`huvmlab.experiment.spec.EMULATED_RESERVED_BYTES`, what ``huvm-softgpu.ko`` keeps: the emulated node's
   usable memory whatever ``gpu_reserved_bytes`` says);
-- every trace coarsened to k chunks per chunk (:func:`huvm.sim.workloads.coarsen`), static footprints scaled
+- every trace coarsened to k chunks per chunk (:func:`huvmlab.sim.workloads.coarsen`), static footprints scaled
   as the emulated node scales them (whole 2 MiB pieces);
 - compute times as recorded: ``time_scale`` only shortens the replay in qemu, where every fault costs the
   emulator's time; the simulator's fault and copy costs are a V100's, so scaling compute would not bring
@@ -68,7 +68,7 @@ def granularity(spec: ExperimentSpec) -> int:
 
 
 def twin_node(spec: ExperimentSpec) -> Any:
-    """The twin's node (:class:`huvm.sim.config.NodeConfig`): the emulated node's shape, each GPU's usable
+    """The twin's node (:class:`huvmlab.sim.config.NodeConfig`): the emulated node's shape, each GPU's usable
     memory as the module has it (fb_mib less the software GPU's RM reserve)."""
     return node_config(replace(spec, node_options={**spec.node_options,
                                                    "gpu_reserved_bytes": EMULATED_RESERVED_BYTES}))
@@ -123,7 +123,7 @@ class SimTwin(Runner):
         g = self.config.gpus[0]
         res.notes.append(
             f"simulated twin of the emulated node at its granularity: k = {self.k} trace chunks per 2 MiB block "
-            f"(scale {scale_text(em.scale)}; every trace coarsened, huvm.sim.workloads.coarsen), {em.gpus} GPUs "
+            f"(scale {scale_text(em.scale)}; every trace coarsened, huvmlab.sim.workloads.coarsen), {em.gpus} GPUs "
             f"of {format_size(g.memory_bytes)} less {format_size(g.reserved_bytes)} reserved (the software GPU's RM "
             f"share); counters, traffic, memory samples and the tenants' chunk counts are chunk equivalents "
             f"(blocks x {self.k}): compare with the emulated run (huvmctl experiment compare)")

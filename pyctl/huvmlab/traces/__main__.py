@@ -1,4 +1,4 @@
-"""``python -m huvm.traces``: see huvm.traces.cli."""
+"""``python -m huvmlab.traces``: huvmlab.traces.cli (``huvmctl trace large|bundled`` runs it)."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""Thin CLI layer: ``huvmctl trace gen|info`` (wired by huvm.cli) and ``python -m huvm.traces``."""
+"""Thin CLI layer: ``huvmctl trace gen|info`` (huvmlab.cli.trace) and ``huvmctl trace large|bundled`` (this main)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def print_info(i: TraceInfo) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m huvm.traces")
+    ap = argparse.ArgumentParser(prog="huvmctl trace")
     sub = ap.add_subparsers(dest="cmd", required=True)
     add_gen_arguments(sub.add_parser("gen", help="generate one trace"))
     pi = sub.add_parser("info", help="summarise a trace")

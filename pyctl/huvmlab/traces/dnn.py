@@ -11,7 +11,7 @@ Meta differs from CUDA in kernel choice; two ``TorchFunctionMode``s restore the 
 modes during recomputation (function modes are off while autograd runs backward). Fused AdamW is
 allowed on meta by extending the fused-kernel device list.
 
-This module imports torch at import time; ``huvm.traces`` imports it lazily.
+This module imports torch at import time; ``huvmlab.traces`` imports it lazily.
 """
 
 from __future__ import annotations

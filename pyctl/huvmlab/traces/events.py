@@ -1,4 +1,4 @@
-"""The event table: huvm events recorded by ``huvmctl trace record`` (:mod:`huvm.tracerec`), one Parquet file.
+"""The event table: huvm events recorded by ``huvmctl trace record`` (:mod:`huvmlab.tracerec`), one Parquet file.
 
 One row per tracepoint / USDT probe hit (docs/counters.md, "Events"; docs/traces.md, "Recorded events"):
 
@@ -87,7 +87,7 @@ class EventFile:
 
 
 def read_events(path: str | Path) -> EventFile:
-    """Read and check a file written by :mod:`huvm.tracerec` (a :class:`TraceFormatError` when it is not one)."""
+    """Read and check a file written by :mod:`huvmlab.tracerec` (a :class:`TraceFormatError` when it is not one)."""
     p = Path(path)
     try:
         pf = pq.ParquetFile(p)

@@ -1,6 +1,6 @@
 """Library entry points: generate a trace by model name, summarise a trace, the bundled and large sets.
 
-``python -m huvm.traces gen MODEL OUT ...``, ``info PATH``, ``large OUTDIR`` (``make traces``) and
+``huvmctl trace gen MODEL OUT ...``, ``info PATH``, ``large OUTDIR`` (``make traces``) and
 ``bundled OUTDIR`` (regenerates pyctl/huvm/data/traces).
 """
 
@@ -49,7 +49,7 @@ def _split_graph(model: str, graph: str | None) -> tuple[str, str] | None:
     return None
 
 
-#: the GPU whose library workspaces a DNN trace holds by default (huvm.traces.workspaces)
+#: the GPU whose library workspaces a DNN trace holds by default (huvmlab.traces.workspaces)
 DEFAULT_GPU = "H100"
 
 
@@ -145,7 +145,7 @@ def generate(model: str, out: Path | str, *, batch: int | None = None, seq: int 
              seconds: float = 60.0, kv_cache: bool = True, gpu: str | None = DEFAULT_GPU) -> Path:
     """Generate the trace of ``model`` into the directory ``out`` and return its path.
 
-    ``model``: a DNN from :data:`huvm.traces.models.MODELS` (``gpt2-xl``, ``llama-7b``, ``bert-large``,
+    ``model``: a DNN from :data:`huvmlab.traces.models.MODELS` (``gpt2-xl``, ``llama-7b``, ``bert-large``,
     ``resnet152``, ...; batch/seq/amp/checkpoint/optimizer apply), a graph algorithm ``pagerank``,
     ``bfs`` or ``wcc`` (``graph``: tiny, small, twitter; or ``pagerank-small`` etc.), or a lender
     ``lender-idle``, ``lender-steady``, ``lender-rising``, ``lender-spiky`` (``mem_gib``, ``seconds``).

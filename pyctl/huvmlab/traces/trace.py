@@ -82,7 +82,7 @@ class TraceInfo:
 
 
 class Trace:
-    """A validated trace (see :func:`huvm.traces.load`)."""
+    """A validated trace (see :func:`huvmlab.traces.load`)."""
 
     def __init__(self, tables: Tables, path: Path | None = None) -> None:
         self.tables = tables
@@ -119,7 +119,7 @@ class Trace:
 
     @property
     def allocator_peak_bytes(self) -> int:
-        """The caching allocator's peak allocated bytes (:func:`huvm.traces.chunks.allocated_bytes`): what
+        """The caching allocator's peak allocated bytes (:func:`huvmlab.traces.chunks.allocated_bytes`): what
         ``torch.cuda.max_memory_allocated`` reports for this step, the live bytes plus the blocks' rounding."""
         ab = allocated_bytes(self.tables)
         return int(ab.max()) if len(ab) else 0

@@ -54,7 +54,7 @@ def workspaces(op_names: list[str], op_phases: list[str], gpu: str) -> list[tupl
 
 def add_workspaces(t: Tables, gpu: str) -> Tables:
     """Append the step's workspaces to raw tables as storages held before and after the trace (kind
-    ``workspace``); call before :func:`huvm.traces.chunks.finalize`. Records them in ``meta``."""
+    ``workspace``); call before :func:`huvmlab.traces.chunks.finalize`. Records them in ``meta``."""
     ws = workspaces(t.o_name, t.o_phase, gpu)
     n = len(ws)
     t.s_nbytes = np.concatenate([t.s_nbytes, np.array([b for _, b in ws], dtype=np.int64)])

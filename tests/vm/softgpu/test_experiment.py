@@ -307,7 +307,7 @@ events = ["uvm_fault", "uvm_make_resident"]
 @pytest.mark.timeout(600)
 def test_uvm_kprobe_events(tmp_path: Path) -> None:
     """The mixed trace (GPU writes A, the CPU reads it, the GPU reads it again, ...) on one GPU under stock,
-    recorded twice: by the experiment's [record] (per run) and by huvm.tracerec.record around the whole
+    recorded twice: by the experiment's [record] (per run) and by huvmlab.tracerec.record around the whole
     experiment (what ``huvmctl trace record --events uvm_fault,uvm_make_resident`` runs). UVM serviced faults of
     the GPU (nvidia-uvm's id 1) and of the CPU (id 0) and made A's pages resident on both, with causes of
     uvm_make_resident_cause_t."""
