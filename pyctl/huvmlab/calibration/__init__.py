@@ -6,8 +6,8 @@ sizes every buffer; the backend runs the plan; :func:`make_record` turns the sam
 :meth:`NodeMeasurement.from_dict`. :func:`write` writes ``NAME.json`` (the record) and ``NAME.toml`` (a
 ``[node]`` table from :func:`huvmlab.sim.config.node_from_measurement`, which ``--sim-config`` loads:
 :func:`write` loads it back through :class:`huvmlab.simbackend.SimBackend` and checks it gives the same node).
-:func:`nearest_preset` and :func:`compare` put the node's costs next to the nearest built-in preset's. The costs come from
-:func:`huvmlab.sim.measured.derive` only: nothing here derives a cost.
+:func:`nearest_preset` and :func:`compare` put the node's costs next to the nearest built-in preset's. The costs
+come from :func:`huvmlab.sim.measured.derive` only: nothing here derives a cost.
 
 Safety rules (a managed allocation larger than the GPU's free memory oversubscribes it, which can stall a
 shared GPU):
