@@ -49,10 +49,11 @@ def table() -> dict[str, str]:
 def new_name(fullname: str) -> str | None:
     """Where the module ``fullname`` (``huvm.sim.fidelity``) lives now, or None (not a moved name)."""
     parts = fullname.split(".")
-    if len(parts) < 2 or parts[0] != "huvm":
+    if len(parts) < 2 or parts[0] != "huvm" or parts[1].startswith("_"):  # no private module moved
         return None
     # the control plane's own modules are found by the path finder, without reading the table
-    if os.path.exists(os.path.join(_HERE, parts[1] + ".py")) or os.path.isdir(os.path.join(_HERE, parts[1])):
+    if os.path.exists(os.path.join(_HERE, parts[1] + ".py")) or \
+            os.path.exists(os.path.join(_HERE, parts[1], "__init__.py")):
         return None
     target = table().get(f"huvm.{parts[1]}")
     return None if target is None else ".".join([target, *parts[2:]])

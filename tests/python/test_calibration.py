@@ -28,7 +28,7 @@ from huvmlab.sim import measured
 from huvmlab.sim.config import GIB, PRESETS, GpuSpec, NodeConfig, node_from_measurement
 from huvmlab.simbackend import SimBackend
 
-RECORD_FILE = Path(measured.__file__).parents[1] / "data" / "calibration" / f"{measured.REFERENCE}.json"
+RECORD_FILE = Path(jsonout.__file__).parent / "data" / "calibration" / f"{measured.REFERENCE}.json"  # huvm.data
 REF: dict[str, Any] = json.loads(RECORD_FILE.read_text())
 MIB = 1 << 20
 

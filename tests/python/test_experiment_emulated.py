@@ -258,7 +258,7 @@ def test_residency_check_agrees_and_names_disagreements() -> None:
 
 
 def test_counters_vs_events_hook() -> None:
-    """The guest test's hook (re-exported from huvmlab.experiment.recording): rows of recorded events against the
+    """The guest test's hook (huvmlab.experiment.recording.counters_vs_events): rows of recorded events against the
     run's counters; giveback counts on the lender (the event's gpu)."""
     key = RunKey("huvm", None, 0)
     r = RunResult(key, 1, counters=[CounterRow(key, "gpu", 0, -1, "evict_to_peer", 5),

@@ -182,9 +182,11 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     q.set_defaults(func=cmd_experiment_compare)
     add_tools("experiment", es)
 
-    p = add_verb(sub, "sim", help="the simulated node: run a scenario, list node presets",
+    p = add_verb(sub, "sim", help="the simulated node: run a scenario, list node presets, the simulator's tools",
                  description="Run a scenario (an experiment file) on the simulated node and print "
-                             "per-policy runtimes, counters and ratios to ideal, writing nothing.",
+                             "per-policy runtimes, counters and ratios to ideal, writing nothing; list the node "
+                             "presets; run the simulator's tools (each with its own options: huvmctl sim TOOL "
+                             "--help).",
                  examples=["huvmctl sim run pyctl/huvm/examples/consolidation.toml", "huvmctl sim presets",
                            "huvmctl sim fidelity --markdown", "huvmctl sim matrix --half evaluation"])
     ss = p.add_subparsers(dest="sim_cmd", metavar="{run,presets,fidelity,matrix,verdict,replicate,calibrate,bench}",

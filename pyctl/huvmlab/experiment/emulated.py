@@ -57,7 +57,6 @@ from .executor import (
     tenant_role,
     traffic_rows,
 )
-from .recording import counters_vs_events as counters_vs_events  # for tests/vm/softgpu/test_experiment.py only
 from .results import CounterRow, ExperimentResult, RunEvents, RunKey, RunResult, SampleRow, TenantRow
 from .runner import KIND_EXECUTORS
 from .spec import ExperimentSpec, TenantSpec

@@ -64,7 +64,8 @@ def _metric(run: Any, scope: str, gpu: int, metric: str, peer: int = -1) -> int:
 @pytest.mark.timeout(1200)
 def test_consolidation_emulated_example(tmp_path: Path) -> None:
     from huvmlab import experiment
-    from huvmlab.experiment.emulated import counters_vs_events, residency_check
+    from huvmlab.experiment.emulated import residency_check
+    from huvmlab.experiment.recording import counters_vs_events
 
     spec = experiment.load(EXAMPLE)
     em = spec.emulated
