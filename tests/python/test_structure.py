@@ -308,3 +308,24 @@ def test_huvmctl_runs_the_lab_tools_with_their_own_options(capsys: pytest.Captur
         main(["--debug", "trace", "large", "--help"])  # global options before it; the tool's own words after
     assert info.value.code == 0
     assert "outdir" in capsys.readouterr().out
+
+
+def test_a_backend_kind_nobody_provides_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Without the lab's entry point (a control plane installed alone) ``--sim`` says so in one line, exit 2;
+    an in-process registration (register_backend) opens it again."""
+    from huvm import registry
+    from huvm.cli import main
+
+    monkeypatch.setattr(registry, "_backends", {})
+    monkeypatch.setattr(registry, "_entry_points", lambda group: {})
+    with pytest.raises(registry.BackendNotAvailable, match="no package provides the 'sim' backend"):
+        registry.open_backend("sim")
+    assert main(["--sim", "status"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("huvmctl: error: no package provides the 'sim' backend") and err.count("\n") == 1
+
+    from huvmlab.simbackend import open_backend
+
+    registry.register_backend("sim", open_backend)
+    assert main(["--sim", "status"]) == 0
