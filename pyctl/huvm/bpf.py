@@ -17,7 +17,7 @@ Their records carry nvidia-uvm's processor ids (``uvm_gpu``: the faulting proces
 CPU), no huvm GPU index (``gpu``/``peer`` -1): UVM's arguments name no source of a migration.
 
 bcc is Debian's python3-bpfcc (system site packages); attaching needs root (CAP_BPF/CAP_PERFMON). huvm-top
-(``huvm_top.sources.bcc``) and ``huvmctl trace record`` (:mod:`huvm.tracerec`) both use this module.
+(``huvm_top.sources.bcc``) and ``huvmctl trace record`` (:mod:`huvmlab.tracerec`) both use this module.
 """
 
 from __future__ import annotations

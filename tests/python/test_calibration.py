@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from huvm import calibration, jsonout
-from huvm.calibration import CalibrationRefused, GpuProcess, GpuState, Plan, Samples
-from huvm.calibration import cuda as cb
+from huvm import jsonout
 from huvm.cli import main
 from huvm.errors import UsageError
-from huvm.sim import measured
-from huvm.sim.config import GIB, PRESETS, GpuSpec, NodeConfig, node_from_measurement
-from huvm.simbackend import SimBackend
+from huvmlab import calibration
+from huvmlab.calibration import CalibrationRefused, GpuProcess, GpuState, Plan, Samples
+from huvmlab.calibration import cuda as cb
+from huvmlab.sim import measured
+from huvmlab.sim.config import GIB, PRESETS, GpuSpec, NodeConfig, node_from_measurement
+from huvmlab.simbackend import SimBackend
 
-RECORD_FILE = Path(measured.__file__).parents[1] / "data" / "calibration" / f"{measured.REFERENCE}.json"
+RECORD_FILE = Path(jsonout.__file__).parent / "data" / "calibration" / f"{measured.REFERENCE}.json"  # huvm.data
 REF: dict[str, Any] = json.loads(RECORD_FILE.read_text())
 MIB = 1 << 20
 

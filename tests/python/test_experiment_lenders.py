@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from huvm import abi, experiment
+from huvm import abi
 from huvm.errors import ConfigError
-from huvm.experiment.spec import load
 from huvm_testing import lender_budget_experiment
+from huvmlab import experiment
+from huvmlab.experiment.spec import load
 
 EXP = """
 [experiment]

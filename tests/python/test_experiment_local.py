@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from huvm import abi, experiment
+from huvm import abi
 from huvm.backend import KernelBackend
 from huvm.errors import ConfigError, DeviceUnavailable, HuvmError, Timeout
-from huvm.experiment import local
-from huvm.experiment.local import LocalExecutor, has_cap_sys_admin
-from huvm.experiment.spec import load
 from huvm.info import NodeInfo
 from huvm_testing import CoreNode
+from huvmlab import experiment
+from huvmlab.experiment import local
+from huvmlab.experiment.local import LocalExecutor, has_cap_sys_admin
+from huvmlab.experiment.spec import load
 
 PY = sys.executable
 

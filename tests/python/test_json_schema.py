@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 SIM = ("--sim",)
 EXAMPLE = str(Path(jsonout.__file__).parent / "examples" / "consolidation.toml")
-CLI = Path(jsonout.__file__).parent / "cli"
+#: huvmctl's subcommands: the control plane's (huvm/cli) and the lab's (huvmlab/cli)
+CLIS = (Path(jsonout.__file__).parent / "cli", Path(jsonout.__file__).parents[1] / "huvmlab" / "cli")
 RECORD = str(Path(jsonout.__file__).parent / "data" / "calibration" / "h200-580.159.04.json")
 SMALL = small_experiment("bundled:lender-idle")
 
@@ -160,7 +161,9 @@ def test_every_kind_is_tested_and_every_verb_prints_through_the_models() -> None
     text = Path(__file__).read_text()
     kinds = {cls.model_fields["kind"].json_schema_extra["const"] for cls in jsonout.DOCUMENTS}  # type: ignore[index]
     assert {k for k in kinds if f'"{k}"' not in text} == set()
-    for path in CLI.glob("*.py"):
+    paths = [p for cli in CLIS for p in cli.glob("*.py")]
+    assert {"experiment.py", "stats.py", "trace.py", "calibrate.py"} <= {p.name for p in paths}
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("print_json", "print_jsonl"):
                 arg = node.args[0]

@@ -1,4 +1,4 @@
-"""PyTorch on RMM's managed-memory pool (issue 25; huvm.experiment.managed_alloc): the RMM package per CUDA
+"""PyTorch on RMM's managed-memory pool (issue 25; huvmlab.experiment.managed_alloc): the RMM package per CUDA
 major, the refusals (CPU-only PyTorch, no CUDA, RMM missing, memory already allocated), the pool and its
 advice, and ``run``, all against fake torch / rmm / cuda-python modules (no GPU here)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from huvm.errors import UsageError
-from huvm.experiment import managed_alloc as ma
+from huvmlab.experiment import managed_alloc as ma
 
 
 class FakeTorch(types.SimpleNamespace):

@@ -80,7 +80,7 @@ def test_models_have_the_table_fields() -> None:
 
 def _node_core() -> Any:
     core = ffi.new("huvm_core_t *")
-    lib.huvm_core_init(core, lib.HUVM_BACKEND_KTEST, lib.HUVM_PRESET_HUVM)
+    lib.huvm_core_init(core, lib.HUVM_BACKEND_CORE, lib.HUVM_PRESET_HUVM)
     info = ffi.new("huvm_gpu_info_t *")
     info.uuid = bytes(range(1, 17))
     info.memory_bytes, info.free_bytes, info.flags = 16 * GIB, 16 * GIB, lib.HUVM_GPU_FLAG_PRESENT

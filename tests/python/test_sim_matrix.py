@@ -1,4 +1,4 @@
-"""The scenario matrix of `make eval` (huvm.sim.matrix): the split, a smoke run, the CLI's refusals, and
+"""The scenario matrix of `make eval` (huvmlab.sim.matrix): the split, a smoke run, the CLI's refusals, and
 the table in docs/evaluation.md being the measured one."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from huvm.sim import matrix as M
-from huvm.sim.errors import SimConfigError
+from huvmlab.sim import matrix as M
+from huvmlab.sim.errors import SimConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "evaluation.md"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from huvm.sim import verdict as V
+from huvmlab.sim import verdict as V
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "evaluation.md"
 

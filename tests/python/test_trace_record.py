@@ -1,4 +1,4 @@
-"""huvm.tracerec / `huvmctl trace record`: bcc on the USDT probes of the in-process simulator writes one Parquet
+"""huvmlab.tracerec / `huvmctl trace record`: bcc on the USDT probes of the in-process simulator writes one Parquet
 row per event, and the rows counted per event (and per GPU pair) equal the simulator's counters (the mapping of
 tests/vm/guest/test_tracepoints.py); the event schema and metadata; the refusal paths. Root and bcc
 (python3-bpfcc) are needed for the recording tests (a failure, not a skip, in CI)."""
@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from conftest import require_or_skip
-from huvm import bpf, tracerec
+from huvm import bpf
 from huvm.cli import main
-from huvm.traces.events import EVENT_SCHEMA, read_events
+from huvmlab import tracerec
+from huvmlab.traces.events import EVENT_SCHEMA, read_events
 
 HOST = 16
 CHUNK = 2 << 20
@@ -27,8 +28,8 @@ def _require_bpf() -> None:
 
 def _scenario() -> dict[str, Any]:
     """The scenario of test_sim_usdt.py (every kind of movement), run in this process."""
-    from huvm.sim import run_scenario
     from huvm_testing import usdt_scenario
+    from huvmlab.sim import run_scenario
 
     node, tenants = usdt_scenario()
     stats: dict[str, Any] = run_scenario(node, tenants, "huvm").stats
@@ -185,7 +186,7 @@ def test_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_read_events_rejects_other_parquet(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from huvm.traces import TraceFormatError
+    from huvmlab.traces import TraceFormatError
 
     p = tmp_path / "other.parquet"
     pq.write_table(pa.table({"a": [1]}), p)

@@ -40,8 +40,9 @@ def _metric(run: Any, scope: str, gpu: int, metric: str, peer: int = -1) -> int:
 @pytest.mark.scenario("experiment-emulated")
 @pytest.mark.timeout(1200)
 def test_consolidation_emulated_example(tmp_path: Path) -> None:
-    from huvm import experiment
-    from huvm.experiment.emulated import counters_vs_events, residency_check
+    from huvmlab import experiment
+    from huvmlab.experiment.emulated import residency_check
+    from huvmlab.experiment.recording import counters_vs_events
 
     spec = experiment.load(EXAMPLE)
     em = spec.emulated
@@ -127,7 +128,7 @@ def test_consolidation_emulated_example(tmp_path: Path) -> None:
 
     # the recorded trace events ([record] events: the tracer of huvmctl trace record on the module's tracepoints,
     # in this guest): one event table per run, nothing dropped, and the counters equal the events
-    from huvm.traces.events import read_events
+    from huvmlab.traces.events import read_events
 
     assert spec.record_events == ("evict", "preevict", "fetch", "giveback", "prefetch")
     for r in res.runs:
@@ -150,7 +151,7 @@ _PLANS: dict[str, Any] = {}
 def _plan(spec: Any, tenant: str) -> Any:
     """The tenant's replay plan as the executor builds it (pages per trace pass)."""
     if tenant not in _PLANS:
-        from huvm.experiment.emulated import EmulatedExecutor
+        from huvmlab.experiment.emulated import EmulatedExecutor
 
         ex = EmulatedExecutor(spec)
         for t in spec.tenants:
@@ -189,8 +190,8 @@ static = "4GiB"
 def _mixed_trace(path: Path) -> None:
     """A (512 MiB of trace, 4 MiB here) written by the GPU, read by the CPU (phase cpu.load), read by the GPU
     again; B (256 MiB, 2 MiB here) allocated, written and freed with empty_cache; A read once more."""
-    from huvm.traces.builder import Builder
-    from huvm.traces.schema import MODE_READ, MODE_WRITE_NEW, write_tables
+    from huvmlab.traces.builder import Builder
+    from huvmlab.traces.schema import MODE_READ, MODE_WRITE_NEW, write_tables
 
     b = Builder()
     a = b.storage(512 * MIB, "param", "float32", "A", before_op=-1)
@@ -213,8 +214,8 @@ def _mixed_trace(path: Path) -> None:
 @pytest.mark.scenario("experiment-replay-paths")
 @pytest.mark.timeout(600)
 def test_replay_paths_on_the_module(tmp_path: Path) -> None:
-    from huvm import experiment
-    from huvm.experiment.emulated import EmulatedExecutor, residency_check
+    from huvmlab import experiment
+    from huvmlab.experiment.emulated import EmulatedExecutor, residency_check
 
     _mixed_trace(tmp_path / "mixed.trace")
     exp = tmp_path / "replay.toml"
@@ -278,12 +279,13 @@ events = ["uvm_fault", "uvm_make_resident"]
 @pytest.mark.timeout(600)
 def test_uvm_kprobe_events(tmp_path: Path) -> None:
     """The mixed trace (GPU writes A, the CPU reads it, the GPU reads it again, ...) on one GPU under stock,
-    recorded twice: by the experiment's [record] (per run) and by huvm.tracerec.record around the whole
+    recorded twice: by the experiment's [record] (per run) and by huvmlab.tracerec.record around the whole
     experiment (what ``huvmctl trace record --events uvm_fault,uvm_make_resident`` runs). UVM serviced faults of
     the GPU (nvidia-uvm's id 1) and of the CPU (id 0) and made A's pages resident on both, with causes of
     uvm_make_resident_cause_t."""
-    from huvm import bpf, experiment, tracerec
-    from huvm.traces.events import read_events
+    from huvm import bpf
+    from huvmlab import experiment, tracerec
+    from huvmlab.traces.events import read_events
 
     _mixed_trace(tmp_path / "mixed.trace")
     exp = tmp_path / "kprobes.toml"
@@ -398,7 +400,7 @@ def test_huvm_top_live(tmp_path: Path) -> None:
                 state["note"] = str(app.event_log.border_subtitle)
                 assert state["note"].startswith("bcc"), f"huvm-top: {state['note']}"
                 with log_path.open("w") as log:
-                    workload = subprocess.Popen([sys.executable, "-m", "huvm.experiment.emulated", "guest", str(exp),
+                    workload = subprocess.Popen([sys.executable, "-m", "huvmlab.experiment.emulated", "guest", str(exp),
                                                  "--result", str(result)], stdout=log, stderr=subprocess.STDOUT,
                                                 cwd=str(EXAMPLE.parents[3]))
                 end = time.monotonic() + 600
