@@ -589,7 +589,7 @@ def test_two_harvesters_twin_matches_the_sim_example() -> None:
     """two-harvesters-emulated.toml is the twin of two-harvesters.toml (the second sim-vs-emulated cross-check):
     the same tenants (GPU, trace, role, background or not), the same policies and custom policy tables; its
     UVM memory per GPU at trace scale (96 MiB / scale) is within 10 % of the simulated example's usable memory."""
-    examples = Path(emulated.__file__).resolve().parents[1] / "examples"
+    examples = ROOT / "pyctl" / "huvm" / "examples"
     sim, twin = load(examples / "two-harvesters.toml"), load(examples / "two-harvesters-emulated.toml")
     assert twin.node_kind == "emulated" and twin.emulated is not None
     assert [(t.name, t.gpu, t.trace, t.steps > 0) for t in sim.tenants] == \

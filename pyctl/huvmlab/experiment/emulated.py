@@ -58,7 +58,6 @@ from .executor import (
     traffic_rows,
 )
 from .results import CounterRow, ExperimentResult, RunEvents, RunKey, RunResult, SampleRow, TenantRow
-from .runner import KIND_EXECUTORS
 from .spec import ExperimentSpec, TenantSpec
 
 #: the nvidia-uvm build the test bed loads for node.module (HUVM_EMULATED_VARIANT overrides, e.g. patched-debug)
@@ -502,8 +501,6 @@ def guest_main(argv: Sequence[str] | None = None) -> int:
             Path(a.error).write_text(line + "\n")
         return 1
 
-
-KIND_EXECUTORS["emulated"] = EmulatedExecutor
 
 if __name__ == "__main__":
     sys.exit(guest_main())

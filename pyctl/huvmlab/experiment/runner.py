@@ -222,8 +222,8 @@ def run(spec: ExperimentSpec, progress: Callable[[PlannedRun, int, int], None] |
 
 
 #: executors of the node kinds that are not the simulator's (``[node] kind``: "emulated") and of ``--node``
-#: (:func:`executor_for`: "sim-twin"); their modules add themselves (twin.py, emulated.py) and the package
-#: imports them (huvmlab/experiment/__init__.py), so runner.py never names them
+#: (:func:`executor_for`: "sim-twin"), added by twin.py and by the package (huvmlab/experiment/__init__.py,
+#: which imports emulated.py when an experiment asks for it), so runner.py never names them
 KIND_EXECUTORS: dict[str, Callable[[ExperimentSpec, Path | None], Executor]] = {}
 NODE_EXECUTORS: dict[str, Callable[[ExperimentSpec, Path | None], Executor]] = {}
 
