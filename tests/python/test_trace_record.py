@@ -197,7 +197,7 @@ def test_read_events_rejects_other_parquet(tmp_path: Path) -> None:
 _BUSY = """
 import sys
 from huvm import bpf
-from huvm.sim import run_scenario
+from huvmlab.sim import run_scenario
 from huvm_testing import usdt_scenario
 bpf.default_library()             # the probes are mapped before the parent attaches
 print("ready", flush=True)
