@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from huvm import jsonout
 from huvm.cli import main
-from huvm.errors import UsageError
+from huvm.errors import HuvmError, UsageError
 from huvmlab import calibration
 from huvmlab.calibration import CalibrationRefused, GpuProcess, GpuState, Plan, Samples
 from huvmlab.calibration import cuda as cb
@@ -124,7 +124,7 @@ def test_the_node_toml_loads_back_through_sim_config(tmp_path: Path, capsys: pyt
 def test_write_refuses_a_toml_that_does_not_load_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cal = calibration.measure(FakeBackend(), 0)
     monkeypatch.setattr(calibration, "load_node", lambda path: PRESETS["hgx-h100"])
-    with pytest.raises(calibration.HuvmError, match="does not load back"):
+    with pytest.raises(HuvmError, match="does not load back"):
         calibration.write(cal, tmp_path, "n")
 
 

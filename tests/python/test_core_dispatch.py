@@ -16,7 +16,7 @@ N = 4
 
 
 def gpu_field(index: int, field: int) -> int:
-    return lib.HUVM_FIELD_GPU_BASE + lib.HUVM_FIELD_GPU_STRIDE * index + field
+    return int(lib.HUVM_FIELD_GPU_BASE + lib.HUVM_FIELD_GPU_STRIDE * index + field)
 
 
 def uuid(i: int) -> bytes:

@@ -289,14 +289,14 @@ def example_spec(tmp_path: Path, *, trace: str | None = None) -> Any:
 def host(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """Outside the guest, as root, qemu found, the test bed's preflight passing."""
     monkeypatch.delenv("HUVM_UVM_VARIANT", raising=False)
-    monkeypatch.setattr(emulated.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(emulated.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
 
     def preflight(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         assert "--preflight" in cmd
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(emulated.subprocess, "run", preflight)
+    monkeypatch.setattr(subprocess, "run", preflight)
     return monkeypatch
 
 
@@ -315,14 +315,14 @@ def test_example_plans_three_runs_without_ideal_and_scales_by_its_factor(tmp_pat
 
 
 def test_host_refuses_without_root(tmp_path: Path, host: pytest.MonkeyPatch) -> None:
-    host.setattr(emulated.os, "geteuid", lambda: 1000)
+    host.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(DeviceUnavailable) as info:
         EmulatedExecutor(load(EXAMPLE)).check()
     assert info.value.reason == "root" and "needs root" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_host_refuses_without_qemu(host: pytest.MonkeyPatch) -> None:
-    host.setattr(emulated.shutil, "which", lambda name: None)
+    host.setattr(shutil, "which", lambda name: None)
     with pytest.raises(DeviceUnavailable, match="qemu-system-x86_64"):
         EmulatedExecutor(load(EXAMPLE)).check()
 
@@ -331,7 +331,7 @@ def test_host_refuses_when_the_test_bed_cannot_run(host: pytest.MonkeyPatch) -> 
     def preflight(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(cmd, 77, "SKIP: vm-test: linux-headers-amd64 is not installed\n", "")
 
-    host.setattr(emulated.subprocess, "run", preflight)
+    host.setattr(subprocess, "run", preflight)
     with pytest.raises(DeviceUnavailable) as info:
         EmulatedExecutor(load(EXAMPLE)).check()
     assert str(info.value) == "the qemu test bed cannot run: linux-headers-amd64 is not installed"

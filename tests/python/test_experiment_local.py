@@ -211,7 +211,7 @@ steps = 0
     t0 = time.monotonic()
     with executor(spec, FakeDevice(2), tmp_path / "out") as ex:
         ex.check()
-        ex.supports_alone = False
+        ex.supports_alone = False  # type: ignore[misc]  # this run only: no alone baselines
         res = ex.execute(ex.planned())
     took = time.monotonic() - t0
     row = next(t for t in res.runs[0].tenants if t.tenant == "stubborn")
@@ -392,7 +392,7 @@ def test_a_background_tenant_due_after_the_foreground_never_starts(tmp_path: Pat
     t0 = time.monotonic()
     with executor(spec, FakeDevice(2), None) as ex:
         ex.check()
-        ex.supports_alone = False
+        ex.supports_alone = False  # type: ignore[misc]  # this run only: no alone baselines
         res = ex.execute(ex.planned())
     assert time.monotonic() - t0 < 30
     assert [t.tenant for t in res.runs[0].tenants] == ["fg"]

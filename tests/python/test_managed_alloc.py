@@ -159,7 +159,11 @@ def test_run_installs_before_the_script_and_refuses_in_one_line(tmp_path: Path, 
     script = tmp_path / "train.py"
     script.write_text("import sys, json\nprint(json.dumps(sys.argv))\n")
     calls: list[ma.PoolConfig] = []
-    monkeypatch.setattr(ma, "enable", lambda config: calls.append(config) or "rmm-cu13")
+    def enable(config: ma.PoolConfig) -> str:
+        calls.append(config)
+        return "rmm-cu13"
+
+    monkeypatch.setattr(ma, "enable", enable)
     monkeypatch.setenv("HUVM_POOL_INITIAL", "1GiB")
     argv = sys.argv[:]
     try:

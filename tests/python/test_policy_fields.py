@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from huvm import abi, errors, jsonout, policyfile
 from huvm import policy as hp
+from huvm.errors import PolicyError
 
 ffi, lib = abi.ffi, abi.lib
 UAPI = Path(__file__).resolve().parents[2] / "driver" / "include" / "uapi"
@@ -169,7 +170,7 @@ def test_zero_off_is_the_rows_for_any_unit() -> None:
     on the command line and in a file; the rest of the range holds."""
     spec = dataclasses.replace(hp.KEYS["peer_usage_max_pct"], off=True)
     assert [hp.parse_value(spec, v, spec.name) for v in ("off", "none", "0", "1", "100")] == [0, 0, 0, 1, 100]
-    with pytest.raises(hp.PolicyError, match="must be <= 100"):
+    with pytest.raises(PolicyError, match="must be <= 100"):
         hp.parse_value(spec, "101", spec.name)
     from pydantic import TypeAdapter, ValidationError
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from huvm import budget
 from huvmlab.sim import matrix as M
 from huvmlab.sim.errors import SimConfigError
 
@@ -179,8 +180,8 @@ def test_lend_traffic_for_a_slowdown_target() -> None:
     never below the ABI's smallest budget."""
     from huvm import abi
 
-    assert M.lend_traffic_for(900_000, 0.02) == int(900_000 * (1 - 1 / 1.02)) == 17_647
-    assert M.lend_traffic_for(1_000, 0.02) == abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
+    assert budget.lend_traffic_for(900_000, 0.02) == int(900_000 * (1 - 1 / 1.02)) == 17_647
+    assert budget.lend_traffic_for(1_000, 0.02) == abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
     assert M._hbm_mbyte_per_s(M.scenarios("evaluation")[0].node) in range(899_000, 901_000)   # V100: 900 GB/s
 
 

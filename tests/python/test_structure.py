@@ -92,9 +92,9 @@ def imports_of(name: str) -> set[str]:
                 head, tail = arg.values
                 if isinstance(head, ast.FormattedValue) and isinstance(head.value, ast.Name) and \
                         isinstance(tail, ast.Constant) and isinstance(tail.value, str):
-                    base = {"__package__": package, "__name__": name}.get(head.value.id)
-                    if base is not None:
-                        found.add(base + tail.value)
+                    prefix = {"__package__": package, "__name__": name}.get(head.value.id)
+                    if prefix is not None:
+                        found.add(prefix + tail.value)
     return {m for m in found if m in MODULES and m != name}
 
 
