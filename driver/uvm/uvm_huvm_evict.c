@@ -326,6 +326,12 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
     if (owner != HUVM_SLOT_NONE) {
         req.gpu = owner;
         req.candidates = evict_candidates_locked(va_space, gpu);
+        // Pages the CPU also holds (read-duplicated, e.g. cudaMemAdviseSetReadMostly data) need no copy: stock
+        // UVM's eviction to the CPU only drops the GPU's copy of them. make_resident() to a peer would copy
+        // them there and revoke the CPU's copy (it breaks read duplication), moving data the host already
+        // has: such a chunk goes to host, as in stock UVM.
+        if (uvm_page_mask_intersects(pages_to_evict, uvm_huvm_resident_mask_get(va_block, UVM_ID_CPU)))
+            req.candidates = 0;
 #if HUVM_NV_BRANCH >= 580
         // UvmDiscard (580): pages_to_evict also holds discarded pages, whose residency on gpu was revoked
         // and whose content is undefined. Moving them to a peer is not reviewed (harvested_on, is_zero and

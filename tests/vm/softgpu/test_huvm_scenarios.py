@@ -693,6 +693,53 @@ def test_unused_chunks(session: sglib.Session, managed: Any, huvm_node: Any, kms
     assert n_bad == 0, f"{n_bad} words of the visiting blocks differ, first at 0x{first:x}"
 
 
+# ---- read-duplicated (issue 26: pages the CPU also holds are dropped, not copied to a peer) --------------------
+
+@_scenario("read-duplicated")
+def test_read_duplicated_blocks_are_dropped_not_copied(session: sglib.Session, managed: Any, huvm_node: Any,
+                                                       kmsg: sglib.Kmsg) -> None:
+    """Read-duplicated data (cudaMemAdviseSetReadMostly: GPU reads copy the pages and the CPU keeps its own)
+    evicted from GPU0 loses only GPU0's copy, as under stock UVM: nothing is copied to a peer (which would also
+    revoke the CPU's copy), nothing is harvested. The GPU reads 1.5x its PMA region of such data, so UVM evicts
+    duplicated blocks while lenders with room are registered."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    assert len(s.gpus) >= 2, "read-duplicated needs a lender"
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=off"])
+    assert policy.preevict_chunks == 0 and policy.gpus[owner].role_name in ("harvester", "both")
+
+    size = -(-g0.pma_bytes * 3 // 2 // CHUNK) * CHUNK
+    r = managed(size)
+    seed = 0x2EAD_D0
+    sglib.fill_pattern(r, seed)                     # the CPU writes: every page resident on the CPU
+    s.uvm.enable_read_duplication(r.base, size)
+    st0 = _settled_stats(node, owner)
+    for off in range(0, size, CHUNK):                # GPU0 reads every block: read faults duplicate them
+        s.sg.sm_access(s.channels[g0.index], [sglib.softgpu.Access.read(r.base + off, CHUNK, seed=seed)],
+                       check=True, timeout_ms=60_000)
+    st1 = _settled_stats(node, owner)
+    counts, _ = sglib.blocks_by_place(s, r.base, size)
+    g = st1.delta(st0).gpus[owner]
+    lenders = [p for p in s.gpus if p.index != g0.index]
+    on_peers = {k: v for k, v in counts.items() if any(f"GPU{p.index}" in k.split("+") for p in lenders)}
+    print(f"read-duplicated: {size // CHUNK} blocks read by {g0.name} (PMA {g0.pma_bytes >> 20} MiB): residency "
+          f"{counts}; evict_to_peer +{g['evict_to_peer']} evict_to_host +{g['evict_to_host']} "
+          f"host_reason +{g['host_reason']} harvested {st1.gpus[owner].scalar('harvested_bytes') >> 20} MiB")
+
+    bad_log = sglib.bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert counts.get(f"GPU{g0.index}+cpu", 0) > 0, f"no block is read-duplicated on {g0.name}: {counts}"
+    assert not on_peers, f"read-duplicated blocks were copied to peers: {on_peers} (residency {counts})"
+    assert counts.get("cpu", 0) > 0, f"nothing was evicted from {g0.name} (not oversubscribed?): {counts}"
+    assert g["evict_to_peer"] == 0 and st1.gpus[owner].scalar("harvested_bytes") == 0, \
+        f"evict_to_peer +{g['evict_to_peer']}, harvested {st1.gpus[owner].scalar('harvested_bytes')} bytes"
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
+
+
 # ---- the test commands on a live node (defect 7) -------------------------------------------------------------------
 
 def test_test_commands_refused_while_gpus_are_registered(session: sglib.Session) -> None:
