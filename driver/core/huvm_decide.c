@@ -326,13 +326,51 @@ void huvm_prefetch_feedback(uint64_t *used, uint64_t *unused, uint32_t was_used)
 
 void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns)
 {
+    uint64_t now = now_ns ? now_ns : 1;
+
     if (!peak)
         return;
+    if (peak->at_ns == 0) {
+        /* the first note: tracking starts here, as if a spike began */
+        peak->high_bytes = peak->low_bytes = own_bytes;
+        peak->spike_at_ns = now;
+        peak->falling = 0;
+    } else if (!peak->falling) {
+        if (own_bytes > peak->high_bytes)
+            peak->high_bytes = own_bytes;
+        else if (peak->high_bytes - own_bytes >= HUVM_SPIKE_MIN_BYTES) {
+            peak->falling = 1;
+            peak->low_bytes = own_bytes;
+        }
+    } else if (own_bytes < peak->low_bytes) {
+        peak->low_bytes = own_bytes;
+    } else if (own_bytes - peak->low_bytes >= HUVM_SPIKE_MIN_BYTES) {
+        /* a spike begins: fold the interval since the last one into the EWMA */
+        uint64_t interval = now > peak->spike_at_ns ? now - peak->spike_at_ns : 0;
+
+        if (interval > HUVM_SPIKE_MAX_NS)
+            interval = HUVM_SPIKE_MAX_NS;
+        peak->spike_ewma_ns = peak->spike_ewma_ns ? (3 * peak->spike_ewma_ns + interval) / 4 : interval;
+        peak->spike_at_ns = now;
+        peak->high_bytes = own_bytes;
+        peak->falling = 0;
+    }
     if (own_bytes >= peak->bytes || peak->at_ns == 0 ||
         !within_ms(now_ns, peak->at_ns, HUVM_OWN_PEAK_WINDOW_MS)) {
         peak->bytes = own_bytes;
-        peak->at_ns = now_ns ? now_ns : 1;
+        peak->at_ns = now;
     }
+}
+
+uint64_t huvm_peak_spike_ns(const huvm_peak_t *peak, uint64_t now_ns)
+{
+    uint64_t since, ns;
+
+    if (!peak || peak->at_ns == 0)
+        return 0;
+    since = now_ns > peak->spike_at_ns ? now_ns - peak->spike_at_ns : 0;
+    ns = since > peak->spike_ewma_ns ? since : peak->spike_ewma_ns;
+    return ns < HUVM_SPIKE_MAX_NS ? ns : HUVM_SPIKE_MAX_NS;
 }
 
 uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder)

@@ -358,6 +358,47 @@ TEST(decide_lend_traffic_budget)
     CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
 }
 
+/* The own peak's spike cadence (huvm_peak_update, huvm_peak_spike_ns): one spike per rise and fall of at least
+ * HUVM_SPIKE_MIN_BYTES, however many steps; the intervals' EWMA, or the time since the last spike if longer. */
+TEST(decide_peak_spike_cadence)
+{
+    const uint64_t ms = HUVM_NS_PER_MS, base = 1 * GIB, spike = base + 4 * GIB;
+    huvm_peak_t pk;
+    uint64_t t = 1000 * ms, i;
+
+    huvm_memset(&pk, 0, sizeof(pk));
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t), 0);                /* nothing noted yet: unknown */
+    huvm_peak_update(&pk, base, t);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 7 * ms), 7 * ms);  /* no spike yet: the time since tracking began */
+    /* spikes every 100 ms, each rising in 8 steps and falling in one */
+    for (i = 0; i < 6; i++) {
+        uint32_t k;
+
+        for (k = 1; k <= 8; k++)
+            huvm_peak_update(&pk, base + k * (spike - base) / 8, t + 100 * ms * i + k * ms);
+        huvm_peak_update(&pk, base, t + 100 * ms * i + 50 * ms);
+    }
+    /* the first rise only starts the tracking's high; the spikes after it came 101 ms, then 100 ms apart */
+    CHECK_EQ(pk.spike_at_ns, t + 501 * ms);
+    CHECK(pk.spike_ewma_ns >= 100 * ms && pk.spike_ewma_ns < 101 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 501 * ms), pk.spike_ewma_ns);
+    CHECK_EQ(pk.bytes, spike);                              /* the peak itself is unchanged */
+    /* noise below the threshold is no spike */
+    huvm_peak_update(&pk, base + HUVM_SPIKE_MIN_BYTES - 1, t + 560 * ms);
+    huvm_peak_update(&pk, base, t + 570 * ms);
+    huvm_peak_update(&pk, base + HUVM_SPIKE_MIN_BYTES - 1, t + 580 * ms);
+    CHECK_EQ(pk.spike_at_ns, t + 501 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 590 * ms), pk.spike_ewma_ns);
+    /* a lender that stopped spiking becomes a slow one; capped */
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 10000 * ms), 9499 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, ~0ULL), HUVM_SPIKE_MAX_NS);
+    /* a rise of exactly the threshold from the low is a spike: the interval restarts */
+    huvm_peak_update(&pk, base + HUVM_SPIKE_MIN_BYTES, t + 600 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 600 * ms), pk.spike_ewma_ns);
+    CHECK_EQ(pk.spike_at_ns, t + 600 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(NULL, t), 0);
+}
+
 /* The sliding window of guest traffic, from the pair counters. */
 TEST(decide_traffic_window)
 {
