@@ -232,7 +232,7 @@ uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder);
  * reset) starts over. */
 uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint64_t now_ns);
 /* huvm_gpu_state_t.guest_traffic_bytes of gpu at now_ns: huvm_traffic_update of its huvm_guest_traffic_total when
- * its policy entry has a guest-traffic budget; otherwise 0, and *traffic starts over (the pair counters are not
+ * it has a guest-traffic budget (its entry's, or the one its slowdown bound allows); otherwise 0, and *traffic starts over (the pair counters are not
  * summed for a GPU without a budget; a window starts when one is set). */
 uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_t *traffic, uint64_t now_ns);
 /* A prefetched chunk of the GPU was touched (used = 1) or left unused (evicted, freed): count it in its

@@ -536,8 +536,6 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
             if (status != HUVM_NV_OK)
                 REFUSE(status, HUVM_GPU_FIELD(i, d->field));
         }
-        if (e->pad != 0)
-            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_RESERVED);
     }
 #undef REFUSE
     return HUVM_NV_OK;
