@@ -2,8 +2,9 @@
 
 An admin bounds how much a lender may be slowed down (T). For each scenario and T in :data:`BOUNDS`:
 
-* **huvm's point at T** is ``huvm`` with every working lender's guest-traffic budget sized for T
-  (:func:`huvm.budget.lend_traffic_for`); at T = none, plain ``huvm``. A point is (harvester speedup over
+* **huvm's point at T** is ``huvm`` with the bound T on every GPU (``lend_slowdown_max_pct``) and every working
+  lender's guest-traffic budget sized for T (:func:`huvm.budget.lend_traffic_for`; the core clamps it to T/2);
+  at T = none, plain ``huvm`` (its preset bound, 2 %). A point is (harvester speedup over
   stock, worst lender slowdown).
 * **pareto**: huvm is *dominated* when the prototype (``huvm-atc22``) is faster beyond noise while its lenders
   are no worse off (their worst slowdown at most huvm's, within noise); otherwise ``ok``.
@@ -52,7 +53,9 @@ def variants() -> list[Variant]:
     vs = [Variant("stock", "stock"), Variant("huvm-atc22", "huvm-atc22"), Variant("huvm", "huvm")]
     for t in BOUNDS:
         if t is not None:
-            vs.append(Variant(huvm_at(t), "huvm", lender_slowdown=t))
+            # the bound itself (lend_slowdown_max_pct, whole %) on every GPU, and the working lenders' budgets
+            vs.append(Variant(huvm_at(t), "huvm", overrides=(("gpu.lend_slowdown_max_pct", round(t * 100)),),
+                              lender_slowdown=t))
             vs.append(Variant(f"huvm-atc22@{_t_name(t)}", "huvm-atc22", lender_slowdown=t))
     vs += [Variant("huvm/reserve-25%", "huvm", lender_overrides=(("lend_reserve_bytes", 25, True),)),
            Variant("huvm/reserve-50%", "huvm", lender_overrides=(("lend_reserve_bytes", 50, True),)),
