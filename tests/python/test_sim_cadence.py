@@ -11,14 +11,18 @@ from huvm.sim.matrix import Evaluation, Variant, _build, evaluate
 #: the scenario: an H100 node, a PageRank harvester at 3x oversubscription, two spiky lenders (cudaMalloc)
 NODE, FAMILY, HARVESTER, LEVEL = "h100", "graph", "pagerank-twitter", "3"
 FAST_MS, SLOW_MS = 5.0, 2000.0
+CADENCES_MS = (FAST_MS, 50.0, 500.0, SLOW_MS)
 T = 0.02        # the huvm preset's bound
+BOUNDS_PCT = (1, 5, 10)     # others an admin may set
 
 
 @cache
 def _run(period_ms: float) -> tuple[str, Evaluation]:
     sc = _build(NODE, FAMILY, HARVESTER, LEVEL, "spiky", False, "tuning", spike_period_ms=period_ms)
     ev = evaluate([sc], [Variant("stock", "stock"), Variant("huvm-atc22", "huvm-atc22"), Variant("huvm", "huvm"),
-                         Variant("unbounded", "huvm", overrides=(("gpu.lend_slowdown_max_pct", 0),))])
+                         Variant("unbounded", "huvm", overrides=(("gpu.lend_slowdown_max_pct", 0),)),
+                         *(Variant(f"huvm@{t}", "huvm", overrides=(("gpu.lend_slowdown_max_pct", t),))
+                           for t in BOUNDS_PCT)])
     return sc.name, ev
 
 
@@ -39,10 +43,13 @@ def test_cadence_is_a_scenario_dimension() -> None:
     assert abs(int(lender.op_time_ns.sum()) - 2_000_000_000) <= int(lender.op_time_ns[0])
 
 
-@pytest.mark.parametrize("period_ms", [FAST_MS, SLOW_MS])
+@pytest.mark.parametrize("period_ms", CADENCES_MS)
 def test_bound_holds_the_lender_within_t(period_ms: float) -> None:
     _, lender = _point(period_ms, "huvm")
     assert lender <= T, f"huvm's lender slowed {lender:.2%} at a {period_ms:g} ms cadence (T = {T:.0%})"
+    for t in BOUNDS_PCT:
+        _, lender = _point(period_ms, f"huvm@{t}")
+        assert lender <= t / 100, f"T = {t} %: the lender slowed {lender:.2%} at a {period_ms:g} ms cadence"
 
 
 def test_fast_cadence_keeps_the_peak() -> None:
@@ -74,3 +81,23 @@ def test_spike_period_option() -> None:
     with pytest.raises(SimConfigError, match="spike period 0.5 ms"):
         scenarios("tuning", spike_period_ms=0.5)
     assert main(["--spike-period", "0", "--list"]) == 2
+
+
+def test_own_peak_expires_at_a_decision() -> None:
+    """The kernel notes a GPU's own use at every decision, and so does the simulator: a lender that spiked once
+    (600 MiB of a 1 GiB GPU, for 100 ms) and then stayed low lends that memory again once the peak is older than
+    HUVM_OWN_PEAK_WINDOW_MS (10 s), with no allocation of its own since. T = 0 leaves the bound's own lending into
+    the peak out. (Noted only on its own allocations, the peak never expired: 290 MiB lent at the end.)"""
+    from huvm.sim import NodeConfig, TenantSpec, workloads
+    from huvm.sim.config import MIB
+    from huvm.sim.scenario import run_scenario
+
+    node = NodeConfig.preset("aws-p3.8xlarge").subset(2).with_gpu_memory(1280 * MIB, 256 * MIB)
+    harvester = workloads.random_access(1536 * MIB, 3000, ns_per_chunk=1_000_000)      # 24 s of compute
+    lender = workloads.spiky(64 * MIB, 600 * MIB, period_ops=300, spike_ops=1, op_time_ns=100_000_000)
+    r = run_scenario(node, [TenantSpec(0, harvester, name="h", role="harvester"),
+                            TenantSpec(1, lender, name="l", background=True, managed=False, role="lender")],
+                     "huvm", gpu_policy_overrides={"lend_slowdown_max_pct": 0})
+    assert r.sim_time_ns > 20_000_000_000
+    lent = r.stats["gpus"][1]["lent_bytes"]
+    assert lent > 450 * MIB, f"{lent / MIB:.0f} MiB lent at the end"
