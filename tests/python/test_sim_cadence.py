@@ -4,6 +4,7 @@ lender scenarios, and cost-aware lending above a lender's peak (``lend_slowdown_
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 import pytest
 from huvm.sim.matrix import Evaluation, Variant, _build, evaluate
@@ -101,3 +102,16 @@ def test_own_peak_expires_at_a_decision() -> None:
     assert r.sim_time_ns > 20_000_000_000
     lent = r.stats["gpus"][1]["lent_bytes"]
     assert lent > 450 * MIB, f"{lent / MIB:.0f} MiB lent at the end"
+
+
+def test_verdict_takes_a_cadence(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from huvm.sim import verdict
+
+    doc = tmp_path / "policy.md"
+    doc.write_text(f"{verdict.DOC_BEGIN}\n{verdict.DOC_END}\n")
+    assert verdict.main(["--spike-period", "500", "--update-doc", str(doc)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: update_doc: --update-doc takes the whole evaluation half at the matrix's cadence"]
+    assert verdict.main(["--half", "tuning", "--spike-period", "2000", "--only", "a100/random/3/spiky"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict a100/random/3/spiky/every-2000ms T=2%: pareto ok" in out

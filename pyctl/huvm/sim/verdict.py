@@ -16,6 +16,7 @@ An admin bounds how much a lender may be slowed down (T). For each scenario and 
   huvm's and the prototype's speedups (and worst lender slowdowns) over it, at least :data:`NOISE_FLOOR`.
 
     python -m huvm.sim.verdict                 # the evaluation half's verdict lines and their summary
+    python -m huvm.sim.verdict --half tuning --spike-period 1000   # with the spiky lenders spiking every second
     python -m huvm.sim.verdict --update-doc docs/policy.md   # the summary into docs/policy.md (make eval-doc)
 """
 
@@ -110,13 +111,15 @@ def _half_range(xs: Sequence[float], rel: bool) -> float:
     return (hi - lo) / 2
 
 
-def judge(half: str, only: Sequence[str] = ()) -> list[Verdict]:
-    """Run the half at every timing of the ensemble under :func:`variants` and judge every scenario and T."""
+def judge(half: str, only: Sequence[str] = (), spike_period_ms: float | None = None) -> list[Verdict]:
+    """Run the half at every timing of the ensemble under :func:`variants` and judge every scenario and T;
+    ``spike_period_ms``: the spiky lenders' cadence (:func:`huvm.sim.matrix.scenarios`; None: the matrix's)."""
     vs = variants()
     evs: dict[float, Evaluation] = {}
     base: list[Scenario] = []
     for f in TIMINGS:
-        scs = [s for s in scenarios(half, lender_timing=f) if not only or any(o in s.name for o in only)]
+        scs = [s for s in scenarios(half, lender_timing=f, spike_period_ms=spike_period_ms)
+               if not only or any(o in s.name for o in only)]
         evs[f] = evaluate(scs, vs, half=half)
         if f == 1.0:
             base = scs
@@ -165,12 +168,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--half", choices=HALVES, default="evaluation")
     ap.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
                     help="only the scenarios whose name contains it (repeatable)")
+    ap.add_argument("--spike-period", type=float, default=None, metavar="MS",
+                    help="the spiky lenders spike every MS ms (1..60000; default: the matrix's cadence)")
     ap.add_argument("--update-doc", metavar="FILE", help="write the summary between FILE's verdict markers")
     args = ap.parse_args(argv)
     try:
-        if args.update_doc and (args.only or args.half != "evaluation"):
-            raise SimConfigError("--update-doc takes the whole evaluation half", field="update_doc")
-        verdicts = judge(args.half, args.only)
+        if args.update_doc and (args.only or args.half != "evaluation" or args.spike_period is not None):
+            raise SimConfigError("--update-doc takes the whole evaluation half at the matrix's cadence",
+                                 field="update_doc")
+        verdicts = judge(args.half, args.only, args.spike_period)
         if args.update_doc and verdicts:
             changed = replace_block(args.update_doc, DOC_BEGIN, DOC_END, doc_block(verdicts))
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
