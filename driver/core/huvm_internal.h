@@ -95,6 +95,10 @@ int huvm_policy_fit_node(huvm_core_t *core);
 huvm_status_t huvm_core_check_gpu_info(const huvm_gpu_info_t *info, uint32_t *field_in_gpu);
 huvm_status_t huvm_core_check_link(uint32_t a, uint32_t b, const huvm_link_t *link);
 
+/* huvm_dispatch_test.c: TEST_SET_NODE and TEST_EVENT, called by huvm_dispatch() once the test gate passed. */
+huvm_status_t huvm_dispatch_test(huvm_core_t *core, const huvm_caller_t *caller, uint32_t cmd, void *params,
+                                 uint32_t *error_field);
+
 /* huvm_admit_lend with the bytes in flight to holder given (huvm_lend_reserve reads them once). */
 uint32_t huvm_admit_lend_inflight(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
                                   uint32_t holder, uint64_t bytes, uint64_t now_ns, uint64_t inflight);

@@ -7,7 +7,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from huvm.sim.matrix import Evaluation, Variant, _build, evaluate
+from huvmlab.sim.matrix import Evaluation, Variant, _build, evaluate
 
 #: the scenario: an H100 node, a PageRank harvester at 3x oversubscription, two spiky lenders (cudaMalloc)
 NODE, FAMILY, HARVESTER, LEVEL = "h100", "graph", "pagerank-twitter", "3"
@@ -73,8 +73,8 @@ def test_slow_cadence_lends_above_the_peak() -> None:
 
 
 def test_spike_period_option() -> None:
-    from huvm.sim.errors import SimConfigError
-    from huvm.sim.matrix import main, scenarios
+    from huvmlab.sim.errors import SimConfigError
+    from huvmlab.sim.matrix import main, scenarios
 
     names = [s.name for s in scenarios("tuning", spike_period_ms=500)]
     assert any(n.endswith("/every-500ms") for n in names)
@@ -89,9 +89,9 @@ def test_own_peak_expires_at_a_decision() -> None:
     (600 MiB of a 1 GiB GPU, for 100 ms) and then stayed low lends that memory again once the peak is older than
     HUVM_OWN_PEAK_WINDOW_MS (10 s), with no allocation of its own since. T = 0 leaves the bound's own lending into
     the peak out. (Noted only on its own allocations, the peak never expired: 290 MiB lent at the end.)"""
-    from huvm.sim import NodeConfig, TenantSpec, workloads
-    from huvm.sim.config import MIB
-    from huvm.sim.scenario import run_scenario
+    from huvmlab.sim import NodeConfig, TenantSpec, workloads
+    from huvmlab.sim.config import MIB
+    from huvmlab.sim.scenario import run_scenario
 
     node = NodeConfig.preset("aws-p3.8xlarge").subset(2).with_gpu_memory(1280 * MIB, 256 * MIB)
     harvester = workloads.random_access(1536 * MIB, 3000, ns_per_chunk=1_000_000)      # 24 s of compute
@@ -105,7 +105,7 @@ def test_own_peak_expires_at_a_decision() -> None:
 
 
 def test_verdict_takes_a_cadence(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from huvm.sim import verdict
+    from huvmlab.sim import verdict
 
     doc = tmp_path / "policy.md"
     doc.write_text(f"{verdict.DOC_BEGIN}\n{verdict.DOC_END}\n")

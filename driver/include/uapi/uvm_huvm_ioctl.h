@@ -226,9 +226,10 @@
 
 /* Backends (huvm_info.backend). */
 #define HUVM_BACKEND_KERNEL             0   /* patched nvidia-uvm */
-#define HUVM_BACKEND_KTEST              1   /* a core that a test drives in-process (tests/c, the kernel-mode
-                                               check, pyctl's CoreNode); never a module's answer. Kept, value
-                                               and name: those cores report it, and SIM stays 2 */
+#define HUVM_BACKEND_CORE               1   /* a bare core that a test drives in-process (tests/c, the
+                                               kernel-mode check, huvmlab's CoreNode); never a module's answer.
+                                               Value kept (SIM stays 2); named KTEST before issue 27, after a
+                                               retired test module */
 #define HUVM_BACKEND_SIM                2   /* simulated node */
 
 /* GPU flags (huvm_gpu_info_t.flags). */
