@@ -37,12 +37,21 @@ typedef struct {
     uint64_t prefetch_unused;           /* those that left unused (huvm_prefetch_feedback keeps both) */
     uint64_t guest_traffic_bytes;       /* guests' data copied into or out of this GPU over the last
                                            HUVM_LEND_TRAFFIC_WINDOW_MS: huvm_traffic_update's level */
+    uint64_t own_spike_ns;              /* the expected time between rises of its own use (huvm_peak_spike_ns
+                                           of its huvm_peak_t; 0 = unknown) */
 } huvm_gpu_state_t;
 
-/* A GPU's recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes), kept by the caller. */
+/* A GPU's recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) and the cadence of its spikes
+ * (huvm_gpu_state_t.own_spike_ns), kept by the caller; all zero to start (huvm_peak_update). */
 typedef struct {
     uint64_t bytes;
     uint64_t at_ns;
+    uint64_t high_bytes;                /* its highest own use since the last spike began */
+    uint64_t low_bytes;                 /* its lowest own use since it fell from high_bytes */
+    uint64_t spike_at_ns;               /* when the last spike began (or the tracking did) */
+    uint64_t spike_ewma_ns;             /* the intervals between spikes, an EWMA (0 = none yet) */
+    uint32_t falling;                   /* 1: it fell HUVM_SPIKE_MIN_BYTES below high_bytes since the last spike */
+    uint32_t pad;
 } huvm_peak_t;
 
 /* A GPU's recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes), kept by the caller. */
@@ -103,6 +112,11 @@ typedef struct {
     uint32_t             single_writer;                 /* 1: one thread at a time updates the counters
                                                            (the simulator): plain relaxed updates */
     uint32_t             pad;
+    /* What a lender's slowdown bound (lend_slowdown_max_pct) weighs, per GPU (huvm_core_set_gpu_rates; 0 =
+     * unknown): its HBM bandwidth, MB/s (the guest-traffic budget the bound allows), and the rate at which it
+     * gives guests' chunks back to the host, MB/s (0: the host link's line rate, gpus[].pcie_mbyte_per_s). */
+    uint32_t             hbm_mbyte_per_s[HUVM_MAX_GPUS];
+    uint32_t             giveback_mbyte_per_s[HUVM_MAX_GPUS];
 } huvm_core_t;
 
 /* Who is calling (filled by the glue from the task; by the simulator as privileged). */
@@ -137,6 +151,10 @@ huvm_status_t huvm_core_set_gpu(huvm_core_t *core, uint32_t gpu, const huvm_gpu_
 /* Mark the GPU at index gpu absent (policy entry and counters stay). */
 void huvm_core_remove_gpu(huvm_core_t *core, uint32_t gpu);
 huvm_status_t huvm_core_set_link(huvm_core_t *core, uint32_t a, uint32_t b, const huvm_link_t *link);
+/* The rates of GPU index gpu that its slowdown bound weighs (huvm_core_t.hbm_mbyte_per_s,
+ * .giveback_mbyte_per_s; 0 = unknown); each at most HUVM_MAX_MBYTE_PER_S. */
+huvm_status_t huvm_core_set_gpu_rates(huvm_core_t *core, uint32_t gpu, uint32_t hbm_mbyte_per_s,
+                                      uint32_t giveback_mbyte_per_s);
 
 /* Fill *policy with preset (gpu entries: the given GPUs' UUIDs with that preset's per-GPU defaults). */
 huvm_status_t huvm_policy_preset(uint32_t preset, const huvm_core_t *core, huvm_policy_t *policy);
@@ -193,8 +211,15 @@ uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *s
 void huvm_decide_preevict_plan(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
                                uint64_t now_ns, huvm_giveback_plan_t *plan);
 /* Note the GPU's own memory use now (memory in use less guests' data): the peak is the highest level seen
- * within HUVM_OWN_PEAK_WINDOW_MS; a peak older than that gives way to the present level. */
+ * within HUVM_OWN_PEAK_WINDOW_MS; a peak older than that gives way to the present level. A spike begins when the
+ * use rises HUVM_SPIKE_MIN_BYTES above its low after having fallen that far below its high (hysteresis: one
+ * spike per rise and fall, however many steps it takes); the intervals between spikes feed an integer EWMA
+ * (1/4 weight to the newest). Callers note it at every decision (the kernel and the simulator alike). */
 void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns);
+/* huvm_gpu_state_t.own_spike_ns at now_ns: the EWMA of the spike intervals, or the time since the last spike
+ * began when that is longer (a lender that stopped spiking becomes a slow one); at most HUVM_SPIKE_MAX_NS; 0
+ * before the first huvm_peak_update. */
+uint64_t huvm_peak_spike_ns(const huvm_peak_t *peak, uint64_t now_ns);
 /* Bytes lender wants back from its guests now: its lend reserve less its free memory, while it holds guests'
  * chunks (0 otherwise). The kernel's worker gives them back through huvm_decide_giveback's plan. */
 uint64_t huvm_giveback_need(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender);
@@ -207,7 +232,7 @@ uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder);
  * reset) starts over. */
 uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint64_t now_ns);
 /* huvm_gpu_state_t.guest_traffic_bytes of gpu at now_ns: huvm_traffic_update of its huvm_guest_traffic_total when
- * its policy entry has a guest-traffic budget; otherwise 0, and *traffic starts over (the pair counters are not
+ * it has a guest-traffic budget (its entry's, or the one its slowdown bound allows); otherwise 0, and *traffic starts over (the pair counters are not
  * summed for a GPU without a budget; a window starts when one is set). */
 uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_t *traffic, uint64_t now_ns);
 /* A prefetched chunk of the GPU was touched (used = 1) or left unused (evicted, freed): count it in its

@@ -48,6 +48,50 @@ static const huvm_gpu_policy_t *peer_eligible(const huvm_core_t *core, uint32_t 
     return e;
 }
 
+/* The lender's slowdown bound T (lend_slowdown_max_pct) weighs two costs of lending, each held within T: guests'
+ * copies taking its HBM time, and the stall of giving memory back when its own work returns to its peak. (Each,
+ * not their sum: chosen on the tuning half of the scenario matrix, docs/policy.md "Admission".) */
+
+/* The guest-traffic budget of holder in MB/s (0: none): lend_traffic_mbyte_per_s, clamped by what T allows when
+ * T and the GPU's HBM bandwidth are known: a memory-bound lender slowed by T gives up the share T / (100 + T)
+ * of its HBM time (huvm.budget.lend_traffic_for's formula; never below one chunk per window). T clamps a budget the
+ * admin set; it makes none of its own: the core cannot tell a lender with work from an idle one, and a budget on
+ * every lender throttled harvesting from idle ones (docs/policy.md "Admission"). */
+static uint64_t traffic_budget_mbyte_per_s(const huvm_core_t *core, const huvm_gpu_policy_t *e, uint32_t holder)
+{
+    uint64_t set = e->lend_traffic_mbyte_per_s;
+    uint64_t hbm = core->hbm_mbyte_per_s[holder];
+    uint64_t t = e->lend_slowdown_max_pct;
+    uint64_t bound;
+
+    if (set == 0 || t == 0 || hbm == 0)
+        return set;
+    bound = hbm * t / (100 + t);    /* <= 2^24 x 100 */
+    if (bound < HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S)
+        bound = HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S;
+    return set < bound ? set : bound;
+}
+
+/* Bytes of its recent peak a LEND_ABOVE_PEAK lender may lend anyway (0 without a bound T): those it can give
+ * back, when its own work returns to the peak, within T of the expected interval between its spikes
+ * (own_spike_ns) at its give-back rate (MB/s: bytes per us; the host link's line rate when the caller knows no
+ * better). A lender that spikes every few ms keeps its whole peak free; one that spikes every few seconds lends
+ * part of it; one whose spikes stopped lends it all once the interval has grown long enough. */
+static uint64_t peak_lendable_bytes(const huvm_core_t *core, const huvm_gpu_state_t *state,
+                                    const huvm_gpu_policy_t *e, uint32_t holder)
+{
+    uint64_t rate = core->giveback_mbyte_per_s[holder] ? core->giveback_mbyte_per_s[holder] :
+                    core->gpus[holder].pcie_mbyte_per_s;
+    uint64_t interval_us = state[holder].own_spike_ns / 1000;
+
+    if (e->lend_slowdown_max_pct == 0)
+        return 0;
+    if (interval_us > HUVM_SPIKE_MAX_NS / 1000)
+        interval_us = HUVM_SPIKE_MAX_NS / 1000;
+    /* stall us (<= 2^30 x 100 / 100) x MB/s (<= 2^24): no overflow */
+    return interval_us * e->lend_slowdown_max_pct / 100 * (rate < HUVM_MAX_MBYTE_PER_S ? rate : HUVM_MAX_MBYTE_PER_S);
+}
+
 /* Capacity and timing admission of a statically eligible holder; inflight: bytes reserved on it by moves in
  * flight (huvm_lend_reserve), counted as lent and not free. */
 static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *state,
@@ -59,17 +103,22 @@ static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *
     uint64_t reserve = e->lend_reserve_bytes;
     uint64_t limit = e->lend_limit_bytes;
     uint64_t lent = huvm_atomic64_read(&core->counters[holder].lent_bytes);
-    uint64_t used_after;
+    uint64_t used_after, budget_mbyte_per_s;
 
     if (e->flags & HUVM_GPU_POLICY_LEND_ABOVE_PEAK) {
         /* Keep room for the lender's own work to return to its recent peak: memory it used lately is not
-         * lent, so its next spike finds it free instead of waiting for a give-back. */
+         * lent, so its next spike finds it free instead of waiting for a give-back; under a bound T, less the
+         * part it can give back within T (peak_lendable_bytes). */
         uint64_t used = mem - free_bytes;
         uint64_t own = used > lent ? used - lent : 0;
         uint64_t peak = state[holder].own_peak_bytes < mem ? state[holder].own_peak_bytes : mem;
 
-        if (peak > own)
-            reserve += peak - own;          /* both <= 2^50: no overflow */
+        if (peak > own) {
+            uint64_t room = peak - own;     /* both <= 2^50: no overflow */
+            uint64_t lendable = peak_lendable_bytes(core, state, e, holder);
+
+            reserve += room > lendable ? room - lendable : 0;
+        }
     }
     free_bytes = free_bytes > inflight ? free_bytes - inflight : 0;
     lent = lent + inflight < lent ? HUVM_UNLIMITED : lent + inflight;
@@ -83,11 +132,12 @@ static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *
     used_after = mem - free_bytes + bytes;
     if (used_after * 100 > (uint64_t)core->policy.peer_usage_max_pct * mem)
         return HUVM_REASON_PEER_FULL;
-    if (e->lend_traffic_mbyte_per_s != 0) {
+    budget_mbyte_per_s = traffic_budget_mbyte_per_s(core, e, holder);
+    if (budget_mbyte_per_s != 0) {
         /* The guest-traffic budget: the window's copies, those in flight and this one within MB/s x window
          * (1 MB/s for 1 ms is 1000 bytes; <= 2^24 x 2^16 x 1000: no overflow). The caller's level and the
          * bytes in flight are each bounded by memory sizes, so their sum does not overflow either. */
-        uint64_t budget = (uint64_t)e->lend_traffic_mbyte_per_s * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;
+        uint64_t budget = budget_mbyte_per_s * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;
         uint64_t traffic = state[holder].guest_traffic_bytes + inflight;
 
         if (traffic > budget || bytes > budget - traffic)
@@ -326,13 +376,51 @@ void huvm_prefetch_feedback(uint64_t *used, uint64_t *unused, uint32_t was_used)
 
 void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns)
 {
+    uint64_t now = now_ns ? now_ns : 1;
+
     if (!peak)
         return;
+    if (peak->at_ns == 0) {
+        /* the first note: tracking starts here, as if a spike began */
+        peak->high_bytes = peak->low_bytes = own_bytes;
+        peak->spike_at_ns = now;
+        peak->falling = 0;
+    } else if (!peak->falling) {
+        if (own_bytes > peak->high_bytes)
+            peak->high_bytes = own_bytes;
+        else if (peak->high_bytes - own_bytes >= HUVM_SPIKE_MIN_BYTES) {
+            peak->falling = 1;
+            peak->low_bytes = own_bytes;
+        }
+    } else if (own_bytes < peak->low_bytes) {
+        peak->low_bytes = own_bytes;
+    } else if (own_bytes - peak->low_bytes >= HUVM_SPIKE_MIN_BYTES) {
+        /* a spike begins: fold the interval since the last one into the EWMA */
+        uint64_t interval = now > peak->spike_at_ns ? now - peak->spike_at_ns : 0;
+
+        if (interval > HUVM_SPIKE_MAX_NS)
+            interval = HUVM_SPIKE_MAX_NS;
+        peak->spike_ewma_ns = peak->spike_ewma_ns ? (3 * peak->spike_ewma_ns + interval) / 4 : interval;
+        peak->spike_at_ns = now;
+        peak->high_bytes = own_bytes;
+        peak->falling = 0;
+    }
     if (own_bytes >= peak->bytes || peak->at_ns == 0 ||
         !within_ms(now_ns, peak->at_ns, HUVM_OWN_PEAK_WINDOW_MS)) {
         peak->bytes = own_bytes;
-        peak->at_ns = now_ns ? now_ns : 1;
+        peak->at_ns = now;
     }
+}
+
+uint64_t huvm_peak_spike_ns(const huvm_peak_t *peak, uint64_t now_ns)
+{
+    uint64_t since, ns;
+
+    if (!peak || peak->at_ns == 0)
+        return 0;
+    since = now_ns > peak->spike_at_ns ? now_ns - peak->spike_at_ns : 0;
+    ns = since > peak->spike_ewma_ns ? since : peak->spike_ewma_ns;
+    return ns < HUVM_SPIKE_MAX_NS ? ns : HUVM_SPIKE_MAX_NS;
 }
 
 uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder)
@@ -386,7 +474,7 @@ uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_
 
     if (!traffic)
         return 0;
-    if (!e || e->lend_traffic_mbyte_per_s == 0) {
+    if (!e || traffic_budget_mbyte_per_s(core, e, gpu) == 0) {
         huvm_memset(traffic, 0, sizeof(*traffic));
         return 0;
     }

@@ -21,6 +21,12 @@
 #define HUVM_PREEVICT_BURST_MULT        4u
 /* HUVM_GPU_POLICY_LEND_ABOVE_PEAK: how long a lender's own peak is remembered (huvm_peak_update). */
 #define HUVM_OWN_PEAK_WINDOW_MS         10000u
+/* huvm_peak_update's spikes: a rise or fall of the GPU's own use by at least this much (32 chunks: far above a
+ * fault batch's allocation noise, far below the spikes of the simulator's spiky lenders, 60 % of a GPU); the
+ * longest interval the core weighs (about 18 minutes: keeps its products within 64 bits). Assumptions, not
+ * measurements (docs/policy.md "Lending above the peak"). */
+#define HUVM_SPIKE_MIN_BYTES            (32ULL * HUVM_CHUNK_SIZE)
+#define HUVM_SPIKE_MAX_NS               (1ULL << 40)
 /* HUVM_GPU_POLICY_PREFETCH_FEEDBACK: prefetched chunks the used/unused counts remember (huvm_prefetch_feedback). */
 #define HUVM_PREFETCH_FEEDBACK_WINDOW   64u
 

@@ -424,6 +424,18 @@ huvm_status_t huvm_core_check_link(uint32_t a, uint32_t b, const huvm_link_t *li
     return HUVM_NV_OK;
 }
 
+huvm_status_t huvm_core_set_gpu_rates(huvm_core_t *core, uint32_t gpu, uint32_t hbm_mbyte_per_s,
+                                      uint32_t giveback_mbyte_per_s)
+{
+    if (!core || gpu >= HUVM_MAX_GPUS)
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    if (hbm_mbyte_per_s > HUVM_MAX_MBYTE_PER_S || giveback_mbyte_per_s > HUVM_MAX_MBYTE_PER_S)
+        return HUVM_NV_ERR_OUT_OF_RANGE;
+    core->hbm_mbyte_per_s[gpu] = hbm_mbyte_per_s;
+    core->giveback_mbyte_per_s[gpu] = giveback_mbyte_per_s;
+    return HUVM_NV_OK;
+}
+
 huvm_status_t huvm_core_set_link(huvm_core_t *core, uint32_t a, uint32_t b, const huvm_link_t *link)
 {
     huvm_status_t status;
@@ -524,8 +536,6 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
             if (status != HUVM_NV_OK)
                 REFUSE(status, HUVM_GPU_FIELD(i, d->field));
         }
-        if (e->pad != 0)
-            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_RESERVED);
     }
 #undef REFUSE
     return HUVM_NV_OK;

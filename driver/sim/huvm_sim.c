@@ -29,7 +29,11 @@ static void refresh_state(huvm_sim_t *sim)
         sim->state[g].last_evict_ns = sim->gpus[g].last_evict_ns;
         sim->state[g].last_pressure_ns = sim->gpus[g].last_pressure_ns;
         sim->state[g].burst_chunks = sim->gpus[g].burst_chunks;
+        /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's
+         * own allocations: a peak older than its window gives way then too) */
+        note_own(sim, g, sim->now);
         sim->state[g].own_peak_bytes = sim->gpus[g].own_peak.bytes;
+        sim->state[g].own_spike_ns = huvm_peak_spike_ns(&sim->gpus[g].own_peak, sim->now);
         sim->state[g].guest_traffic_bytes = huvm_traffic_level(&sim->core, g, &sim->gpus[g].guest_traffic, sim->now);
         sim->state[g].prefetch_used = sim->gpus[g].pf_used;
         sim->state[g].prefetch_unused = sim->gpus[g].pf_unused;
@@ -37,6 +41,21 @@ static void refresh_state(huvm_sim_t *sim)
 }
 
 /* ---- creation ---- */
+
+/* What GPU g's slowdown bound weighs, from the cost model: its HBM bandwidth (a guest chunk's copy costs its
+ * tenants lend_chunk_ns) and its give-back rate (a chunk to the host: evict_service_ns, the transfer setup
+ * and the copy at the PCIe rate), both in MB/s (bytes per us). */
+static void sim_set_gpu_rates(huvm_sim_t *sim, uint32_t g)
+{
+    const huvm_sim_config_t *cfg = &sim->cfg;
+    uint64_t us_bytes = (uint64_t)SIM_CHUNK * 1000;
+    uint64_t hbm = cfg->lend_chunk_ns ? us_bytes / cfg->lend_chunk_ns : 0;
+    uint64_t chunk_ns = cfg->evict_service_ns + cfg->pcie_latency_ns + us_bytes / cfg->pcie_mbyte_per_s[g];
+    uint64_t giveback = chunk_ns ? us_bytes / chunk_ns : 0;
+
+    huvm_core_set_gpu_rates(&sim->core, g, (uint32_t)(hbm < HUVM_MAX_MBYTE_PER_S ? hbm : HUVM_MAX_MBYTE_PER_S),
+                            (uint32_t)(giveback < HUVM_MAX_MBYTE_PER_S ? giveback : HUVM_MAX_MBYTE_PER_S));
+}
 
 huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_sim_error_t *err)
 {
@@ -86,6 +105,7 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
             free(sim);
             return NULL;
         }
+        sim_set_gpu_rates(sim, a);
         g->capacity_chunks = (cfg->flags & HUVM_SIM_FLAG_UNLIMITED) ? SIM_UNLIMITED_CHUNKS :
                              info.memory_bytes / SIM_CHUNK;
         list_init(&g->own);

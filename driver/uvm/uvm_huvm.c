@@ -79,9 +79,9 @@ NvU64 uvm_huvm_gpu_free_bytes(uvm_gpu_t *gpu)
            uvm_pmm_gpu_free_user_root_bytes(&gpu->pmm, HUVM_FREE_ROOT_CHUNKS_COUNTED);
 }
 
-// GPU i's own memory use now (used less what it lends) folded into its recent peak, and its guest traffic
-// into its window (huvm_traffic_level: only for a GPU with a budget): state->own_peak_bytes and
-// state->guest_traffic_bytes.
+// GPU i's own memory use now (used less what it lends) folded into its recent peak and spike cadence, and its
+// guest traffic into its window (huvm_traffic_level: only for a GPU with a budget): state->own_peak_bytes,
+// state->own_spike_ns and state->guest_traffic_bytes.
 // LOCKING: g_uvm_huvm.lock held (read or write); takes the slot's peak_lock (leaf).
 static void own_peak_traffic_update(NvU32 i, huvm_gpu_state_t *state)
 {
@@ -94,6 +94,7 @@ static void own_peak_traffic_update(NvU32 i, huvm_gpu_state_t *state)
     spin_lock(&slot->peak_lock);
     huvm_peak_update(&slot->own_peak, used > lent ? used - lent : 0, now);
     state->own_peak_bytes = slot->own_peak.bytes;
+    state->own_spike_ns = huvm_peak_spike_ns(&slot->own_peak, now);
     state->guest_traffic_bytes = huvm_traffic_level(&g_uvm_huvm.core, i, &slot->guest_traffic, now);
     spin_unlock(&slot->peak_lock);
 }

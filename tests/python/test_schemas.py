@@ -237,8 +237,9 @@ def _core_verdict(**values: int) -> int:
     return int(err[0])
 
 
-@pytest.mark.parametrize("key", [k for k, s in KEYS.items() if s.kind == "int"])
+@pytest.mark.parametrize("key", [k for k, s in KEYS.items() if s.kind == "int" and s.scope == "node"])
 def test_policy_key_ranges_are_the_cores(key: str) -> None:
+    """The node's integer keys (a GPU entry's ranges: tests/c/test_policy.c, policy_gpu_entries)."""
     spec = KEYS[key]
     field = getattr(abi.lib, f"HUVM_FIELD_{spec.field.upper()}")
     # the other fields of a prefetch window kept small, so that only this one can be refused

@@ -137,7 +137,8 @@ def test_cli_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     plain.write_text("no markers here\n")
     assert M.main(["--only", "p3/bert-base/fit-32", "-q", "--update-doc", str(plain)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    refusal = "error: update_doc: --update-doc takes one whole half, the presets only, at lender timing 1"
+    refusal = ("error: update_doc: --update-doc takes one whole half, the presets only, at lender timing 1 and the "
+               "default spike cadence")
     assert err == [refusal]
     assert M.main(["-q", "--lender-timing", "1.1", "--update-doc", str(plain)]) == 2     # the whole half, timed
     assert capsys.readouterr().err.strip().splitlines() == [refusal]

@@ -32,7 +32,7 @@
 
 /* Versions. A tool and a module talk if their ABI major versions are equal; minor versions only add. */
 #define HUVM_ABI_VERSION_MAJOR          2
-#define HUVM_ABI_VERSION_MINOR          1
+#define HUVM_ABI_VERSION_MINOR          2
 #define HUVM_ABI_VERSION                ((HUVM_ABI_VERSION_MAJOR << 16) | HUVM_ABI_VERSION_MINOR)
 #define HUVM_VERSION_MAJOR              0
 #define HUVM_VERSION_MINOR              1
@@ -132,6 +132,7 @@
 #define HUVM_FIELD_GPU_MEMORY           5
 #define HUVM_FIELD_GPU_FREE             6
 #define HUVM_FIELD_GPU_LEND_TRAFFIC     7
+#define HUVM_FIELD_GPU_LEND_SLOWDOWN    8
 
 /* The policy field table (HUVM_POLICY_FIELDS / HUVM_GPU_POLICY_FIELDS below the ABI block): each field's
  * unit, which says how it is written and checked, and the markers of its special values. */
@@ -306,7 +307,9 @@ typedef struct {
                                        HUVM_LEND_TRAFFIC_WINDOW_MS: while over it, it takes no new guests'
                                        chunks; 0 = no budget, else HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S ..
                                        HUVM_MAX_MBYTE_PER_S */
-    uint32_t pad;                   /* must be 0 */
+    uint32_t lend_slowdown_max_pct; /* the lender's slowdown bound T, % of its own work's speed: its
+                                       guest-traffic budget and its lending above its peak keep it within T
+                                       (docs/policy.md "Admission"); 0 = no bound, else 1..100 */
 } huvm_gpu_policy_t;
 
 typedef struct {
@@ -490,7 +493,8 @@ typedef struct {
       HUVM_UNLIMITED, HUVM_UNLIMITED, HUVM_UNLIMITED)                                                           \
     X(LEND_RESERVE, lend_reserve_bytes, uint64_t, BYTES, 0, HUVM_MAX_MEMORY_BYTES, 0, "", 0, 0, 0)             \
     X(LEND_TRAFFIC, lend_traffic_mbyte_per_s, uint32_t, MBYTE_PER_S, HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S,        \
-      HUVM_MAX_MBYTE_PER_S, HUVM_POLICY_FIELD_ZERO_OFF, "", 0, 0, 0)
+      HUVM_MAX_MBYTE_PER_S, HUVM_POLICY_FIELD_ZERO_OFF, "", 0, 0, 0)                                            \
+    X(LEND_SLOWDOWN, lend_slowdown_max_pct, uint32_t, PERCENT, 1, 100, HUVM_POLICY_FIELD_ZERO_OFF, "", 0, 0, 2)
 
 /* Layout checks: a change here is an ABI change (bump HUVM_ABI_VERSION_MAJOR). */
 #define HUVM_ABI_ASSERT(cond, msg) _Static_assert(cond, msg)

@@ -51,6 +51,8 @@ NOISE = 0.01
 LENDER_TARGET = 0.02
 #: the range of ``--lender-timing``: a factor on the working lenders' op time (their period and phase)
 LENDER_TIMING_RANGE = (0.5, 2.0)
+#: the range of ``--spike-period`` (ms): the spiky lenders' cadence, from milliseconds to a minute
+SPIKE_PERIOD_MS_RANGE = (1.0, 60_000.0)
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,8 @@ def _compute_ns(trace: SimTraceLike, steps: int) -> int:
 
 
 def _build(node_key: str, family: str, harvester: str, level: str, mix: str, managed_lenders: bool,
-           half: str, steps: int = 3, two_harvesters: bool = False, lender_timing: float = 1.0) -> Scenario:
+           half: str, steps: int = 3, two_harvesters: bool = False, lender_timing: float = 1.0,
+           spike_period_ms: float | None = None) -> Scenario:
     from . import workloads
 
     preset, ngpu, lender_gpus = _NODES[node_key]
@@ -176,7 +179,10 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
                                       name=f"idle@{gpu}", role="lender"))
             continue
         # lender_timing stretches a lender's clock (same ops, each longer): its spikes' period and phase
-        lt = workloads.lender(kind, usable, int(horizon * lender_timing), op_time_ns=int(op_ns * lender_timing))
+        # spike_period_ms: the spiky lenders' cadence (ms to seconds) instead of a tenth of the horizon
+        period_ns = None if spike_period_ms is None else int(spike_period_ms * 1_000_000 * lender_timing)
+        lt = workloads.lender(kind, usable, int(horizon * lender_timing), op_time_ns=int(op_ns * lender_timing),
+                              spike_period_ns=period_ns)
         lenders.append(len(tenants))
         tenants.append(TenantSpec(gpu, lt, name=f"{kind}@{gpu}", background=True, managed=managed_lenders,
                                   role="lender"))
@@ -188,6 +194,9 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
         ("harvesters", "2" if two_harvesters else "1"))
     if lender_timing != 1.0:
         tags += (("lender_timing", f"{lender_timing:g}"),)
+    if spike_period_ms is not None and "spiky" in kinds:
+        name += f"/every-{spike_period_ms:g}ms"
+        tags += (("spike_period_ms", f"{spike_period_ms:g}"),)
     return Scenario(name, half, node, tuple(tenants), tuple(harvesters), tuple(lenders), tags)
 
 
@@ -220,10 +229,13 @@ def _fig9_trace() -> SimTraceLike:
                                                  name="pagerank-twitter-like"))
 
 
-def scenarios(half: str | None = None, lender_timing: float = 1.0) -> list[Scenario]:
+def scenarios(half: str | None = None, lender_timing: float = 1.0,
+              spike_period_ms: float | None = None) -> list[Scenario]:
     """The matrix, in a fixed order; ``half`` selects ``tuning`` or ``evaluation`` (None: both).
     ``lender_timing`` (default 1) multiplies the working lenders' op time: how much a result depends on when
     the lenders' spikes fall (``--lender-timing``; the Fig 9 scenarios have idle lenders only).
+    ``spike_period_ms``: the spiky lenders spike at this cadence (``--spike-period``; None: every tenth of the
+    harvester's run, 3.5-17.6 ms), a dimension of the lender scenarios from ms to seconds.
 
     Every harvester runs at every oversubscription level, on a node and with a lender mix that rotate with
     the level, so that each half sees every node, level, lender shape and harvester family. Within each
@@ -235,6 +247,9 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0) -> list[Scena
     if not lo <= lender_timing <= hi:
         raise SimConfigError(f"lender timing {lender_timing:g}: must be within {lo:g}..{hi:g}",
                              field="lender_timing")
+    if spike_period_ms is not None and not SPIKE_PERIOD_MS_RANGE[0] <= spike_period_ms <= SPIKE_PERIOD_MS_RANGE[1]:
+        raise SimConfigError(f"spike period {spike_period_ms:g} ms: must be within "
+                             f"{SPIKE_PERIOD_MS_RANGE[0]:g}..{SPIKE_PERIOD_MS_RANGE[1]:g} ms", field="spike_period")
     nodes = list(_NODES)
     mixes = list(_LENDER_MIXES)
     out: list[Scenario] = []
@@ -249,7 +264,7 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0) -> list[Scena
             two = family in ("dnn", "synthetic") and level in ("1.5", "2") and node_key != "dgx1"
             if half is None or which == half:
                 out.append(_build(node_key, family, harvester, level, mix, managed, which, two_harvesters=two,
-                                  lender_timing=lender_timing))
+                                  lender_timing=lender_timing, spike_period_ms=spike_period_ms))
     out += [_fig9(pct, h) for pct, h in _FIG9_HALVES if half is None or h == half]
     return out
 
@@ -590,11 +605,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="replace the generated table between the make-eval markers of FILE (docs/evaluation.md)")
     ap.add_argument("--lender-timing", type=float, default=1.0, metavar="FACTOR",
                     help="stretch the working lenders' op time by FACTOR (0.5..2): when their spikes fall")
+    ap.add_argument("--spike-period", type=float, default=None, metavar="MS",
+                    help="the spiky lenders spike every MS ms (1..60000; default: a tenth of the harvester's run)")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
-        scs = scenarios(None if args.half == "all" else args.half, lender_timing=args.lender_timing)
+        scs = scenarios(None if args.half == "all" else args.half, lender_timing=args.lender_timing,
+                        spike_period_ms=args.spike_period)
         if args.only:
             scs = [s for s in scs if any(o in s.name for o in args.only)]
         variants = list(EVAL_VARIANTS) + [parse_variant(v) for v in args.variant]
@@ -618,8 +636,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(ev.to_dict(), f, indent=1, sort_keys=True)
         if args.update_doc:
-            if args.variant or args.only or args.half == "all" or args.lender_timing != 1.0:
-                raise SimConfigError("--update-doc takes one whole half, the presets only, at lender timing 1",
+            if args.variant or args.only or args.half == "all" or args.lender_timing != 1.0 or \
+                    args.spike_period is not None:
+                raise SimConfigError("--update-doc takes one whole half, the presets only, at lender timing 1 "
+                                     "and the default spike cadence",
                                      field="update_doc")
             changed = update_doc(args.update_doc, ev)
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)

@@ -2,8 +2,9 @@
 
 An admin bounds how much a lender may be slowed down (T). For each scenario and T in :data:`BOUNDS`:
 
-* **huvm's point at T** is ``huvm`` with every working lender's guest-traffic budget sized for T
-  (:func:`huvm.budget.lend_traffic_for`); at T = none, plain ``huvm``. A point is (harvester speedup over
+* **huvm's point at T** is ``huvm`` with the bound T on every GPU (``lend_slowdown_max_pct``) and every working
+  lender's guest-traffic budget sized for T (:func:`huvm.budget.lend_traffic_for`; the core clamps it to T/2);
+  at T = none, plain ``huvm`` (its preset bound, 2 %). A point is (harvester speedup over
   stock, worst lender slowdown).
 * **pareto**: huvm is *dominated* when the prototype (``huvm-atc22``) is faster beyond noise while its lenders
   are no worse off (their worst slowdown at most huvm's, within noise); otherwise ``ok``.
@@ -15,6 +16,7 @@ An admin bounds how much a lender may be slowed down (T). For each scenario and 
   huvm's and the prototype's speedups (and worst lender slowdowns) over it, at least :data:`NOISE_FLOOR`.
 
     python -m huvm.sim.verdict                 # the evaluation half's verdict lines and their summary
+    python -m huvm.sim.verdict --half tuning --spike-period 1000   # with the spiky lenders spiking every second
     python -m huvm.sim.verdict --update-doc docs/evaluation.md   # the summary into docs/evaluation.md (make eval-doc)
 """
 
@@ -52,7 +54,9 @@ def variants() -> list[Variant]:
     vs = [Variant("stock", "stock"), Variant("huvm-atc22", "huvm-atc22"), Variant("huvm", "huvm")]
     for t in BOUNDS:
         if t is not None:
-            vs.append(Variant(huvm_at(t), "huvm", lender_slowdown=t))
+            # the bound itself (lend_slowdown_max_pct, whole %) on every GPU, and the working lenders' budgets
+            vs.append(Variant(huvm_at(t), "huvm", overrides=(("gpu.lend_slowdown_max_pct", round(t * 100)),),
+                              lender_slowdown=t))
             vs.append(Variant(f"huvm-atc22@{_t_name(t)}", "huvm-atc22", lender_slowdown=t))
     vs += [Variant("huvm/reserve-25%", "huvm", lender_overrides=(("lend_reserve_bytes", 25, True),)),
            Variant("huvm/reserve-50%", "huvm", lender_overrides=(("lend_reserve_bytes", 50, True),)),
@@ -107,13 +111,15 @@ def _half_range(xs: Sequence[float], rel: bool) -> float:
     return (hi - lo) / 2
 
 
-def judge(half: str, only: Sequence[str] = ()) -> list[Verdict]:
-    """Run the half at every timing of the ensemble under :func:`variants` and judge every scenario and T."""
+def judge(half: str, only: Sequence[str] = (), spike_period_ms: float | None = None) -> list[Verdict]:
+    """Run the half at every timing of the ensemble under :func:`variants` and judge every scenario and T;
+    ``spike_period_ms``: the spiky lenders' cadence (:func:`huvmlab.sim.matrix.scenarios`; None: the matrix's)."""
     vs = variants()
     evs: dict[float, Evaluation] = {}
     base: list[Scenario] = []
     for f in TIMINGS:
-        scs = [s for s in scenarios(half, lender_timing=f) if not only or any(o in s.name for o in only)]
+        scs = [s for s in scenarios(half, lender_timing=f, spike_period_ms=spike_period_ms)
+               if not only or any(o in s.name for o in only)]
         evs[f] = evaluate(scs, vs, half=half)
         if f == 1.0:
             base = scs
@@ -162,12 +168,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--half", choices=HALVES, default="evaluation")
     ap.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
                     help="only the scenarios whose name contains it (repeatable)")
+    ap.add_argument("--spike-period", type=float, default=None, metavar="MS",
+                    help="the spiky lenders spike every MS ms (1..60000; default: the matrix's cadence)")
     ap.add_argument("--update-doc", metavar="FILE", help="write the summary between FILE's verdict markers")
     args = ap.parse_args(argv)
     try:
-        if args.update_doc and (args.only or args.half != "evaluation"):
-            raise SimConfigError("--update-doc takes the whole evaluation half", field="update_doc")
-        verdicts = judge(args.half, args.only)
+        if args.update_doc and (args.only or args.half != "evaluation" or args.spike_period is not None):
+            raise SimConfigError("--update-doc takes the whole evaluation half at the matrix's cadence",
+                                 field="update_doc")
+        verdicts = judge(args.half, args.only, args.spike_period)
         if args.update_doc and verdicts:
             changed = replace_block(args.update_doc, DOC_BEGIN, DOC_END, doc_block(verdicts))
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)

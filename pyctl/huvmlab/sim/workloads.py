@@ -276,12 +276,13 @@ LENDER_SHAPES: dict[str, tuple[float, float]] = {
 
 
 def lender(kind: str, usable_bytes: int, horizon_ns: int, op_time_ns: int = 1_000_000,
-           chunks_per_op: int = 4) -> SimTrace:
+           chunks_per_op: int = 4, spike_period_ns: int | None = None) -> SimTrace:
     """A lender's job on a GPU with ``usable_bytes``, shaped for a harvester run of about ``horizon_ns``:
     ``steady`` (a constant footprint read in turn), ``rising`` (grows at a third of the horizon and stays),
     ``spiky`` (a base plus a spike allocated for half of every tenth of the horizon, then freed), ``idle`` (a
     footprint touched once). Shares of memory: :data:`LENDER_SHAPES`. Run it in the background (it loops
-    until the harvesters finish); its throughput is what lending costs it."""
+    until the harvesters finish); its throughput is what lending costs it. ``spike_period_ns``: a spiky
+    lender's cadence instead of a tenth of the horizon (the spike lives for the first half of each period)."""
     if kind not in LENDER_SHAPES:
         raise ValueError(f"unknown lender kind {kind!r}; known: {', '.join(LENDER_SHAPES)}")
     base_share, extra_share = LENDER_SHAPES[kind]
@@ -297,7 +298,7 @@ def lender(kind: str, usable_bytes: int, horizon_ns: int, op_time_ns: int = 1_00
         # long enough that the loop's second round never comes before the harvesters finish
         return rising(base, base + extra, 4 * ops, max(1, ops // 3), op_time_ns=op_time_ns,
                       chunks_per_op=chunks_per_op, name=name)
-    period = max(2, ops // 10)
+    period = max(2, ops // 10) if spike_period_ns is None else max(2, spike_period_ns // op_time_ns)
     return spiky(base, extra, period, max(1, period // 2), op_time_ns=op_time_ns, chunks_per_op=chunks_per_op,
                  name=name)
 
