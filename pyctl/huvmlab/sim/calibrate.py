@@ -1,7 +1,7 @@
 """Calibration of the simulated node against published behaviour (the tables of docs/simulator.md).
 
-    python -m huvm.sim.calibrate            # both tables, a few seconds
-    python -m huvm.sim.calibrate --markdown # as markdown, for the doc
+    huvmctl sim calibrate            # both tables, a few seconds
+    huvmctl sim calibrate --markdown # as markdown, for the doc
 
 1. Stock UVM slowdown versus oversubscription (footprint / GPU memory), single RTX A5000 on PCIe 4 with a
    4 GB footprint as in ARIADNE (33.2x at 200 %, 60.7x at 300 %, geomean of 10 benchmarks) and the HUVM
@@ -131,7 +131,7 @@ def _table(rows: list[dict[str, object]], markdown: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m huvm.sim.calibrate", description="calibration tables")
+    ap = argparse.ArgumentParser(prog="huvmctl sim calibrate", description="calibration tables")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     print("1. Stock UVM slowdown vs oversubscription (ariadne-a5000, 4 GB footprint; runtime / ideal)")
