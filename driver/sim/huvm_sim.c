@@ -17,6 +17,20 @@
 
 #include "huvm_sim_internal.h"
 
+/* huvm_gpu_state_t.guest_traffic_bytes of g: huvm_traffic_level, whose answer without a guest-traffic budget
+ * (0, the window started over) is given here without the call and its pair-counter sum. */
+static inline uint64_t traffic_level(huvm_sim_t *sim, uint32_t g)
+{
+    const huvm_gpu_policy_t *e = huvm_policy_gpu(&sim->core, g);
+    huvm_traffic_t *tr = &sim->gpus[g].guest_traffic;
+
+    if (e && e->lend_traffic_mbyte_per_s != 0)
+        return huvm_traffic_level(&sim->core, g, tr, sim->now);
+    if (tr->start_ns | tr->start_total | tr->prev_bytes)
+        memset(tr, 0, sizeof(*tr));
+    return 0;
+}
+
 static void refresh_state(huvm_sim_t *sim)
 {
     uint32_t g;
@@ -30,7 +44,7 @@ static void refresh_state(huvm_sim_t *sim)
         sim->state[g].last_pressure_ns = sim->gpus[g].last_pressure_ns;
         sim->state[g].burst_chunks = sim->gpus[g].burst_chunks;
         sim->state[g].own_peak_bytes = sim->gpus[g].own_peak.bytes;
-        sim->state[g].guest_traffic_bytes = huvm_traffic_level(&sim->core, g, &sim->gpus[g].guest_traffic, sim->now);
+        sim->state[g].guest_traffic_bytes = traffic_level(sim, g);
         sim->state[g].prefetch_used = sim->gpus[g].pf_used;
         sim->state[g].prefetch_unused = sim->gpus[g].pf_unused;
     }

@@ -88,6 +88,8 @@ typedef struct {
     huvm_traffic_t guest_traffic;   /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
     uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
     uint64_t   inflight;            /* chunks of memory held by copies out of it still in flight */
+    uint64_t   inflight_lb;         /* no copy out of it ends before this (a lower bound on the first end of
+                                       its queues: sim_gpu_retire has nothing to do before it) */
     uint64_t   lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */
     sim_res_t  h2d, d2h;            /* PCIe */
     sim_res_t  port_out, port_in;   /* NVSwitch ports */
