@@ -130,6 +130,7 @@ struct huvm_sim {
     sim_res_t         nvl[HUVM_SIM_MAX_GPUS][HUVM_SIM_MAX_GPUS];
     sim_res_t         sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS];  /* PCIe switch uplinks */
     uint32_t          xfer_seq;
+    uint32_t          traffic_mask;     /* GPUs with a guest-traffic budget (refresh_gpus; set by huvm_sim_run) */
     sim_tenant_t      tenants[HUVM_SIM_MAX_TENANTS];
     uint32_t          n_tenants;
     sim_chunk_t      *chunks;
