@@ -139,11 +139,11 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
         list_init(&g->own);
         for (b = 0; b < HUVM_SIM_MAX_GPUS; b++)
             list_init(&g->guest[b]);
-        g->h2d.mbyte_per_s = g->d2h.mbyte_per_s = cfg->pcie_mbyte_per_s[a];
-        g->h2d.latency_ns = g->d2h.latency_ns = cfg->pcie_latency_ns;
+        res_set(&g->h2d, cfg->pcie_mbyte_per_s[a], cfg->pcie_latency_ns);
+        res_set(&g->d2h, cfg->pcie_mbyte_per_s[a], cfg->pcie_latency_ns);
         if (cfg->flags & HUVM_SIM_FLAG_NVSWITCH) {
-            g->port_out.mbyte_per_s = g->port_in.mbyte_per_s = cfg->nvswitch_port_mbyte_per_s[a];
-            g->port_out.latency_ns = g->port_in.latency_ns = cfg->nvlink_latency_ns;
+            res_set(&g->port_out, cfg->nvswitch_port_mbyte_per_s[a], cfg->nvlink_latency_ns);
+            res_set(&g->port_in, cfg->nvswitch_port_mbyte_per_s[a], cfg->nvlink_latency_ns);
         }
     }
     for (a = 0; a < cfg->gpu_count; a++) {
@@ -153,8 +153,7 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
             if (a == b || cfg->link_type[a][b] == HUVM_LINK_NONE)
                 continue;
             sim->gpus[a].candidates |= 1u << b;
-            sim->nvl[a][b].mbyte_per_s = cfg->link_mbyte_per_s[a][b];
-            sim->nvl[a][b].latency_ns = cfg->nvlink_latency_ns;
+            res_set(&sim->nvl[a][b], cfg->link_mbyte_per_s[a][b], cfg->nvlink_latency_ns);
             memset(&link, 0, sizeof(link));
             link.link_type = cfg->link_type[a][b];
             link.link_count = cfg->link_count[a][b];
@@ -175,7 +174,8 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
         uint32_t sw = cfg->pcie_switch[a];
 
         if (sw) {
-            sim->sw_h2d[sw - 1].mbyte_per_s = sim->sw_d2h[sw - 1].mbyte_per_s = cfg->pcie_switch_mbyte_per_s[sw - 1];
+            res_set(&sim->sw_h2d[sw - 1], cfg->pcie_switch_mbyte_per_s[sw - 1], 0);
+            res_set(&sim->sw_d2h[sw - 1], cfg->pcie_switch_mbyte_per_s[sw - 1], 0);
         }
     }
     sim->host_limit_chunks = cfg->host_memory_bytes ? cfg->host_memory_bytes / SIM_CHUNK : UINT64_MAX;
@@ -357,8 +357,7 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
             /* Memory still held by copies in flight: wait for the first of them, unless a synchronous
              * eviction (demand class, half its link at worst) would free a chunk sooner. */
             uint64_t next = sim_gpu_inflight_next(sim, g);
-            uint64_t sync = t + 2 * ((SIM_CHUNK * 1000 + gg->d2h.mbyte_per_s - 1) / gg->d2h.mbyte_per_s) +
-                            gg->d2h.latency_ns;
+            uint64_t sync = t + 2 * res_ns(&gg->d2h, SIM_CHUNK) + gg->d2h.latency_ns;
 
             if (next <= sync) {
                 t = u64_max(t, next);

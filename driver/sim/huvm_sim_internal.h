@@ -66,6 +66,7 @@ typedef struct {
     uint64_t bytes;
     sim_tok_t *q;                   /* background copies in flight, in order (ring) */
     uint32_t qhead, qlen, qcap, pad;
+    uint64_t chunk_ns;              /* a 2 MiB copy's time on it, as res_xfer rounds it (0: rate not set) */
 } sim_res_t;
 
 typedef struct {
@@ -205,6 +206,23 @@ static inline uint64_t gpu_free(const sim_gpu_t *g)
     uint64_t used = gpu_used(g) + g->inflight;
 
     return used < g->capacity_chunks ? g->capacity_chunks - used : 0;
+}
+
+/* Set a link direction's rate and latency (and the time of a 2 MiB copy on it, computed once: no division on
+ * the transfer path). */
+static inline void res_set(sim_res_t *r, uint64_t mbyte_per_s, uint64_t latency_ns)
+{
+    r->mbyte_per_s = mbyte_per_s;
+    r->latency_ns = latency_ns;
+    r->chunk_ns = mbyte_per_s ? (SIM_CHUNK * 1000 + mbyte_per_s - 1) / mbyte_per_s : 0;
+}
+
+/* The time of `bytes` on r: bytes x 1000 / MB/s, rounded up. */
+static inline uint64_t res_ns(const sim_res_t *r, uint64_t bytes)
+{
+    if (bytes == SIM_CHUNK && r->chunk_ns)
+        return r->chunk_ns;
+    return (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
 }
 
 static inline uint64_t chunk_va(const huvm_sim_t *sim, uint32_t ci)

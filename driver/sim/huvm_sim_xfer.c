@@ -91,7 +91,7 @@ static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t sh
  * conserving. */
 static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
 {
-    uint64_t dur = (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s + svc;
+    uint64_t dur = res_ns(r, bytes) + svc;
     uint64_t start = u64_max(t, r->busy_until[cls]);
     uint64_t other = r->busy_until[!cls];
     uint64_t overlap = other > start ? other - start : 0;
