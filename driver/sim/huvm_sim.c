@@ -51,16 +51,10 @@ static void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
         st->own_peak_bytes = gg->own_peak.bytes;
         st->prefetch_used = gg->pf_used;
         st->prefetch_unused = gg->pf_unused;
-        if (budgets & (1u << g)) {
-            st->guest_traffic_bytes = huvm_traffic_level(&sim->core, g, &gg->guest_traffic, now);
-        } else {
-            /* huvm_traffic_level's answer without a guest-traffic budget: 0, the window started over */
-            huvm_traffic_t *tr = &gg->guest_traffic;
-
-            if (tr->start_ns | tr->start_total | tr->prev_bytes)
-                memset(tr, 0, sizeof(*tr));
-            st->guest_traffic_bytes = 0;
-        }
+        /* huvm_traffic_level's answer without a guest-traffic budget: 0 (its window was started over when the
+         * run started, note_traffic_budgets) */
+        st->guest_traffic_bytes = (budgets & (1u << g)) ?
+                                  huvm_traffic_level(&sim->core, g, &gg->guest_traffic, now) : 0;
     }
 }
 
@@ -70,7 +64,9 @@ static void refresh_state(huvm_sim_t *sim)
 }
 
 /* The GPUs whose policy entry has a guest-traffic budget (huvm_traffic_level sums their pair counters). The
- * policy only changes between runs (huvm_sim_ioctl), so huvm_sim_run notes them when it starts. */
+ * policy only changes between runs (huvm_sim_ioctl), so huvm_sim_run notes them when it starts. The others'
+ * windows start over here, as huvm_traffic_level would start them over at each refresh (nothing else reads
+ * or writes them). */
 static void note_traffic_budgets(huvm_sim_t *sim)
 {
     uint32_t g;
@@ -81,6 +77,8 @@ static void note_traffic_budgets(huvm_sim_t *sim)
 
         if (e && e->lend_traffic_mbyte_per_s != 0)
             sim->traffic_mask |= 1u << g;
+        else
+            memset(&sim->gpus[g].guest_traffic, 0, sizeof(sim->gpus[g].guest_traffic));
     }
 }
 

@@ -56,9 +56,10 @@ def _llama1() -> SimResult:
                         "huvm", sample_interval_ns=10_000_000)
 
 
-def _dgx1(policy: str, overrides: dict[str, int] | None = None) -> Callable[[], SimResult]:
+def _dgx1(policy: str, overrides: dict[str, int] | None = None,
+          traffic_mbyte_per_s: int | None = None) -> Callable[[], SimResult]:
     """Two streaming harvesters on a 4-GPU dgx-1 (PCIe switches, a pair without NVLink) beside a spiky and a
-    steady managed lender that loop in the background."""
+    steady managed lender that loop in the background (with a guest-traffic budget when given)."""
     def run() -> SimResult:
         node = NodeConfig.preset("dgx-1").subset(4).with_gpu_memory(2 * GIB, 256 * MIB)
         usable = 2 * GIB - 256 * MIB
@@ -66,9 +67,10 @@ def _dgx1(policy: str, overrides: dict[str, int] | None = None) -> Callable[[], 
         return run_scenario(node, [
             TenantSpec(0, workloads.streaming(3 * GIB, 6, chunks_per_op=8), role="harvester"),
             TenantSpec(1, workloads.random_access(int(2.5 * GIB), 1500, chunks_per_op=8), role="harvester"),
-            TenantSpec(2, workloads.lender("spiky", usable, horizon), background=True, role="lender"),
+            TenantSpec(2, workloads.lender("spiky", usable, horizon), background=True, role="lender",
+                       lend_traffic_mbyte_per_s=traffic_mbyte_per_s),
             TenantSpec(3, workloads.lender("steady", usable, horizon), background=True, role="lender",
-                       host_resident=True),
+                       host_resident=True, lend_traffic_mbyte_per_s=traffic_mbyte_per_s),
         ], policy, policy_overrides=overrides, sample_interval_ns=5_000_000)
     return run
 
@@ -83,6 +85,7 @@ SCENARIOS: dict[str, Callable[[], SimResult]] = {
     "dgx1-huvm-atc22": _dgx1("huvm-atc22"),
     "dgx1-huvm-remote-map": _dgx1("huvm", {"fetch_mode": 1}),
     "dgx1-stock": _dgx1("stock"),
+    "dgx1-huvm-traffic-budget": _dgx1("huvm", traffic_mbyte_per_s=2_000),
 }
 
 
