@@ -70,27 +70,27 @@ typedef struct {
 } sim_res_t;
 
 typedef struct {
+    /* the fields every refresh and eviction reads first, together (a cache line or two) */
     uint64_t   capacity_chunks;     /* usable by UVM: (memory - reserved) / 2 MiB */
     uint64_t   pinned_chunks;       /* cudaMalloc'd by its tenants (not evictable) */
     sim_list_t own;                 /* its tenants' managed chunks resident here, LRU by residency change */
-    sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
-    uint64_t   guest_chunks;
-    uint64_t   peer_chunks;         /* its data held by peers */
-    uint64_t   host_chunks;         /* its data in host memory */
     uint32_t   candidates;          /* peers with a direct path (bit per GPU) */
-    uint32_t   pad;
-    uint64_t   last_evict_ns;
-    uint64_t   fault_free_ns;       /* the GPU's fault servicing is busy until then (serial per GPU) */
-    uint64_t   last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
-    uint64_t   preevicted;          /* free chunks pre-eviction made and no allocation has used yet */
-    uint64_t   burst_chunks;        /* chunks the last fault batch on this GPU allocated */
-    uint64_t   batch_allocs;        /* chunks allocated by the fault batch in progress */
-    huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
-    huvm_traffic_t guest_traffic;   /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
-    uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
+    uint64_t   guest_chunks;
     uint64_t   inflight;            /* chunks of memory held by copies out of it still in flight */
     uint64_t   inflight_lb;         /* no copy out of it ends before this (a lower bound on the first end of
                                        its queues: sim_gpu_retire has nothing to do before it) */
+    uint64_t   last_evict_ns;
+    uint64_t   last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
+    uint64_t   burst_chunks;        /* chunks the last fault batch on this GPU allocated */
+    huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
+    uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
+    uint64_t   peer_chunks;         /* its data held by peers */
+    uint64_t   host_chunks;         /* its data in host memory */
+    uint64_t   fault_free_ns;       /* the GPU's fault servicing is busy until then (serial per GPU) */
+    uint64_t   preevicted;          /* free chunks pre-eviction made and no allocation has used yet */
+    uint64_t   batch_allocs;        /* chunks allocated by the fault batch in progress */
+    sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
+    huvm_traffic_t guest_traffic;   /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
     uint64_t   lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */
     sim_res_t  h2d, d2h;            /* PCIe */
     sim_res_t  port_out, port_in;   /* NVSwitch ports */
