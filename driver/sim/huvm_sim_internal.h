@@ -66,28 +66,31 @@ typedef struct {
     uint64_t bytes;
     sim_tok_t *q;                   /* background copies in flight, in order (ring) */
     uint32_t qhead, qlen, qcap, pad;
+    uint64_t chunk_ns;              /* a 2 MiB copy's time on it, as res_xfer rounds it (0: rate not set) */
 } sim_res_t;
 
 typedef struct {
+    /* the fields every refresh and eviction reads first, together (a cache line or two) */
     uint64_t   capacity_chunks;     /* usable by UVM: (memory - reserved) / 2 MiB */
     uint64_t   pinned_chunks;       /* cudaMalloc'd by its tenants (not evictable) */
     sim_list_t own;                 /* its tenants' managed chunks resident here, LRU by residency change */
-    sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
+    uint32_t   candidates;          /* peers with a direct path (bit per GPU) */
     uint64_t   guest_chunks;
+    uint64_t   inflight;            /* chunks of memory held by copies out of it still in flight */
+    uint64_t   inflight_lb;         /* no copy out of it ends before this (a lower bound on the first end of
+                                       its queues: sim_gpu_retire has nothing to do before it) */
+    uint64_t   last_evict_ns;
+    uint64_t   last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
+    uint64_t   burst_chunks;        /* chunks the last fault batch on this GPU allocated */
+    huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
+    uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
     uint64_t   peer_chunks;         /* its data held by peers */
     uint64_t   host_chunks;         /* its data in host memory */
-    uint32_t   candidates;          /* peers with a direct path (bit per GPU) */
-    uint32_t   pad;
-    uint64_t   last_evict_ns;
     uint64_t   fault_free_ns;       /* the GPU's fault servicing is busy until then (serial per GPU) */
-    uint64_t   last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
     uint64_t   preevicted;          /* free chunks pre-eviction made and no allocation has used yet */
-    uint64_t   burst_chunks;        /* chunks the last fault batch on this GPU allocated */
     uint64_t   batch_allocs;        /* chunks allocated by the fault batch in progress */
-    huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
+    sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
     huvm_traffic_t guest_traffic;   /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
-    uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
-    uint64_t   inflight;            /* chunks of memory held by copies out of it still in flight */
     uint64_t   lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */
     sim_res_t  h2d, d2h;            /* PCIe */
     sim_res_t  port_out, port_in;   /* NVSwitch ports */
@@ -128,6 +131,7 @@ struct huvm_sim {
     sim_res_t         nvl[HUVM_SIM_MAX_GPUS][HUVM_SIM_MAX_GPUS];
     sim_res_t         sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS];  /* PCIe switch uplinks */
     uint32_t          xfer_seq;
+    uint32_t          traffic_mask;     /* GPUs with a guest-traffic budget (refresh_gpus; set by huvm_sim_run) */
     sim_tenant_t      tenants[HUVM_SIM_MAX_TENANTS];
     uint32_t          n_tenants;
     sim_chunk_t      *chunks;
@@ -202,6 +206,23 @@ static inline uint64_t gpu_free(const sim_gpu_t *g)
     uint64_t used = gpu_used(g) + g->inflight;
 
     return used < g->capacity_chunks ? g->capacity_chunks - used : 0;
+}
+
+/* Set a link direction's rate and latency (and the time of a 2 MiB copy on it, computed once: no division on
+ * the transfer path). */
+static inline void res_set(sim_res_t *r, uint64_t mbyte_per_s, uint64_t latency_ns)
+{
+    r->mbyte_per_s = mbyte_per_s;
+    r->latency_ns = latency_ns;
+    r->chunk_ns = mbyte_per_s ? (SIM_CHUNK * 1000 + mbyte_per_s - 1) / mbyte_per_s : 0;
+}
+
+/* The time of `bytes` on r: bytes x 1000 / MB/s, rounded up. */
+static inline uint64_t res_ns(const sim_res_t *r, uint64_t bytes)
+{
+    if (bytes == SIM_CHUNK && r->chunk_ns)
+        return r->chunk_ns;
+    return (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
 }
 
 static inline uint64_t chunk_va(const huvm_sim_t *sim, uint32_t ci)

@@ -49,8 +49,13 @@ static void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, ui
     k->xfer = ci != SIM_NIL ? sim->chunks[ci].xfer : 0;
     k->release = release;
     r->qlen++;
-    if (release)
-        sim->gpus[release - 1].inflight++;
+    if (release) {
+        sim_gpu_t *gg = &sim->gpus[release - 1];
+
+        gg->inflight++;
+        if (fin < gg->inflight_lb)
+            gg->inflight_lb = fin;
+    }
 }
 
 /* Demand traffic arriving at `start` took `shared` ns of r from the background class: every background copy
@@ -86,7 +91,7 @@ static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t sh
  * conserving. */
 static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
 {
-    uint64_t dur = (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s + svc;
+    uint64_t dur = res_ns(r, bytes) + svc;
     uint64_t start = u64_max(t, r->busy_until[cls]);
     uint64_t other = r->busy_until[!cls];
     uint64_t overlap = other > start ? other - start : 0;
@@ -190,24 +195,38 @@ uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint
     return peer_path(sim, a, b, t, bytes, svc_ns, cls, ci);
 }
 
-/* Copies out of g still in flight at t that have ended give g its memory back. */
+/* Copies out of g still in flight at t that have ended give g its memory back.
+ *
+ * Every copy queued on g's d2h, port_out and nvl[g][*] frees g's memory (release g + 1), and only this
+ * function pops them (leg and res_delay pop copies that free nothing), one queue head at a time. So once the
+ * queues are walked, the earliest head is a lower bound on the next head that can end: later heads are those
+ * already queued (a demand copy only pushes them later, res_delay) or new copies (tok_add lowers the bound).
+ * Before the bound there is nothing to pop, and the walk is skipped: same pops, same order. */
 void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t)
 {
     sim_gpu_t *gg = &sim->gpus[g];
+    uint64_t lb = UINT64_MAX;
     uint32_t b;
 
-    if (!gg->inflight)
+    if (!gg->inflight || t < gg->inflight_lb)
         return;
     while (gg->d2h.qlen && tok_at(&gg->d2h, 0)->fin <= t)
         tok_pop(sim, &gg->d2h);
+    if (gg->d2h.qlen)
+        lb = tok_at(&gg->d2h, 0)->fin;
     while (gg->port_out.qlen && tok_at(&gg->port_out, 0)->fin <= t)
         tok_pop(sim, &gg->port_out);
+    if (gg->port_out.qlen)
+        lb = u64_min(lb, tok_at(&gg->port_out, 0)->fin);
     for (b = 0; b < sim->cfg.gpu_count; b++) {
         sim_res_t *r = &sim->nvl[g][b];
 
         while (r->qlen && tok_at(r, 0)->fin <= t)
             tok_pop(sim, r);
+        if (r->qlen)
+            lb = u64_min(lb, tok_at(r, 0)->fin);
     }
+    gg->inflight_lb = lb;
 }
 
 /* When the first copy out of g still in flight ends (UINT64_MAX: none). */
