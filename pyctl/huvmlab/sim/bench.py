@@ -69,7 +69,7 @@ def _line(label: str, res: SimResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m huvm.sim.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="huvmctl sim bench", description=__doc__.splitlines()[0])
     ap.add_argument("--trace", help="Llama-7B-sized trace directory (default: build/traces/llama-7b-amp.trace)")
     ap.add_argument("--no-check", action="store_true", help="do not fail when a target is missed")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each timed scenario; the fastest counts "
