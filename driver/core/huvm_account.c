@@ -11,7 +11,7 @@
  */
 #include "huvm_internal.h"
 
-#define CTR(core, gpu, field)   (&(core)->counters[gpu].field)
+#define CTR(core, gpu, field) (&(core)->counters[gpu].field)
 
 /* Counter updates. Callers that update one core from one thread at a time (the simulator's event loop) set
  * core->single_writer: the read-modify-writes are then plain relaxed loads and stores, with the same results,
@@ -71,8 +71,13 @@ static void held_sub(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_
     ctr_sub_sat(sw, CTR(core, holder, lent_bytes), taken);
 }
 
-void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_t reason, uint32_t flags,
-                        uint64_t bytes, uint64_t va)
+void huvm_account_evict(huvm_core_t *core,
+                        uint32_t owner,
+                        uint32_t dst,
+                        uint32_t reason,
+                        uint32_t flags,
+                        uint64_t bytes,
+                        uint64_t va)
 {
     int sw;
     uint64_t chunks = huvm_chunks_of(bytes);
@@ -114,8 +119,7 @@ void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_
 _Static_assert(HUVM_FETCHED_MOVED == HUVM_FETCH_MIGRATE && HUVM_FETCHED_REMOTE_MAP == HUVM_FETCH_REMOTE_MAP,
                "the first fetch event reasons are the fetch modes");
 
-void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode,
-                        uint64_t bytes, uint64_t va)
+void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode, uint64_t bytes, uint64_t va)
 {
     int sw;
     uint64_t chunks = huvm_chunks_of(bytes);
@@ -251,8 +255,12 @@ void huvm_account_reset(huvm_core_t *core, uint32_t reset_flags)
     }
 }
 
-uint32_t huvm_lend_reserve(huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner, uint32_t holder,
-                           uint64_t bytes, uint64_t now_ns)
+uint32_t huvm_lend_reserve(huvm_core_t *core,
+                           const huvm_gpu_state_t *state,
+                           uint32_t owner,
+                           uint32_t holder,
+                           uint64_t bytes,
+                           uint64_t now_ns)
 {
     uint64_t inflight;
     uint32_t reason;

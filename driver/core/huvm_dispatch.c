@@ -33,10 +33,8 @@ uint32_t huvm_cmd_privileged(uint32_t cmd)
     case HUVM_IOCTL_SET_POLICY:
     case HUVM_IOCTL_RESET_STATS:
     case HUVM_IOCTL_TEST_SET_NODE:
-    case HUVM_IOCTL_TEST_EVENT:
-        return 1;
-    default:
-        return 0;
+    case HUVM_IOCTL_TEST_EVENT:    return 1;
+    default:                       return 0;
     }
 }
 
@@ -45,10 +43,8 @@ uint32_t huvm_cmd_reader(uint32_t cmd)
     switch (cmd) {
     case HUVM_IOCTL_GET_INFO:
     case HUVM_IOCTL_GET_POLICY:
-    case HUVM_IOCTL_GET_STATS:
-        return 1;
-    default:
-        return 0;
+    case HUVM_IOCTL_GET_STATS:  return 1;
+    default:                    return 0;
     }
 }
 
@@ -96,7 +92,9 @@ static void clear_body(void *params, uint32_t size)
 }
 
 /* A reader (huvm_cmd_reader()): writes only p. */
-static huvm_status_t cmd_get_info(const huvm_core_t *core, const huvm_core_ops_t *ops, void *ctx,
+static huvm_status_t cmd_get_info(const huvm_core_t *core,
+                                  const huvm_core_ops_t *ops,
+                                  void *ctx,
                                   HUVM_GET_INFO_PARAMS *p)
 {
     uint32_t i;
@@ -142,8 +140,11 @@ static huvm_status_t cmd_get_stats(const huvm_core_t *core, const huvm_caller_t 
     return HUVM_NV_OK;
 }
 
-static huvm_status_t cmd_list_va_spaces(huvm_core_t *core, const huvm_core_ops_t *ops, void *ctx,
-                                        const huvm_caller_t *caller, HUVM_LIST_VA_SPACES_PARAMS *p,
+static huvm_status_t cmd_list_va_spaces(huvm_core_t *core,
+                                        const huvm_core_ops_t *ops,
+                                        void *ctx,
+                                        const huvm_caller_t *caller,
+                                        HUVM_LIST_VA_SPACES_PARAMS *p,
                                         uint32_t *error_field)
 {
     uint32_t start = p->start_index;
@@ -178,8 +179,13 @@ static huvm_status_t cmd_list_va_spaces(huvm_core_t *core, const huvm_core_ops_t
     return HUVM_NV_OK;
 }
 
-huvm_status_t huvm_dispatch(huvm_core_t *core, const huvm_core_ops_t *ops, void *ops_ctx,
-                            const huvm_caller_t *caller, uint32_t cmd, void *params, uint32_t params_size)
+huvm_status_t huvm_dispatch(huvm_core_t *core,
+                            const huvm_core_ops_t *ops,
+                            void *ops_ctx,
+                            const huvm_caller_t *caller,
+                            uint32_t cmd,
+                            void *params,
+                            uint32_t params_size)
 {
     uint32_t error_field = HUVM_FIELD_NONE;
     uint32_t expected = huvm_cmd_params_size(cmd);
@@ -212,9 +218,7 @@ huvm_status_t huvm_dispatch(huvm_core_t *core, const huvm_core_ops_t *ops, void 
         goto done;
 
     switch (cmd) {
-    case HUVM_IOCTL_GET_INFO:
-        status = cmd_get_info(core, ops, ops_ctx, (HUVM_GET_INFO_PARAMS *)params);
-        break;
+    case HUVM_IOCTL_GET_INFO:   status = cmd_get_info(core, ops, ops_ctx, (HUVM_GET_INFO_PARAMS *)params); break;
     case HUVM_IOCTL_GET_POLICY: {
         HUVM_GET_POLICY_PARAMS *p = (HUVM_GET_POLICY_PARAMS *)params;
 
@@ -234,9 +238,7 @@ huvm_status_t huvm_dispatch(huvm_core_t *core, const huvm_core_ops_t *ops, void 
         }
         break;
     }
-    case HUVM_IOCTL_GET_STATS:
-        status = cmd_get_stats(core, caller, (HUVM_GET_STATS_PARAMS *)params);
-        break;
+    case HUVM_IOCTL_GET_STATS:   status = cmd_get_stats(core, caller, (HUVM_GET_STATS_PARAMS *)params); break;
     case HUVM_IOCTL_RESET_STATS: {
         HUVM_RESET_STATS_PARAMS *p = (HUVM_RESET_STATS_PARAMS *)params;
 
@@ -254,16 +256,11 @@ huvm_status_t huvm_dispatch(huvm_core_t *core, const huvm_core_ops_t *ops, void 
         break;
     }
     case HUVM_IOCTL_LIST_VA_SPACES:
-        status = cmd_list_va_spaces(core, ops, ops_ctx, caller, (HUVM_LIST_VA_SPACES_PARAMS *)params,
-                                    &error_field);
+        status = cmd_list_va_spaces(core, ops, ops_ctx, caller, (HUVM_LIST_VA_SPACES_PARAMS *)params, &error_field);
         break;
     case HUVM_IOCTL_TEST_SET_NODE:
-    case HUVM_IOCTL_TEST_EVENT:
-        status = huvm_dispatch_test(core, caller, cmd, params, &error_field);
-        break;
-    default:
-        status = HUVM_NV_ERR_INVALID_COMMAND;
-        break;
+    case HUVM_IOCTL_TEST_EVENT:    status = huvm_dispatch_test(core, caller, cmd, params, &error_field); break;
+    default:                       status = HUVM_NV_ERR_INVALID_COMMAND; break;
     }
 
 done:

@@ -54,8 +54,7 @@ static huvm_status_t cmd_test_set_node(huvm_core_t *core, HUVM_TEST_SET_NODE_PAR
                 *error_field = HUVM_FIELD_NODE_LINK;
                 return status;
             }
-            if (l->link_type != r->link_type || l->link_count != r->link_count ||
-                l->mbyte_per_s != r->mbyte_per_s) {
+            if (l->link_type != r->link_type || l->link_count != r->link_count || l->mbyte_per_s != r->mbyte_per_s) {
                 *error_field = HUVM_FIELD_NODE_LINK;    /* links are symmetric */
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
@@ -170,8 +169,7 @@ static void test_fault(test_run_t *t, uint32_t gpu, uint32_t count, uint64_t va)
         }
     }
     while (t->p->done < count) {
-        huvm_account_fetch(core, gpu, HUVM_DEST_HOST, 0, HUVM_CHUNK_SIZE,
-                           va + (uint64_t)t->p->done * HUVM_CHUNK_SIZE);
+        huvm_account_fetch(core, gpu, HUVM_DEST_HOST, 0, HUVM_CHUNK_SIZE, va + (uint64_t)t->p->done * HUVM_CHUNK_SIZE);
         free_sub(t, gpu, HUVM_CHUNK_SIZE);
         t->p->done++;
         t->p->last_dst = HUVM_DEST_HOST;
@@ -199,8 +197,7 @@ static void test_giveback(test_run_t *t, uint32_t gpu, uint32_t count, uint64_t 
         if (best == HUVM_MAX_GPUS)
             break;
         for (k = 0; k < left[best]; k++) {
-            huvm_account_giveback(t->core, gpu, best, HUVM_CHUNK_SIZE,
-                                  va + (uint64_t)t->p->done * HUVM_CHUNK_SIZE);
+            huvm_account_giveback(t->core, gpu, best, HUVM_CHUNK_SIZE, va + (uint64_t)t->p->done * HUVM_CHUNK_SIZE);
             free_add(t, gpu, HUVM_CHUNK_SIZE);
             t->p->done++;
             t->p->to_peer++;
@@ -249,7 +246,9 @@ static void test_prefetch(test_run_t *t, uint32_t gpu, uint32_t count, uint64_t 
     }
 }
 
-static huvm_status_t cmd_test_event(huvm_core_t *core, const huvm_caller_t *caller, HUVM_TEST_EVENT_PARAMS *p,
+static huvm_status_t cmd_test_event(huvm_core_t *core,
+                                    const huvm_caller_t *caller,
+                                    HUVM_TEST_EVENT_PARAMS *p,
                                     uint32_t *error_field)
 {
     test_run_t t;
@@ -291,7 +290,9 @@ static huvm_status_t cmd_test_event(huvm_core_t *core, const huvm_caller_t *call
     switch (p->event) {
     case HUVM_TEST_EVENT_EVICT:
         for (i = 0; i < p->count; i++)
-            test_evict_one(&t, p->gpu, p->flags ? HUVM_EVICT_FLAG_PMA_CONTEXT : 0,
+            test_evict_one(&t,
+                           p->gpu,
+                           p->flags ? HUVM_EVICT_FLAG_PMA_CONTEXT : 0,
                            p->va + (uint64_t)i * HUVM_CHUNK_SIZE);
         break;
     case HUVM_TEST_EVENT_PREEVICT:
@@ -301,12 +302,8 @@ static huvm_status_t cmd_test_event(huvm_core_t *core, const huvm_caller_t *call
         for (i = 0; i < n; i++)
             test_evict_one(&t, p->gpu, HUVM_EVICT_FLAG_PREEVICT, p->va + (uint64_t)i * HUVM_CHUNK_SIZE);
         break;
-    case HUVM_TEST_EVENT_FAULT:
-        test_fault(&t, p->gpu, p->count, p->va);
-        break;
-    case HUVM_TEST_EVENT_GIVEBACK:
-        test_giveback(&t, p->gpu, p->count, p->va);
-        break;
+    case HUVM_TEST_EVENT_FAULT:    test_fault(&t, p->gpu, p->count, p->va); break;
+    case HUVM_TEST_EVENT_GIVEBACK: test_giveback(&t, p->gpu, p->count, p->va); break;
     case HUVM_TEST_EVENT_PREFETCH:
     default:
         /* a prefetch event stands for one after a fault batch that had to evict: the GPU is under pressure */
@@ -321,15 +318,15 @@ static huvm_status_t cmd_test_event(huvm_core_t *core, const huvm_caller_t *call
     return HUVM_NV_OK;
 }
 
-huvm_status_t huvm_dispatch_test(huvm_core_t *core, const huvm_caller_t *caller, uint32_t cmd, void *params,
+huvm_status_t huvm_dispatch_test(huvm_core_t *core,
+                                 const huvm_caller_t *caller,
+                                 uint32_t cmd,
+                                 void *params,
                                  uint32_t *error_field)
 {
     switch (cmd) {
-    case HUVM_IOCTL_TEST_SET_NODE:
-        return cmd_test_set_node(core, (HUVM_TEST_SET_NODE_PARAMS *)params, error_field);
-    case HUVM_IOCTL_TEST_EVENT:
-        return cmd_test_event(core, caller, (HUVM_TEST_EVENT_PARAMS *)params, error_field);
-    default:
-        return HUVM_NV_ERR_INVALID_COMMAND;
+    case HUVM_IOCTL_TEST_SET_NODE: return cmd_test_set_node(core, (HUVM_TEST_SET_NODE_PARAMS *)params, error_field);
+    case HUVM_IOCTL_TEST_EVENT:    return cmd_test_event(core, caller, (HUVM_TEST_EVENT_PARAMS *)params, error_field);
+    default:                       return HUVM_NV_ERR_INVALID_COMMAND;
     }
 }

@@ -58,8 +58,8 @@ static void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
         st->prefetch_unused = gg->pf_unused;
         /* huvm_traffic_level's answer without a guest-traffic budget: 0 (its window was started over when the
          * run started, note_traffic_budgets) */
-        st->guest_traffic_bytes = (budgets & (1u << g)) ?
-                                  huvm_traffic_level(&sim->core, g, &gg->guest_traffic, now) : 0;
+        st->guest_traffic_bytes =
+            (budgets & (1u << g)) ? huvm_traffic_level(&sim->core, g, &gg->guest_traffic, now) : 0;
     }
 }
 
@@ -100,7 +100,9 @@ static void sim_set_gpu_rates(huvm_sim_t *sim, uint32_t g)
     uint64_t chunk_ns = cfg->evict_service_ns + cfg->pcie_latency_ns + us_bytes / cfg->pcie_mbyte_per_s[g];
     uint64_t giveback = chunk_ns ? us_bytes / chunk_ns : 0;
 
-    huvm_core_set_gpu_rates(&sim->core, g, (uint32_t)(hbm < HUVM_MAX_MBYTE_PER_S ? hbm : HUVM_MAX_MBYTE_PER_S),
+    huvm_core_set_gpu_rates(&sim->core,
+                            g,
+                            (uint32_t)(hbm < HUVM_MAX_MBYTE_PER_S ? hbm : HUVM_MAX_MBYTE_PER_S),
                             (uint32_t)(giveback < HUVM_MAX_MBYTE_PER_S ? giveback : HUVM_MAX_MBYTE_PER_S));
 }
 
@@ -115,8 +117,7 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
     if (st != HUVM_NV_OK)
         return NULL;
     if (preset >= HUVM_PRESET_COUNT || preset == HUVM_PRESET_CUSTOM) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "preset", "preset %u is not stock, atc22 or huvm",
-                      preset);
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "preset", "preset %u is not stock, atc22 or huvm", preset);
         return NULL;
     }
     sim = calloc(1, sizeof(*sim));
@@ -153,8 +154,8 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
             return NULL;
         }
         sim_set_gpu_rates(sim, a);
-        g->capacity_chunks = (cfg->flags & HUVM_SIM_FLAG_UNLIMITED) ? SIM_UNLIMITED_CHUNKS :
-                             info.memory_bytes / SIM_CHUNK;
+        g->capacity_chunks =
+            (cfg->flags & HUVM_SIM_FLAG_UNLIMITED) ? SIM_UNLIMITED_CHUNKS : info.memory_bytes / SIM_CHUNK;
         list_init(&g->own);
         for (b = 0; b < HUVM_SIM_MAX_GPUS; b++)
             list_init(&g->guest[b]);
@@ -182,8 +183,7 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
                 char f[48];
 
                 snprintf(f, sizeof(f), "links[%u][%u]", a, b);
-                sim_set_error(err, st, -1, f, "the policy core refused the link GPU %u->%u (status 0x%x)",
-                              a, b, st);
+                sim_set_error(err, st, -1, f, "the policy core refused the link GPU %u->%u (status 0x%x)", a, b, st);
                 free(sim);
                 return NULL;
             }
@@ -241,10 +241,10 @@ static void vacnt_add(huvm_sim_t *sim, uint32_t ci, int which)
     sim_vacnt_t *v = &sim->tenants[sim->chunks[ci].tenant].vacnt;
 
     switch (which) {
-    case 0: v->evict_to_peer++; break;
-    case 1: v->evict_to_host++; break;
-    case 2: v->fetch_from_peer++; break;
-    case 3: v->fetch_from_host++; break;
+    case 0:  v->evict_to_peer++; break;
+    case 1:  v->evict_to_host++; break;
+    case 2:  v->fetch_from_peer++; break;
+    case 3:  v->fetch_from_host++; break;
     default: v->prefetch++; break;
     }
 }
@@ -252,8 +252,11 @@ static void vacnt_add(huvm_sim_t *sim, uint32_t ci, int which)
 int host_take_chunk(huvm_sim_t *sim)
 {
     if (sim->host_chunks >= sim->host_limit_chunks) {
-        run_error(sim, HUVM_NV_ERR_NO_MEMORY, "host_memory_bytes",
-                  "host memory is exhausted (%llu GiB evicted)", (unsigned long long)(sim->host_chunks / 512));
+        run_error(sim,
+                  HUVM_NV_ERR_NO_MEMORY,
+                  "host_memory_bytes",
+                  "host memory is exhausted (%llu GiB evicted)",
+                  (unsigned long long)(sim->host_chunks / 512));
         return -1;
     }
     sim->host_chunks++;
@@ -262,7 +265,12 @@ int host_take_chunk(huvm_sim_t *sim)
 
 /* Evict chunk ci (owner g's own, resident on g) where the core says. Returns when g can reuse the memory
  * (sync) or t (async: pre-eviction). */
-static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, int sync,
+static uint64_t evict_own(huvm_sim_t *sim,
+                          uint32_t g,
+                          uint32_t ci,
+                          uint64_t t,
+                          uint32_t flags,
+                          int sync,
                           uint32_t *stale)
 {
     sim_chunk_t *c = &sim->chunks[ci];
@@ -310,7 +318,8 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
         gg->peer_chunks++;
         c->holder = (uint8_t)p;
         vacnt_add(sim, ci, 0);
-    } else {
+    }
+    else {
         fin = sim_xfer_d2h(sim, g, start, SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
         c->loc = HUVM_SIM_LOC_HOST;
         gg->host_chunks++;
@@ -319,8 +328,7 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
     c->ready_ns = u64_max(c->ready_ns, fin);
     c->flags &= (uint8_t)~SIM_CF_REMOTE;
     gg->last_evict_ns = t ? t : 1;
-    huvm_account_evict(&sim->core, g, d.dst, d.reason, flags & HUVM_EVICT_FLAG_PREEVICT, SIM_CHUNK,
-                       chunk_va(sim, ci));
+    huvm_account_evict(&sim->core, g, d.dst, d.reason, flags & HUVM_EVICT_FLAG_PREEVICT, SIM_CHUNK, chunk_va(sim, ci));
     return sync ? fin : t;
 }
 
@@ -341,8 +349,8 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
     hg->guest_chunks--;
     sim->gpus[o].peer_chunks--;
     sim->gpus[o].host_chunks++;
-    fin = sim_xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.evict_service_ns,
-                       sync ? SIM_FG : SIM_BG, ci);
+    fin =
+        sim_xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
     lend_charge(sim, h, 1);
     c->loc = HUVM_SIM_LOC_HOST;
     c->ready_ns = u64_max(c->ready_ns, fin);
@@ -411,8 +419,13 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
             t = evict_own(sim, g, gg->own.head, t, flags, 1, NULL);
             continue;
         }
-        run_error(sim, HUVM_NV_ERR_NO_MEMORY, "tenants", "GPU %u is out of memory: %llu MiB are pinned by "
-                  "cudaMalloc and nothing is evictable", g, (unsigned long long)(gg->pinned_chunks * 2));
+        run_error(sim,
+                  HUVM_NV_ERR_NO_MEMORY,
+                  "tenants",
+                  "GPU %u is out of memory: %llu MiB are pinned by "
+                  "cudaMalloc and nothing is evictable",
+                  g,
+                  (unsigned long long)(gg->pinned_chunks * 2));
         break;
     }
     return t;
@@ -438,8 +451,8 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
     if (!giveback_only)
         huvm_decide_preevict_plan(&sim->core, sim->state, g, t, &plan);
     for (o = 0; o < sim->cfg.gpu_count; o++)
-        plan.guest_chunks[o] = plan.guest_chunks[o] > back.guest_chunks[o] ? plan.guest_chunks[o] :
-                               back.guest_chunks[o];
+        plan.guest_chunks[o] =
+            plan.guest_chunks[o] > back.guest_chunks[o] ? plan.guest_chunks[o] : back.guest_chunks[o];
     /* Guests' chunks first (a lender's own data never leaves ahead of a guest's), then its own. */
     for (o = 0; o < sim->cfg.gpu_count && !sim->failed; o++) {
         for (k = 0; k < plan.guest_chunks[o] && gg->guest[o].count && !sim->failed; k++) {
@@ -499,8 +512,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
             sim->gpus[p].guest_chunks--;
             sim->gpus[g].peer_chunks--;
-            c->ready_ns = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
-                                        SIM_BG, pci);
+            c->ready_ns =
+                sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
             c->fetched_ns = c->ready_ns;
@@ -523,8 +536,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             }
             sim->host_chunks--;
             gg->host_chunks--;
-            c->ready_ns = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
-                                       SIM_BG, pci);
+            c->ready_ns =
+                sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
             list_push_tail(sim->chunks, &gg->own, pci);
@@ -533,21 +546,21 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             local_done++;
             vacnt_add(sim, pci, 4);
             huvm_account_prefetch(&sim->core, g, g, SIM_CHUNK, chunk_va(sim, pci));
-        } else if (peer_done < plan.peer_chunks) {
+        }
+        else if (peer_done < plan.peer_chunks) {
             uint32_t p = plan.peer;
             sim_gpu_t *pg = &sim->gpus[p];
 
             refresh_state(sim);
-            if (gpu_free(pg) == 0 ||
-                huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, t) != HUVM_REASON_PEER) {
+            if (gpu_free(pg) == 0 || huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, t) != HUVM_REASON_PEER) {
                 peer_done = plan.peer_chunks;   /* the peer is full: the rest of the host part is dropped */
                 continue;
             }
             sim->host_chunks--;
             sim->gpus[g].host_chunks--;
             sim->gpus[g].peer_chunks++;
-            c->ready_ns = sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
-                                       SIM_BG, pci);
+            c->ready_ns =
+                sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
             lend_charge(sim, p, 1);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)p;
@@ -557,7 +570,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             peer_done++;
             vacnt_add(sim, pci, 4);
             huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
-        } else if (back_done >= plan.peer_local_chunks) {
+        }
+        else if (back_done >= plan.peer_local_chunks) {
             break;
         }
     }
@@ -671,9 +685,11 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci)
     if (c->loc == HUVM_SIM_LOC_GPU) {
         if (c->flags & SIM_CF_PINNED) {
             sim->gpus[o].pinned_chunks--;
-        } else if (c->holder == o) {
+        }
+        else if (c->holder == o) {
             list_remove(sim->chunks, &sim->gpus[o].own, ci);
-        } else {
+        }
+        else {
             /* Harvested data freed by its owner: the peer's chunk is simply released (no copy); the core's
              * held/lent/harvested gauges go down with it. */
             list_remove(sim->chunks, &sim->gpus[c->holder].guest[o], ci);
@@ -681,7 +697,8 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci)
             sim->gpus[o].peer_chunks--;
             huvm_account_release(&sim->core, o, c->holder, SIM_CHUNK, chunk_va(sim, ci));
         }
-    } else if (c->loc == HUVM_SIM_LOC_HOST) {
+    }
+    else if (c->loc == HUVM_SIM_LOC_HOST) {
         sim->host_chunks--;
         sim->gpus[o].host_chunks--;
     }

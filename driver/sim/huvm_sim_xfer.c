@@ -100,7 +100,8 @@ static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t byt
     if (2 * dur <= overlap) {
         fin = start + 2 * dur;
         shared = dur;
-    } else {
+    }
+    else {
         fin = start + dur + overlap / 2;
         shared = overlap / 2;
     }
@@ -116,8 +117,14 @@ static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t byt
 }
 
 /* One leg of a copy: over r, noted as in flight when it is a background copy. */
-static uint64_t leg(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls,
-                    uint32_t ci, uint32_t release)
+static uint64_t leg(huvm_sim_t *sim,
+                    sim_res_t *r,
+                    uint64_t t,
+                    uint64_t bytes,
+                    uint64_t svc,
+                    int cls,
+                    uint32_t ci,
+                    uint32_t release)
 {
     uint64_t fin;
 
@@ -136,8 +143,7 @@ static inline void new_xfer(huvm_sim_t *sim, uint32_t ci)
 }
 
 /* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
-uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
-                      uint32_t ci)
+uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci)
 {
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
@@ -151,8 +157,7 @@ uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
 }
 
 /* g -> host; a background copy holds g's memory until it ends on g's own link (release). */
-uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
-                      uint32_t ci)
+uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci)
 {
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
@@ -166,8 +171,14 @@ uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
 }
 
 /* a -> b over the pair's direct path, svc ns of per-block service in front of the copy. */
-static uint64_t peer_path(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, uint64_t svc,
-                          int cls, uint32_t ci)
+static uint64_t peer_path(huvm_sim_t *sim,
+                          uint32_t a,
+                          uint32_t b,
+                          uint64_t t,
+                          uint64_t bytes,
+                          uint64_t svc,
+                          int cls,
+                          uint32_t ci)
 {
     if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
         /* PCIe peer-to-peer: a's upstream and b's downstream direction (not the switches' uplinks). */
@@ -181,14 +192,19 @@ static uint64_t peer_path(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, u
 }
 
 /* a -> b, a remote-mapped read (ci = SIM_NIL, demand class): no migration, so no per-block service. */
-uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
-                              uint32_t ci)
+uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
 {
     return peer_path(sim, a, b, t, bytes, 0, cls, ci);
 }
 
-uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, uint64_t svc_ns,
-                       int cls, uint32_t ci)
+uint64_t sim_xfer_peer(huvm_sim_t *sim,
+                       uint32_t a,
+                       uint32_t b,
+                       uint64_t t,
+                       uint64_t bytes,
+                       uint64_t svc_ns,
+                       int cls,
+                       uint32_t ci)
 {
     sim->traffic.gpu_to_gpu[a][b] += bytes;
     new_xfer(sim, ci);
@@ -260,8 +276,13 @@ uint64_t huvm_sim_path_probe(huvm_sim_t *sim, uint32_t path, uint32_t gpu, uint3
         if (path == HUVM_SIM_PATH_EVICT)
             fin = sim_xfer_d2h(sim, gpu, 0, SIM_CHUNK, sim->cfg.evict_service_ns, SIM_BG, SIM_NIL);
         else
-            fin = sim_xfer_h2d(sim, gpu, 0, SIM_CHUNK, path == HUVM_SIM_PATH_PREFETCH ?
-                               sim->cfg.migrate_service_ns : 0, SIM_BG, SIM_NIL);
+            fin = sim_xfer_h2d(sim,
+                               gpu,
+                               0,
+                               SIM_CHUNK,
+                               path == HUVM_SIM_PATH_PREFETCH ? sim->cfg.migrate_service_ns : 0,
+                               SIM_BG,
+                               SIM_NIL);
     }
     return fin;
 }
