@@ -46,7 +46,8 @@ def _rel(path: Path) -> str:
 CORE_SOURCES = sorted(_rel(p) for p in (DRIVER / "core").glob("*.c"))
 SIM_SOURCES = sorted(_rel(p) for p in (DRIVER / "sim").glob("*.c"))
 INCLUDE_DIRS = [str(DRIVER / "include" / "uapi"), str(DRIVER / "core"), str(DRIVER / "sim")]
-COMPILE_ARGS = ["-O3", "-flto=auto", "-fno-semantic-interposition", "-std=gnu11", "-Wall", "-Werror", "-Wno-unused-function"]
+COMPILE_ARGS = ["-O3", "-flto=auto", "-fno-semantic-interposition", "-std=gnu11", "-Wall", "-Werror",
+                "-Wno-unused-function"]
 
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
 _DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)(\([^)]*\))?\s*(.*)$")

@@ -96,7 +96,7 @@ def event_names() -> tuple[str, ...]:
 def event_prefix() -> str:
     """HUVM_EVENT_PREFIX of huvm_events.h: the tracepoint and USDT probe of event ``evict`` are
     ``huvm:huvm_evict``."""
-    found = re.search(r'#define HUVM_EVENT_PREFIX "(\w*)"', _events_header() or "")
+    found = re.search(r'#define HUVM_EVENT_PREFIX\s+"(\w*)"', _events_header() or "")
     return found.group(1) if found else "huvm_"
 
 

@@ -100,7 +100,7 @@ def _added_lines(patch: Path) -> list[str]:
 def test_event_list_and_args() -> None:
     events = _core_events()
     assert events == ["evict", "preevict", "fetch", "giveback", "prefetch", "policy"]
-    args = re.search(r'#define HUVM_EVENT_ARGS "([^"]+)"', _read(CORE / "huvm_events.h"))
+    args = re.search(r'#define HUVM_EVENT_ARGS\s+"([^"]+)"', _read(CORE / "huvm_events.h"))
     assert args and args.group(1).split(",") == EVENT_ARGS
 
 
@@ -108,7 +108,7 @@ def test_tracepoints_match_core_events() -> None:
     text = _strip_c_comments(_read(UVM / "uvm_huvm_trace.h"))
     assert re.search(r"#define TRACE_SYSTEM huvm\b", text)
     defined = re.findall(r"DEFINE_EVENT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*TP_PROTO\(([^)]*)\)", text)
-    prefix = re.search(r'#define HUVM_EVENT_PREFIX "(\w+)"', _read(CORE / "huvm_events.h"))
+    prefix = re.search(r'#define HUVM_EVENT_PREFIX\s+"(\w+)"', _read(CORE / "huvm_events.h"))
     assert prefix and prefix.group(1) == "huvm_", "tracepoint symbols are prefixed (__tracepoint_huvm_evict)"
     assert [name for _, name, _ in defined] == ["huvm_" + e for e in _core_events()], \
         "tracepoints differ from huvm_events.h"
@@ -128,7 +128,7 @@ def test_core_fires_every_event_through_huvm_trace() -> None:
             fired.add(name)
             assert nargs.count(",") == len(EVENT_ARGS) - 1, f"{src.name}: HUVM_TRACE({name}) arguments"
     assert fired == set(_core_events()), f"fired {sorted(fired)}"
-    port = _read(CORE / "huvm_port.h")
+    port = re.sub(r"\s*\\\n\s*|\s+", " ", _read(CORE / "huvm_port.h"))   # macros on one line each
     # Kernel: tracepoint huvm:huvm_<name> (trace_huvm_<name>()); user space: USDT probe huvm:huvm_<name>.
     assert "trace_huvm_##name(" in port
     assert "DTRACE_PROBE5(huvm, huvm_##name," in port
