@@ -1832,9 +1832,19 @@ EXPORT_SYMBOL(nvUvmInterfaceGetExternalAllocPhysAddrs);
 
 void nvUvmInterfaceReportFatalError(NV_STATUS error)
 {
-	/* RM logs it and marks the node as needing a reboot (nvGpuOpsReportFatalError); the emulator logs it
-	 * (one kernel error line, kept in the test bed's dmesg of the variant). */
-	pr_err("huvm-softgpu: nvidia-uvm reported a global fatal error 0x%x: RM would require a reboot\n", error);
+	static atomic_t reports = ATOMIC_INIT(0);
+	static NV_STATUS last_error;
+
+	/*
+	 * RM logs it and marks the node for a reboot (nvGpuOpsReportFatalError). UVM calls this from every
+	 * uvm_global_set_fatal_error(), which its own built-in tests provoke (GPU_SEMAPHORE_SANITY's
+	 * semaphore jumps) and which it already logs each time: the emulator logs the first report of each
+	 * error code in a row with the running count, no flood. Any context (bottom halves): no lock, no sleep.
+	 */
+	atomic_inc(&reports);
+	if (xchg(&last_error, error) != error)
+		pr_err("huvm-softgpu: nvidia-uvm reported a global fatal error 0x%x (report %d): RM would require a reboot\n",
+		       error, atomic_read(&reports));
 }
 EXPORT_SYMBOL(nvUvmInterfaceReportFatalError);
 #endif
