@@ -553,8 +553,10 @@ def _load_uvm(ko: str, *extra: str) -> None:
 
 def _fast_ko(ko: str) -> str:
     """A copy of nvidia-uvm.ko on the guest's tmpfs without debug sections (insmod reads the whole file; the
-    original lies on the 9p share). The kernel never loads debug sections, so the module is the same."""
-    out = "/tmp/nvidia-uvm-lifecycle.ko"
+    original lies on the 9p share). The kernel never loads debug sections, so the module is the same. One
+    copy per module file: the guest's /tmp outlives a variant, and a later variant must not load an earlier
+    one's module (the software GPU it was linked against differs between 535 and 580)."""
+    out = f"/tmp/lifecycle-{os.path.basename(ko)}"
     if not os.path.exists(out):
         p = subprocess.run(["objcopy", "--strip-debug", ko, out], capture_output=True, text=True, check=False)
         if p.returncode != 0:
