@@ -28,7 +28,7 @@ help:
 	@echo "  demo           set up and run the example consolidation experiment (simulated node)"
 	@echo "  test           all tests (C core, Python, module build, sparse, qemu test bed)"
 	@echo "  source patch module check-kernel load unload dkms-install dkms-remove refresh-patches"
-	@echo "  vm-test bench eval traces lint"
+	@echo "  vm-test bench eval traces lint format"
 
 # System packages (Debian); a no-op when everything is present.
 deps:
@@ -52,6 +52,17 @@ include $(ROOT)/pyctl/pyctl.mk
 include $(ROOT)/pyctl/traces.mk
 include $(ROOT)/tui/tui.mk
 include $(ROOT)/tests/vm/vm.mk
+
+# C style of driver/ (driver/.clang-format, NVIDIA UVM's kernel style): `make format` applies it, `make lint`
+# fails on any difference (clang-format is pinned in pyctl's dev extras, so every machine formats alike).
+C_FORMAT_SRCS = $(shell find $(ROOT)/driver -name '*.[ch]' $(C_FORMAT_EXCLUDE) | sort)
+C_FORMAT_EXCLUDE = -not -path '$(ROOT)/driver/softgpu/*'
+.PHONY: format lint-c
+format: | venv
+	@$(VENV)/bin/clang-format -i $(C_FORMAT_SRCS)
+lint-c: | venv
+	@$(VENV)/bin/clang-format --dry-run --Werror $(C_FORMAT_SRCS)
+lint: lint-c
 
 # Umbrella targets; the fragments add their parts as prerequisites of these.
 test: | venv

@@ -1,9 +1,9 @@
-# pyctl: the huvm Python package (control plane, huvmctl, experiments, exporter).
+# pyctl: the Python packages huvm (control plane, huvmctl, exporter) and huvmlab (simulator, traces, experiments).
 #
 #   make demo      run the shipped consolidation experiment on the simulated node into out/demo
 #   make py-test   pytest over tests/python (the TUI's tests run in tui.mk's tui-test)
-#   make lint      ruff + mypy --strict over pyctl/huvm and tui/huvm_top; ruff (same config) over tests/python
-#                  and tests/vm
+#   make lint      ruff + mypy --strict over pyctl/huvm, pyctl/huvmlab, tui/huvm_top and tests/python; ruff (same
+#                  config) over tests/vm
 #   make uvm-binding   huvm.uvm's cffi binding of NVIDIA's UVM ioctls, compiled against the pinned upstream
 #                  headers (needs `make source`) into $(UVM_BINDING_DIR); not part of the pip install
 #   make gpu-check GPT-2 steps on this machine's GPU with PyTorch's allocator and with huvm's managed pool
@@ -23,9 +23,11 @@ py-test: | venv
 	@cd $(ROOT) && $(PY) -m pytest -q -p no:cacheprovider tests/python --ignore-glob='tests/python/test_tui*' $(PYTEST_ARGS)
 
 lint: | venv
-	@cd $(ROOT) && $(VENV)/bin/ruff check --no-cache --config $(LINT_CONFIG) pyctl/huvm tui/huvm_top tests/python tests/vm
+	@cd $(ROOT) && $(VENV)/bin/ruff check --no-cache --config $(LINT_CONFIG) pyctl/huvm pyctl/huvmlab tui/huvm_top tests/python tests/vm
 	@cd $(ROOT) && $(PY) -m mypy --no-incremental --cache-dir=/dev/null --config-file $(LINT_CONFIG) \
-		pyctl/huvm tui/huvm_top
+		pyctl/huvm pyctl/huvmlab tui/huvm_top
+	@cd $(ROOT) && MYPYPATH=pyctl:tui:tests/python:tests $(PY) -m mypy --no-incremental --cache-dir=/dev/null \
+		--config-file $(LINT_CONFIG) tests/python
 
 demo-experiment: | venv
 	@cd $(ROOT) && $(VENV)/bin/huvmctl experiment run $(DEMO_FILE) --out $(DEMO_OUT)

@@ -33,7 +33,7 @@ class BuildPy(build_py):  # type: ignore[misc]
             return
         # A reused build directory keeps modules that have since left the source tree; they must not ship.
         built = {os.path.abspath(f) for f in self.get_outputs()}
-        for stale in (Path(self.build_lib) / "huvm").rglob("*.py"):
+        for stale in (p for pkg in ("huvm", "huvmlab") for p in (Path(self.build_lib) / pkg).rglob("*.py")):
             if os.path.abspath(stale) not in built:
                 stale.unlink()
         dest = Path(self.build_lib) / "huvm" / "data"

@@ -12,10 +12,10 @@ TRACES_ONLY ?=
 
 traces: | venv
 	@mkdir -p $(TRACES_DIR)
-	$(PY) -m huvm.traces large $(TRACES_DIR) --no-progress $(if $(TRACES_ONLY),--only $(TRACES_ONLY))
+	$(VENV)/bin/huvmctl trace large $(TRACES_DIR) --no-progress $(if $(TRACES_ONLY),--only $(TRACES_ONLY))
 
 traces-bundled: | venv
-	$(PY) -m huvm.traces bundled $(ROOT)/pyctl/huvm/data/traces --no-progress
+	$(VENV)/bin/huvmctl trace bundled $(ROOT)/pyctl/huvm/data/traces --no-progress
 
 traces-test: | venv
 	$(PY) -m pytest -q -p no:cacheprovider $(ROOT)/tests/python/test_traces.py $(ROOT)/tests/python/test_traces_dnn.py

@@ -9,6 +9,8 @@
 
 CORE_DIR     := $(ROOT)/driver/core
 CORE_INC     := -I$(ROOT)/driver/include/uapi -I$(CORE_DIR)
+# Every build takes all of them: huvm_dispatch_test.c (the test commands, apart from production dispatch as
+# NVIDIA's uvm_*_test.c) is reached only through huvm_dispatch()'s test gate (caller->allow_test).
 CORE_SRCS    := $(wildcard $(CORE_DIR)/*.c)
 CORE_HDRS    := $(wildcard $(CORE_DIR)/*.h) $(ROOT)/driver/include/uapi/uvm_huvm_ioctl.h
 CORE_OUT     := $(BUILD)/core

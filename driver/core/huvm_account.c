@@ -11,33 +11,33 @@
  */
 #include "huvm_internal.h"
 
-#define CTR(core, gpu, field)   (&(core)->counters[gpu].field)
+#define CTR(core, gpu, field) (&(core)->counters[gpu].field)
 
 /* Counter updates. Callers that update one core from one thread at a time (the simulator's event loop) set
  * core->single_writer: the read-modify-writes are then plain relaxed loads and stores, with the same results,
  * still readable from other threads (a 64-bit relaxed access is atomic). Otherwise (the kernel: several fault
- * and eviction paths at once) they are atomic. */
-static inline void ctr_add(const huvm_core_t *core, uint64_t *p, uint64_t v)
+ * and eviction paths at once) they are atomic. sw is core->single_writer, read once per event. */
+static inline void ctr_add(int sw, uint64_t *p, uint64_t v)
 {
-    if (core->single_writer)
+    if (sw)
         huvm_atomic64_set(p, huvm_atomic64_read(p) + v);
     else
         huvm_atomic64_add(p, v);
 }
 
-static inline void ctr_max(const huvm_core_t *core, uint64_t *p, uint64_t v)
+static inline void ctr_max(int sw, uint64_t *p, uint64_t v)
 {
-    if (!core->single_writer)
+    if (!sw)
         huvm_atomic64_max(p, v);
     else if (huvm_atomic64_read(p) < v)
         huvm_atomic64_set(p, v);
 }
 
-static inline uint64_t ctr_sub_sat(const huvm_core_t *core, uint64_t *p, uint64_t v)
+static inline uint64_t ctr_sub_sat(int sw, uint64_t *p, uint64_t v)
 {
     uint64_t old, take;
 
-    if (!core->single_writer)
+    if (!sw)
         return huvm_atomic64_sub_sat(p, v);
     old = huvm_atomic64_read(p);
     take = old < v ? old : v;
@@ -54,23 +54,32 @@ static int valid_gpu(const huvm_core_t *core, uint32_t gpu)
  * more than its gauges count and the saturating subtraction never clamps a gauge. */
 static void held_add(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
 {
-    ctr_add(core, CTR(core, owner, harvested_bytes), bytes);
-    ctr_add(core, CTR(core, holder, lent_bytes), bytes);
-    ctr_max(core, CTR(core, holder, lent_peak_bytes), huvm_atomic64_read(CTR(core, holder, lent_bytes)));
-    ctr_add(core, &core->pairs[owner][holder].held_bytes, bytes);
+    const int sw = core->single_writer;
+
+    ctr_add(sw, CTR(core, owner, harvested_bytes), bytes);
+    ctr_add(sw, CTR(core, holder, lent_bytes), bytes);
+    ctr_max(sw, CTR(core, holder, lent_peak_bytes), huvm_atomic64_read(CTR(core, holder, lent_bytes)));
+    ctr_add(sw, &core->pairs[owner][holder].held_bytes, bytes);
 }
 
 static void held_sub(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
 {
-    uint64_t taken = ctr_sub_sat(core, &core->pairs[owner][holder].held_bytes, bytes);
+    const int sw = core->single_writer;
+    uint64_t taken = ctr_sub_sat(sw, &core->pairs[owner][holder].held_bytes, bytes);
 
-    ctr_sub_sat(core, CTR(core, owner, harvested_bytes), taken);
-    ctr_sub_sat(core, CTR(core, holder, lent_bytes), taken);
+    ctr_sub_sat(sw, CTR(core, owner, harvested_bytes), taken);
+    ctr_sub_sat(sw, CTR(core, holder, lent_bytes), taken);
 }
 
-void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_t reason, uint32_t flags,
-                        uint64_t bytes, uint64_t va)
+void huvm_account_evict(huvm_core_t *core,
+                        uint32_t owner,
+                        uint32_t dst,
+                        uint32_t reason,
+                        uint32_t flags,
+                        uint64_t bytes,
+                        uint64_t va)
 {
+    int sw;
     uint64_t chunks = huvm_chunks_of(bytes);
     int pre = (flags & HUVM_EVICT_FLAG_PREEVICT) != 0;
 
@@ -78,24 +87,25 @@ void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_
         HUVM_ASSERT(0);
         return;
     }
+    sw = core->single_writer;
     if (dst == HUVM_DEST_HOST) {
         HUVM_ASSERT(reason != HUVM_REASON_PEER && reason < HUVM_REASON_COUNT);
         if (reason == HUVM_REASON_PEER || reason >= HUVM_REASON_COUNT)
             reason = HUVM_REASON_NO_PEER;
-        ctr_add(core, CTR(core, owner, evict_to_host), chunks);
-        ctr_add(core, CTR(core, owner, host_reason[reason]), chunks);
+        ctr_add(sw, CTR(core, owner, evict_to_host), chunks);
+        ctr_add(sw, CTR(core, owner, host_reason[reason]), chunks);
         if (pre)
-            ctr_add(core, CTR(core, owner, preevict_to_host), chunks);
-        ctr_add(core, CTR(core, owner, bytes_to_host), bytes);
+            ctr_add(sw, CTR(core, owner, preevict_to_host), chunks);
+        ctr_add(sw, CTR(core, owner, bytes_to_host), bytes);
     }
     else {
         reason = HUVM_REASON_PEER;
-        ctr_add(core, CTR(core, owner, evict_to_peer), chunks);
+        ctr_add(sw, CTR(core, owner, evict_to_peer), chunks);
         if (pre)
-            ctr_add(core, CTR(core, owner, preevict_to_peer), chunks);
-        ctr_add(core, CTR(core, owner, bytes_to_peer), bytes);
-        ctr_add(core, CTR(core, dst, bytes_from_peer), bytes);
-        ctr_add(core, &core->pairs[owner][dst].evict_chunks, chunks);
+            ctr_add(sw, CTR(core, owner, preevict_to_peer), chunks);
+        ctr_add(sw, CTR(core, owner, bytes_to_peer), bytes);
+        ctr_add(sw, CTR(core, dst, bytes_from_peer), bytes);
+        ctr_add(sw, &core->pairs[owner][dst].evict_chunks, chunks);
         held_add(core, owner, dst, bytes);
         /* round robin: the next search starts after the peer just used (a benign race if concurrent) */
         HUVM_WRITE_ONCE(core->rr_next[owner], (dst + 1) % HUVM_MAX_GPUS);
@@ -109,9 +119,9 @@ void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_
 _Static_assert(HUVM_FETCHED_MOVED == HUVM_FETCH_MIGRATE && HUVM_FETCHED_REMOTE_MAP == HUVM_FETCH_REMOTE_MAP,
                "the first fetch event reasons are the fetch modes");
 
-void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode,
-                        uint64_t bytes, uint64_t va)
+void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode, uint64_t bytes, uint64_t va)
 {
+    int sw;
     uint64_t chunks = huvm_chunks_of(bytes);
 
     if (!valid_gpu(core, owner) || (src != HUVM_DEST_HOST && (!valid_gpu(core, src) || src == owner)) ||
@@ -119,25 +129,26 @@ void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_
         HUVM_ASSERT(0);
         return;
     }
+    sw = core->single_writer;
     if (src == HUVM_DEST_HOST) {
         if (mode == HUVM_FETCHED_PAGES)
             chunks = bytes / HUVM_CHUNK_SIZE;       /* whole chunks only: a page run is not a chunk */
         else
             mode = HUVM_FETCHED_MOVED;
-        ctr_add(core, CTR(core, owner, fetch_from_host), chunks);
-        ctr_add(core, CTR(core, owner, bytes_from_host), bytes);
+        ctr_add(sw, CTR(core, owner, fetch_from_host), chunks);
+        ctr_add(sw, CTR(core, owner, bytes_from_host), bytes);
     }
     else if (mode == HUVM_FETCHED_REMOTE_MAP) {
-        ctr_add(core, CTR(core, owner, remote_map), chunks);
+        ctr_add(sw, CTR(core, owner, remote_map), chunks);
     }
     else {
         if (mode != HUVM_FETCHED_RELEASED) {
-            ctr_add(core, CTR(core, owner, bytes_from_peer), bytes);
-            ctr_add(core, CTR(core, src, bytes_to_peer), bytes);
+            ctr_add(sw, CTR(core, owner, bytes_from_peer), bytes);
+            ctr_add(sw, CTR(core, src, bytes_to_peer), bytes);
         }
         if (mode != HUVM_FETCHED_PAGES) {
-            ctr_add(core, CTR(core, owner, fetch_from_peer), chunks);
-            ctr_add(core, &core->pairs[owner][src].fetch_chunks, chunks);
+            ctr_add(sw, CTR(core, owner, fetch_from_peer), chunks);
+            ctr_add(sw, &core->pairs[owner][src].fetch_chunks, chunks);
             held_sub(core, owner, src, bytes);
         }
     }
@@ -146,15 +157,17 @@ void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_
 
 void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, uint64_t bytes, uint64_t va)
 {
+    int sw;
     uint64_t chunks = huvm_chunks_of(bytes);
 
     if (!valid_gpu(core, holder) || !valid_gpu(core, owner) || holder == owner) {
         HUVM_ASSERT(0);
         return;
     }
-    ctr_add(core, CTR(core, holder, giveback), chunks);
-    ctr_add(core, CTR(core, holder, bytes_to_host), bytes);
-    ctr_add(core, &core->pairs[owner][holder].giveback_chunks, chunks);
+    sw = core->single_writer;
+    ctr_add(sw, CTR(core, holder, giveback), chunks);
+    ctr_add(sw, CTR(core, holder, bytes_to_host), bytes);
+    ctr_add(sw, &core->pairs[owner][holder].giveback_chunks, chunks);
     held_sub(core, owner, holder, bytes);
     HUVM_TRACE(giveback, holder, owner, HUVM_REASON_GIVEBACK, bytes, va);
 }
@@ -171,19 +184,21 @@ void huvm_account_release(huvm_core_t *core, uint32_t owner, uint32_t holder, ui
 
 void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint64_t bytes, uint64_t va)
 {
+    int sw;
     uint64_t chunks = huvm_chunks_of(bytes);
 
     if (!valid_gpu(core, owner) || !valid_gpu(core, dst)) {
         HUVM_ASSERT(0);
         return;
     }
-    ctr_add(core, CTR(core, dst, bytes_from_host), bytes);
+    sw = core->single_writer;
+    ctr_add(sw, CTR(core, dst, bytes_from_host), bytes);
     if (dst == owner) {
-        ctr_add(core, CTR(core, owner, prefetch_local), chunks);
+        ctr_add(sw, CTR(core, owner, prefetch_local), chunks);
     }
     else {
-        ctr_add(core, CTR(core, owner, prefetch_to_peer), chunks);
-        ctr_add(core, &core->pairs[owner][dst].prefetch_chunks, chunks);
+        ctr_add(sw, CTR(core, owner, prefetch_to_peer), chunks);
+        ctr_add(sw, &core->pairs[owner][dst].prefetch_chunks, chunks);
         held_add(core, owner, dst, bytes);
     }
     HUVM_TRACE(prefetch, owner, dst, 0, bytes, va);
@@ -191,12 +206,14 @@ void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint
 
 void huvm_account_faults(huvm_core_t *core, uint32_t gpu, uint32_t faults)
 {
+    int sw;
     if (!valid_gpu(core, gpu)) {
         HUVM_ASSERT(0);
         return;
     }
-    ctr_add(core, CTR(core, gpu, faults), faults);
-    ctr_add(core, CTR(core, gpu, fault_batches), 1);
+    sw = core->single_writer;
+    ctr_add(sw, CTR(core, gpu, faults), faults);
+    ctr_add(sw, CTR(core, gpu, fault_batches), 1);
 }
 
 void huvm_account_policy(huvm_core_t *core)
@@ -238,8 +255,12 @@ void huvm_account_reset(huvm_core_t *core, uint32_t reset_flags)
     }
 }
 
-uint32_t huvm_lend_reserve(huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner, uint32_t holder,
-                           uint64_t bytes, uint64_t now_ns)
+uint32_t huvm_lend_reserve(huvm_core_t *core,
+                           const huvm_gpu_state_t *state,
+                           uint32_t owner,
+                           uint32_t holder,
+                           uint64_t bytes,
+                           uint64_t now_ns)
 {
     uint64_t inflight;
     uint32_t reason;

@@ -37,12 +37,21 @@ typedef struct {
     uint64_t prefetch_unused;           /* those that left unused (huvm_prefetch_feedback keeps both) */
     uint64_t guest_traffic_bytes;       /* guests' data copied into or out of this GPU over the last
                                            HUVM_LEND_TRAFFIC_WINDOW_MS: huvm_traffic_update's level */
+    uint64_t own_spike_ns;              /* the expected time between rises of its own use (huvm_peak_spike_ns
+                                           of its huvm_peak_t; 0 = unknown) */
 } huvm_gpu_state_t;
 
-/* A GPU's recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes), kept by the caller. */
+/* A GPU's recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) and the cadence of its spikes
+ * (huvm_gpu_state_t.own_spike_ns), kept by the caller; all zero to start (huvm_peak_update). */
 typedef struct {
     uint64_t bytes;
     uint64_t at_ns;
+    uint64_t high_bytes;                /* its highest own use since the last spike began */
+    uint64_t low_bytes;                 /* its lowest own use since it fell from high_bytes */
+    uint64_t spike_at_ns;               /* when the last spike began (or the tracking did) */
+    uint64_t spike_ewma_ns;             /* the intervals between spikes, an EWMA (0 = none yet) */
+    uint32_t falling;                   /* 1: it fell HUVM_SPIKE_MIN_BYTES below high_bytes since the last spike */
+    uint32_t pad;
 } huvm_peak_t;
 
 /* A GPU's recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes), kept by the caller. */
@@ -53,9 +62,9 @@ typedef struct {
 } huvm_traffic_t;
 
 /* Flags of an eviction request. */
-#define HUVM_EVICT_FLAG_PMA_CONTEXT     0x1  /* called on behalf of PMA (RM asked UVM to free memory) */
-#define HUVM_EVICT_FLAG_GUEST_CHUNK     0x2  /* the chunk holds another GPU's data (harvested here) */
-#define HUVM_EVICT_FLAG_PREEVICT        0x4  /* issued by the pre-eviction worker, not by an allocation */
+#define HUVM_EVICT_FLAG_PMA_CONTEXT 0x1  /* called on behalf of PMA (RM asked UVM to free memory) */
+#define HUVM_EVICT_FLAG_GUEST_CHUNK 0x2  /* the chunk holds another GPU's data (harvested here) */
+#define HUVM_EVICT_FLAG_PREEVICT    0x4  /* issued by the pre-eviction worker, not by an allocation */
 
 typedef struct {
     uint32_t gpu;                       /* index of the evicting GPU (whose memory is reclaimed) */
@@ -89,20 +98,25 @@ typedef struct {
 
 /* The core's state for one node. One instance per module, test module or simulated node. */
 typedef struct {
-    huvm_policy_t        policy;                        /* current policy (policy.gpus keyed by UUID) */
-    uint32_t             backend;                       /* HUVM_BACKEND_* */
-    uint32_t             gpu_count;                     /* GPUs known to the node (slots 0..gpu_count-1) */
-    huvm_gpu_info_t      gpus[HUVM_MAX_GPUS];           /* static facts; free_bytes refreshed by callers */
-    huvm_link_t          links[HUVM_MAX_GPUS][HUVM_MAX_GPUS];
-    int32_t              policy_slot[HUVM_MAX_GPUS];    /* derived: GPU index -> policy.gpus entry or -1 */
-    huvm_gpu_counters_t  counters[HUVM_MAX_GPUS];
+    huvm_policy_t policy;                        /* current policy (policy.gpus keyed by UUID) */
+    uint32_t backend;                       /* HUVM_BACKEND_* */
+    uint32_t gpu_count;                     /* GPUs known to the node (slots 0..gpu_count-1) */
+    huvm_gpu_info_t gpus[HUVM_MAX_GPUS];           /* static facts; free_bytes refreshed by callers */
+    huvm_link_t links[HUVM_MAX_GPUS][HUVM_MAX_GPUS];
+    int32_t policy_slot[HUVM_MAX_GPUS];    /* derived: GPU index -> policy.gpus entry or -1 */
+    huvm_gpu_counters_t counters[HUVM_MAX_GPUS];
     huvm_pair_counters_t pairs[HUVM_MAX_GPUS][HUVM_MAX_GPUS];
-    uint32_t             rr_next[HUVM_MAX_GPUS];        /* round-robin cursor per harvester */
-    uint64_t             test_now_ns;                   /* clock of the synthetic test node */
-    uint64_t             lend_inflight[HUVM_MAX_GPUS];  /* bytes reserved on a holder by moves in flight */
-    uint32_t             single_writer;                 /* 1: one thread at a time updates the counters
+    uint32_t rr_next[HUVM_MAX_GPUS];        /* round-robin cursor per harvester */
+    uint64_t test_now_ns;                   /* clock of the synthetic test node */
+    uint64_t lend_inflight[HUVM_MAX_GPUS];  /* bytes reserved on a holder by moves in flight */
+    uint32_t single_writer;                 /* 1: one thread at a time updates the counters
                                                            (the simulator): plain relaxed updates */
-    uint32_t             pad;
+    uint32_t pad;
+    /* What a lender's slowdown bound (lend_slowdown_max_pct) weighs, per GPU (huvm_core_set_gpu_rates; 0 =
+     * unknown): its HBM bandwidth, MB/s (the guest-traffic budget the bound allows), and the rate at which it
+     * gives guests' chunks back to the host, MB/s (0: the host link's line rate, gpus[].pcie_mbyte_per_s). */
+    uint32_t hbm_mbyte_per_s[HUVM_MAX_GPUS];
+    uint32_t giveback_mbyte_per_s[HUVM_MAX_GPUS];
 } huvm_core_t;
 
 /* Who is calling (filled by the glue from the task; by the simulator as privileged). */
@@ -137,6 +151,12 @@ huvm_status_t huvm_core_set_gpu(huvm_core_t *core, uint32_t gpu, const huvm_gpu_
 /* Mark the GPU at index gpu absent (policy entry and counters stay). */
 void huvm_core_remove_gpu(huvm_core_t *core, uint32_t gpu);
 huvm_status_t huvm_core_set_link(huvm_core_t *core, uint32_t a, uint32_t b, const huvm_link_t *link);
+/* The rates of GPU index gpu that its slowdown bound weighs (huvm_core_t.hbm_mbyte_per_s,
+ * .giveback_mbyte_per_s; 0 = unknown); each at most HUVM_MAX_MBYTE_PER_S. */
+huvm_status_t huvm_core_set_gpu_rates(huvm_core_t *core,
+                                      uint32_t gpu,
+                                      uint32_t hbm_mbyte_per_s,
+                                      uint32_t giveback_mbyte_per_s);
 
 /* Fill *policy with preset (gpu entries: the given GPUs' UUIDs with that preset's per-GPU defaults). */
 huvm_status_t huvm_policy_preset(uint32_t preset, const huvm_core_t *core, huvm_policy_t *policy);
@@ -174,11 +194,16 @@ uint64_t huvm_policy_field_get(const huvm_policy_field_t *d, const void *base);
 /* ---- Decisions (huvm_decide.c): pure, read-only ---- */
 
 /* Where should one root chunk of req->gpu go? state[] has core->gpu_count entries. */
-huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_t *state,
+huvm_decision_t huvm_decide_evict(const huvm_core_t *core,
+                                  const huvm_gpu_state_t *state,
                                   const huvm_evict_request_t *req);
 /* Can holder take `bytes` more of owner's data now? Returns HUVM_REASON_PEER if yes, else the reason. */
-uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
-                         uint32_t holder, uint64_t bytes, uint64_t now_ns);
+uint32_t huvm_admit_lend(const huvm_core_t *core,
+                         const huvm_gpu_state_t *state,
+                         uint32_t owner,
+                         uint32_t holder,
+                         uint64_t bytes,
+                         uint64_t now_ns);
 /* The free reserve gpu's pre-eviction keeps, in chunks: preevict_chunks, at most 1/16 of the GPU; 0 for a GPU
  * whose role does not harvest (none, lender) or that is absent. */
 uint32_t huvm_preevict_target(const huvm_core_t *core, uint32_t gpu);
@@ -190,11 +215,21 @@ uint32_t huvm_decide_preevict(const huvm_core_t *core, const huvm_gpu_state_t *s
  * HUVM_PREEVICT_PRESSURE_MS) and the reserve at most the last fault batch's burst (burst_chunks). Planned like
  * a give-back: the guests' chunks the GPU holds go first (to host), its own data (own_chunks, by the normal
  * eviction decision) only after every guest chunk: a lender's own data never leaves ahead of a guest's. */
-void huvm_decide_preevict_plan(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
-                               uint64_t now_ns, huvm_giveback_plan_t *plan);
+void huvm_decide_preevict_plan(const huvm_core_t *core,
+                               const huvm_gpu_state_t *state,
+                               uint32_t gpu,
+                               uint64_t now_ns,
+                               huvm_giveback_plan_t *plan);
 /* Note the GPU's own memory use now (memory in use less guests' data): the peak is the highest level seen
- * within HUVM_OWN_PEAK_WINDOW_MS; a peak older than that gives way to the present level. */
+ * within HUVM_OWN_PEAK_WINDOW_MS; a peak older than that gives way to the present level. A spike begins when the
+ * use rises HUVM_SPIKE_MIN_BYTES above its low after having fallen that far below its high (hysteresis: one
+ * spike per rise and fall, however many steps it takes); the intervals between spikes feed an integer EWMA
+ * (1/4 weight to the newest). Callers note it at every decision (the kernel and the simulator alike). */
 void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns);
+/* huvm_gpu_state_t.own_spike_ns at now_ns: the EWMA of the spike intervals, or the time since the last spike
+ * began when that is longer (a lender that stopped spiking becomes a slow one); at most HUVM_SPIKE_MAX_NS; 0
+ * before the first huvm_peak_update. */
+uint64_t huvm_peak_spike_ns(const huvm_peak_t *peak, uint64_t now_ns);
 /* Bytes lender wants back from its guests now: its lend reserve less its free memory, while it holds guests'
  * chunks (0 otherwise). The kernel's worker gives them back through huvm_decide_giveback's plan. */
 uint64_t huvm_giveback_need(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender);
@@ -207,7 +242,7 @@ uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder);
  * reset) starts over. */
 uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint64_t now_ns);
 /* huvm_gpu_state_t.guest_traffic_bytes of gpu at now_ns: huvm_traffic_update of its huvm_guest_traffic_total when
- * its policy entry has a guest-traffic budget; otherwise 0, and *traffic starts over (the pair counters are not
+ * it has a guest-traffic budget (its entry's, or the one its slowdown bound allows); otherwise 0, and *traffic starts over (the pair counters are not
  * summed for a GPU without a budget; a window starts when one is set). */
 uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_t *traffic, uint64_t now_ns);
 /* A prefetched chunk of the GPU was touched (used = 1) or left unused (evicted, freed): count it in its
@@ -220,26 +255,37 @@ uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t hol
  * TWO_STAGE's first stage, MULTIPATH's peer share) only while gpu is under pressure (last_pressure_ns within
  * HUVM_PREEVICT_PRESSURE_MS); otherwise MULTIPATH prefetches all of it locally, TWO_STAGE only brings
  * peer-held chunks back (peer_local_chunks), PEER prefetches nothing. */
-void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
-                          uint32_t candidates, uint64_t now_ns, huvm_prefetch_plan_t *plan);
+void huvm_decide_prefetch(const huvm_core_t *core,
+                          const huvm_gpu_state_t *state,
+                          uint32_t gpu,
+                          uint32_t candidates,
+                          uint64_t now_ns,
+                          huvm_prefetch_plan_t *plan);
 /* 0 when huvm_decide_prefetch() plans nothing for gpu whatever the node's state (prefetch off, as in the stock
  * preset, or no such GPU): the fault path then gathers no state at all. */
 uint32_t huvm_prefetch_active(const huvm_core_t *core, uint32_t gpu);
 /* Lender needs need_bytes: harvested chunks go first (to host), then its own data. */
-void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender,
-                          uint64_t need_bytes, huvm_giveback_plan_t *plan);
+void huvm_decide_giveback(const huvm_core_t *core,
+                          const huvm_gpu_state_t *state,
+                          uint32_t lender,
+                          uint64_t need_bytes,
+                          huvm_giveback_plan_t *plan);
 
 /* ---- Accounting (huvm_account.c): counters + tracepoint/USDT probe; atomic, lock-free ---- */
 
 /* owner's chunk evicted to dst (GPU index or HUVM_DEST_HOST) for reason; flags HUVM_EVICT_FLAG_PREEVICT. */
-void huvm_account_evict(huvm_core_t *core, uint32_t owner, uint32_t dst, uint32_t reason, uint32_t flags,
-                        uint64_t bytes, uint64_t va);
+void huvm_account_evict(huvm_core_t *core,
+                        uint32_t owner,
+                        uint32_t dst,
+                        uint32_t reason,
+                        uint32_t flags,
+                        uint64_t bytes,
+                        uint64_t va);
 /* owner's data brought back from src (GPU index or HUVM_DEST_HOST); mode HUVM_FETCHED_*: a whole chunk moved
  * (bytes and chunk counters, gauges), remote-mapped (chunk counter only), pages copied (bytes only; from
  * host also the whole chunks among them), or a peer's chunk released after its pages came back (chunk
  * counters and gauges, no bytes). From host, REMOTE_MAP and RELEASED count as MOVED. */
-void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode,
-                        uint64_t bytes, uint64_t va);
+void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode, uint64_t bytes, uint64_t va);
 /* holder gave back owner's harvested data to host. */
 void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, uint64_t bytes, uint64_t va);
 /* owner freed data that sat on holder (va_block destroyed, range freed): the held/lent/harvested gauges go
@@ -250,8 +296,12 @@ void huvm_account_release(huvm_core_t *core, uint32_t owner, uint32_t holder, ui
  * counted as lent and not free, and reserve them in the same compare-exchange step, so that concurrent movers
  * never overrun the holder's lend limit or reserve. Returns HUVM_REASON_PEER when reserved (end it with
  * huvm_lend_unreserve once the move is accounted or failed), else why not. */
-uint32_t huvm_lend_reserve(huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner, uint32_t holder,
-                           uint64_t bytes, uint64_t now_ns);
+uint32_t huvm_lend_reserve(huvm_core_t *core,
+                           const huvm_gpu_state_t *state,
+                           uint32_t owner,
+                           uint32_t holder,
+                           uint64_t bytes,
+                           uint64_t now_ns);
 void huvm_lend_unreserve(huvm_core_t *core, uint32_t holder, uint64_t bytes);
 /* Prefetch for owner into dst (owner itself = local path; another GPU = peer path). */
 void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint64_t bytes, uint64_t va);
@@ -275,8 +325,13 @@ uint32_t huvm_cmd_reader(uint32_t cmd);
 huvm_status_t huvm_check_hdr(uint32_t cmd, huvm_hdr_t *hdr, uint32_t params_size, uint32_t *error_field);
 /* Validate fully, then apply atomically; writes error_field and rmStatus into params and returns the
  * status. params is a kernel-side copy of params_size bytes (the caller copies in and out). */
-huvm_status_t huvm_dispatch(huvm_core_t *core, const huvm_core_ops_t *ops, void *ops_ctx,
-                            const huvm_caller_t *caller, uint32_t cmd, void *params, uint32_t params_size);
+huvm_status_t huvm_dispatch(huvm_core_t *core,
+                            const huvm_core_ops_t *ops,
+                            void *ops_ctx,
+                            const huvm_caller_t *caller,
+                            uint32_t cmd,
+                            void *params,
+                            uint32_t params_size);
 
 /* HUVM_CORE_API_END */
 

@@ -48,10 +48,60 @@ static const huvm_gpu_policy_t *peer_eligible(const huvm_core_t *core, uint32_t 
     return e;
 }
 
+/* The lender's slowdown bound T (lend_slowdown_max_pct) weighs two costs of lending, each held within T: guests'
+ * copies taking its HBM time, and the stall of giving memory back when its own work returns to its peak. (Each,
+ * not their sum: chosen on the tuning half of the scenario matrix, docs/policy.md "Admission".) */
+
+/* The guest-traffic budget of holder in MB/s (0: none): lend_traffic_mbyte_per_s, clamped by what T allows when
+ * T and the GPU's HBM bandwidth are known: a memory-bound lender slowed by T gives up the share T / (100 + T)
+ * of its HBM time (huvm.budget.lend_traffic_for's formula; never below one chunk per window). T clamps a budget the
+ * admin set; it makes none of its own: the core cannot tell a lender with work from an idle one, and a budget on
+ * every lender throttled harvesting from idle ones (docs/policy.md "Admission"). */
+static uint64_t traffic_budget_mbyte_per_s(const huvm_core_t *core, const huvm_gpu_policy_t *e, uint32_t holder)
+{
+    uint64_t set = e->lend_traffic_mbyte_per_s;
+    uint64_t hbm = core->hbm_mbyte_per_s[holder];
+    uint64_t t = e->lend_slowdown_max_pct;
+    uint64_t bound;
+
+    if (set == 0 || t == 0 || hbm == 0)
+        return set;
+    bound = hbm * t / (100 + t);    /* <= 2^24 x 100 */
+    if (bound < HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S)
+        bound = HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S;
+    return set < bound ? set : bound;
+}
+
+/* Bytes of its recent peak a LEND_ABOVE_PEAK lender may lend anyway (0 without a bound T): those it can give
+ * back, when its own work returns to the peak, within T of the expected interval between its spikes
+ * (own_spike_ns) at its give-back rate (MB/s: bytes per us; the host link's line rate when the caller knows no
+ * better). A lender that spikes every few ms keeps its whole peak free; one that spikes every few seconds lends
+ * part of it; one whose spikes stopped lends it all once the interval has grown long enough. */
+static uint64_t peak_lendable_bytes(const huvm_core_t *core,
+                                    const huvm_gpu_state_t *state,
+                                    const huvm_gpu_policy_t *e,
+                                    uint32_t holder)
+{
+    uint64_t rate =
+        core->giveback_mbyte_per_s[holder] ? core->giveback_mbyte_per_s[holder] : core->gpus[holder].pcie_mbyte_per_s;
+    uint64_t interval_us = state[holder].own_spike_ns / 1000;
+
+    if (e->lend_slowdown_max_pct == 0)
+        return 0;
+    if (interval_us > HUVM_SPIKE_MAX_NS / 1000)
+        interval_us = HUVM_SPIKE_MAX_NS / 1000;
+    /* stall us (<= 2^30 x 100 / 100) x MB/s (<= 2^24): no overflow */
+    return interval_us * e->lend_slowdown_max_pct / 100 * (rate < HUVM_MAX_MBYTE_PER_S ? rate : HUVM_MAX_MBYTE_PER_S);
+}
+
 /* Capacity and timing admission of a statically eligible holder; inflight: bytes reserved on it by moves in
  * flight (huvm_lend_reserve), counted as lent and not free. */
-static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *state,
-                               const huvm_gpu_policy_t *e, uint32_t holder, uint64_t bytes, uint64_t now_ns,
+static uint32_t admit_inflight(const huvm_core_t *core,
+                               const huvm_gpu_state_t *state,
+                               const huvm_gpu_policy_t *e,
+                               uint32_t holder,
+                               uint64_t bytes,
+                               uint64_t now_ns,
                                uint64_t inflight)
 {
     uint64_t mem = core->gpus[holder].memory_bytes;
@@ -59,17 +109,22 @@ static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *
     uint64_t reserve = e->lend_reserve_bytes;
     uint64_t limit = e->lend_limit_bytes;
     uint64_t lent = huvm_atomic64_read(&core->counters[holder].lent_bytes);
-    uint64_t used_after;
+    uint64_t used_after, budget_mbyte_per_s;
 
     if (e->flags & HUVM_GPU_POLICY_LEND_ABOVE_PEAK) {
         /* Keep room for the lender's own work to return to its recent peak: memory it used lately is not
-         * lent, so its next spike finds it free instead of waiting for a give-back. */
+         * lent, so its next spike finds it free instead of waiting for a give-back; under a bound T, less the
+         * part it can give back within T (peak_lendable_bytes). */
         uint64_t used = mem - free_bytes;
         uint64_t own = used > lent ? used - lent : 0;
         uint64_t peak = state[holder].own_peak_bytes < mem ? state[holder].own_peak_bytes : mem;
 
-        if (peak > own)
-            reserve += peak - own;          /* both <= 2^50: no overflow */
+        if (peak > own) {
+            uint64_t room = peak - own;     /* both <= 2^50: no overflow */
+            uint64_t lendable = peak_lendable_bytes(core, state, e, holder);
+
+            reserve += room > lendable ? room - lendable : 0;
+        }
     }
     free_bytes = free_bytes > inflight ? free_bytes - inflight : 0;
     lent = lent + inflight < lent ? HUVM_UNLIMITED : lent + inflight;
@@ -83,11 +138,12 @@ static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *
     used_after = mem - free_bytes + bytes;
     if (used_after * 100 > (uint64_t)core->policy.peer_usage_max_pct * mem)
         return HUVM_REASON_PEER_FULL;
-    if (e->lend_traffic_mbyte_per_s != 0) {
+    budget_mbyte_per_s = traffic_budget_mbyte_per_s(core, e, holder);
+    if (budget_mbyte_per_s != 0) {
         /* The guest-traffic budget: the window's copies, those in flight and this one within MB/s x window
          * (1 MB/s for 1 ms is 1000 bytes; <= 2^24 x 2^16 x 1000: no overflow). The caller's level and the
          * bytes in flight are each bounded by memory sizes, so their sum does not overflow either. */
-        uint64_t budget = (uint64_t)e->lend_traffic_mbyte_per_s * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;
+        uint64_t budget = budget_mbyte_per_s * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;
         uint64_t traffic = state[holder].guest_traffic_bytes + inflight;
 
         if (traffic > budget || bytes > budget - traffic)
@@ -98,14 +154,23 @@ static uint32_t admit_inflight(const huvm_core_t *core, const huvm_gpu_state_t *
     return HUVM_REASON_PEER;
 }
 
-static uint32_t admit_eligible(const huvm_core_t *core, const huvm_gpu_state_t *state,
-                               const huvm_gpu_policy_t *e, uint32_t holder, uint64_t bytes, uint64_t now_ns)
+static uint32_t admit_eligible(const huvm_core_t *core,
+                               const huvm_gpu_state_t *state,
+                               const huvm_gpu_policy_t *e,
+                               uint32_t holder,
+                               uint64_t bytes,
+                               uint64_t now_ns)
 {
     return admit_inflight(core, state, e, holder, bytes, now_ns, huvm_atomic64_read(&core->lend_inflight[holder]));
 }
 
-uint32_t huvm_admit_lend_inflight(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
-                                  uint32_t holder, uint64_t bytes, uint64_t now_ns, uint64_t inflight)
+uint32_t huvm_admit_lend_inflight(const huvm_core_t *core,
+                                  const huvm_gpu_state_t *state,
+                                  uint32_t owner,
+                                  uint32_t holder,
+                                  uint64_t bytes,
+                                  uint64_t now_ns,
+                                  uint64_t inflight)
 {
     const huvm_gpu_policy_t *e;
 
@@ -117,8 +182,12 @@ uint32_t huvm_admit_lend_inflight(const huvm_core_t *core, const huvm_gpu_state_
     return admit_inflight(core, state, e, holder, bytes, now_ns, inflight);
 }
 
-uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
-                         uint32_t holder, uint64_t bytes, uint64_t now_ns)
+uint32_t huvm_admit_lend(const huvm_core_t *core,
+                         const huvm_gpu_state_t *state,
+                         uint32_t owner,
+                         uint32_t holder,
+                         uint64_t bytes,
+                         uint64_t now_ns)
 {
     const huvm_gpu_policy_t *e;
 
@@ -131,12 +200,10 @@ uint32_t huvm_admit_lend(const huvm_core_t *core, const huvm_gpu_state_t *state,
 }
 
 /* Larger is better; ties go to the lower index. */
-static uint64_t peer_score(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
-                           uint32_t holder)
+static uint64_t peer_score(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner, uint32_t holder)
 {
     switch (core->policy.peer_select) {
-    case HUVM_PEER_SELECT_FEWEST_LENT:
-        return ~huvm_atomic64_read(&core->counters[holder].lent_bytes);
+    case HUVM_PEER_SELECT_FEWEST_LENT: return ~huvm_atomic64_read(&core->counters[holder].lent_bytes);
     case HUVM_PEER_SELECT_BW_WEIGHTED:
         /* free MiB (<= 2^30) x MB/s (<= 2^24): fits in 64 bits */
         return (clamp_free(core, state, holder) >> 20) * core->links[owner][holder].mbyte_per_s;
@@ -158,8 +225,7 @@ static uint64_t peer_score(const huvm_core_t *core, const huvm_gpu_state_t *stat
         return HUVM_MAX_GPUS -
                ((holder + HUVM_MAX_GPUS - HUVM_READ_ONCE(core->rr_next[owner]) % HUVM_MAX_GPUS) % HUVM_MAX_GPUS);
     case HUVM_PEER_SELECT_MOST_FREE:
-    default:
-        return clamp_free(core, state, holder);
+    default:                         return clamp_free(core, state, holder);
     }
 }
 
@@ -175,9 +241,14 @@ static uint32_t multipath_share(const huvm_core_t *core, uint32_t gpu, uint32_t 
 }
 
 /* Pick the best admissible peer for owner among candidates. chunks_each == 0: multipath share of n. */
-static huvm_pick_t pick_peer(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t owner,
-                             uint32_t candidates, uint64_t now_ns, uint64_t chunk_fetched_ns,
-                             uint32_t chunks_each, uint32_t n)
+static huvm_pick_t pick_peer(const huvm_core_t *core,
+                             const huvm_gpu_state_t *state,
+                             uint32_t owner,
+                             uint32_t candidates,
+                             uint64_t now_ns,
+                             uint64_t chunk_fetched_ns,
+                             uint32_t chunks_each,
+                             uint32_t n)
 {
     huvm_pick_t pick = { HUVM_DEST_HOST, HUVM_REASON_NO_PEER, 0 };
     uint64_t best_score = 0;
@@ -236,7 +307,8 @@ static uint32_t candidate_mask(const huvm_core_t *core, uint32_t gpu, uint32_t c
     return candidates & all & ~(1u << gpu);
 }
 
-huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_t *state,
+huvm_decision_t huvm_decide_evict(const huvm_core_t *core,
+                                  const huvm_gpu_state_t *state,
                                   const huvm_evict_request_t *req)
 {
     huvm_decision_t d = { HUVM_DEST_HOST, HUVM_REASON_NO_PEER };
@@ -262,8 +334,14 @@ huvm_decision_t huvm_decide_evict(const huvm_core_t *core, const huvm_gpu_state_
         d.reason = HUVM_REASON_GUEST_CHUNK;
         return d;
     }
-    pick = pick_peer(core, state, owner, candidate_mask(core, owner, req->candidates), req->now_ns,
-                     req->chunk_fetched_ns, 1, 1);
+    pick = pick_peer(core,
+                     state,
+                     owner,
+                     candidate_mask(core, owner, req->candidates),
+                     req->now_ns,
+                     req->chunk_fetched_ns,
+                     1,
+                     1);
     d.dst = pick.peer;
     d.reason = pick.reason;
     return d;
@@ -326,13 +404,53 @@ void huvm_prefetch_feedback(uint64_t *used, uint64_t *unused, uint32_t was_used)
 
 void huvm_peak_update(huvm_peak_t *peak, uint64_t own_bytes, uint64_t now_ns)
 {
+    uint64_t now = now_ns ? now_ns : 1;
+
     if (!peak)
         return;
-    if (own_bytes >= peak->bytes || peak->at_ns == 0 ||
-        !within_ms(now_ns, peak->at_ns, HUVM_OWN_PEAK_WINDOW_MS)) {
-        peak->bytes = own_bytes;
-        peak->at_ns = now_ns ? now_ns : 1;
+    if (peak->at_ns == 0) {
+        /* the first note: tracking starts here, as if a spike began */
+        peak->high_bytes = peak->low_bytes = own_bytes;
+        peak->spike_at_ns = now;
+        peak->falling = 0;
     }
+    else if (!peak->falling) {
+        if (own_bytes > peak->high_bytes)
+            peak->high_bytes = own_bytes;
+        else if (peak->high_bytes - own_bytes >= HUVM_SPIKE_MIN_BYTES) {
+            peak->falling = 1;
+            peak->low_bytes = own_bytes;
+        }
+    }
+    else if (own_bytes < peak->low_bytes) {
+        peak->low_bytes = own_bytes;
+    }
+    else if (own_bytes - peak->low_bytes >= HUVM_SPIKE_MIN_BYTES) {
+        /* a spike begins: fold the interval since the last one into the EWMA */
+        uint64_t interval = now > peak->spike_at_ns ? now - peak->spike_at_ns : 0;
+
+        if (interval > HUVM_SPIKE_MAX_NS)
+            interval = HUVM_SPIKE_MAX_NS;
+        peak->spike_ewma_ns = peak->spike_ewma_ns ? (3 * peak->spike_ewma_ns + interval) / 4 : interval;
+        peak->spike_at_ns = now;
+        peak->high_bytes = own_bytes;
+        peak->falling = 0;
+    }
+    if (own_bytes >= peak->bytes || peak->at_ns == 0 || !within_ms(now_ns, peak->at_ns, HUVM_OWN_PEAK_WINDOW_MS)) {
+        peak->bytes = own_bytes;
+        peak->at_ns = now;
+    }
+}
+
+uint64_t huvm_peak_spike_ns(const huvm_peak_t *peak, uint64_t now_ns)
+{
+    uint64_t since, ns;
+
+    if (!peak || peak->at_ns == 0)
+        return 0;
+    since = now_ns > peak->spike_at_ns ? now_ns - peak->spike_at_ns : 0;
+    ns = since > peak->spike_ewma_ns ? since : peak->spike_ewma_ns;
+    return ns < HUVM_SPIKE_MAX_NS ? ns : HUVM_SPIKE_MAX_NS;
 }
 
 uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder)
@@ -386,7 +504,7 @@ uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_
 
     if (!traffic)
         return 0;
-    if (!e || e->lend_traffic_mbyte_per_s == 0) {
+    if (!e || traffic_budget_mbyte_per_s(core, e, gpu) == 0) {
         huvm_memset(traffic, 0, sizeof(*traffic));
         return 0;
     }
@@ -397,8 +515,8 @@ uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t hol
 {
     if (!core || owner >= core->gpu_count || holder >= core->gpu_count || owner == holder)
         return HUVM_FETCH_MIGRATE;
-    if (core->policy.fetch_mode == HUVM_FETCH_REMOTE_MAP &&
-        huvm_link_is_nvlink(core->links[owner][holder].link_type) && huvm_gpu_present(core, holder))
+    if (core->policy.fetch_mode == HUVM_FETCH_REMOTE_MAP && huvm_link_is_nvlink(core->links[owner][holder].link_type) &&
+        huvm_gpu_present(core, holder))
         return HUVM_FETCH_REMOTE_MAP;
     return HUVM_FETCH_MIGRATE;
 }
@@ -409,8 +527,12 @@ uint32_t huvm_prefetch_active(const huvm_core_t *core, uint32_t gpu)
            core->policy.prefetch_chunks != 0;
 }
 
-void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
-                          uint32_t candidates, uint64_t now_ns, huvm_prefetch_plan_t *plan)
+void huvm_decide_prefetch(const huvm_core_t *core,
+                          const huvm_gpu_state_t *state,
+                          uint32_t gpu,
+                          uint32_t candidates,
+                          uint64_t now_ns,
+                          huvm_prefetch_plan_t *plan)
 {
     const huvm_gpu_policy_t *e;
     huvm_pick_t pick;
@@ -431,8 +553,7 @@ void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state
     mode = core->policy.prefetch_mode;
     n = core->policy.prefetch_chunks;
     e = huvm_policy_gpu(core, gpu);
-    if (e && (e->flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK) &&
-        state[gpu].prefetch_unused > state[gpu].prefetch_used)
+    if (e && (e->flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK) && state[gpu].prefetch_unused > state[gpu].prefetch_used)
         n = 1;      /* most recent prefetches were wasted: probe with one chunk until they pay again */
     /* As the prototype's uvm_prefetch_flags: LOCAL (1) brings the window's chunks to the faulting GPU from
      * host and from peers; TWO_STAGE (3) sends the host-resident ones to a peer (as PEER) and brings the
@@ -452,8 +573,14 @@ void huvm_decide_prefetch(const huvm_core_t *core, const huvm_gpu_state_t *state
     pick.chunks = 0;
     if (huvm_role_harvests(huvm_gpu_role(core, gpu)) &&
         within_ms(now_ns, state[gpu].last_pressure_ns, HUVM_PREEVICT_PRESSURE_MS)) {
-        pick = pick_peer(core, state, gpu, candidate_mask(core, gpu, candidates), now_ns, 0,
-                         mode == HUVM_PREFETCH_MULTIPATH ? 0 : n, n);
+        pick = pick_peer(core,
+                         state,
+                         gpu,
+                         candidate_mask(core, gpu, candidates),
+                         now_ns,
+                         0,
+                         mode == HUVM_PREFETCH_MULTIPATH ? 0 : n,
+                         n);
     }
     if (pick.peer != HUVM_DEST_HOST) {
         plan->peer = pick.peer;
@@ -474,8 +601,9 @@ static void plan_guests_first(const huvm_core_t *core, uint32_t lender, uint64_t
     uint32_t taken = 0, o, best;
 
     for (o = 0; o < HUVM_MAX_GPUS; o++)
-        held[o] = (o < core->gpu_count && o != lender) ?
-                  huvm_chunks_of(huvm_atomic64_read(&core->pairs[o][lender].held_bytes)) : 0;
+        held[o] = (o < core->gpu_count && o != lender)
+                      ? huvm_chunks_of(huvm_atomic64_read(&core->pairs[o][lender].held_bytes))
+                      : 0;
 
     total = 0;
     while (need > 0 && taken < HUVM_MAX_GPUS) {
@@ -500,8 +628,11 @@ static void plan_guests_first(const huvm_core_t *core, uint32_t lender, uint64_t
     plan->own_chunks = need > 0xffffffffULL ? 0xffffffffu : (uint32_t)need;
 }
 
-void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t lender,
-                          uint64_t need_bytes, huvm_giveback_plan_t *plan)
+void huvm_decide_giveback(const huvm_core_t *core,
+                          const huvm_gpu_state_t *state,
+                          uint32_t lender,
+                          uint64_t need_bytes,
+                          huvm_giveback_plan_t *plan)
 {
     (void)state;
     if (!plan)
@@ -512,8 +643,11 @@ void huvm_decide_giveback(const huvm_core_t *core, const huvm_gpu_state_t *state
     plan_guests_first(core, lender, huvm_chunks_of(need_bytes), plan);
 }
 
-void huvm_decide_preevict_plan(const huvm_core_t *core, const huvm_gpu_state_t *state, uint32_t gpu,
-                               uint64_t now_ns, huvm_giveback_plan_t *plan)
+void huvm_decide_preevict_plan(const huvm_core_t *core,
+                               const huvm_gpu_state_t *state,
+                               uint32_t gpu,
+                               uint64_t now_ns,
+                               huvm_giveback_plan_t *plan)
 {
     const huvm_gpu_policy_t *e;
     uint64_t cap = ~0ULL;
@@ -553,4 +687,3 @@ uint64_t huvm_giveback_need(const huvm_core_t *core, const huvm_gpu_state_t *sta
     free_bytes = clamp_free(core, state, lender);
     return free_bytes < e->lend_reserve_bytes ? e->lend_reserve_bytes - free_bytes : 0;
 }
-

@@ -19,6 +19,7 @@
 #define __HUVM_EVENTS_H__
 
 /* X(name): evict, preevict, fetch, giveback, prefetch, policy. */
+/* clang-format off: one row per event */
 #define HUVM_EVENTS(X) \
     X(evict)           \
     X(preevict)        \
@@ -26,8 +27,9 @@
     X(giveback)        \
     X(prefetch)        \
     X(policy)
+/* clang-format on */
 
 #define HUVM_EVENT_PREFIX "huvm_"
-#define HUVM_EVENT_ARGS "gpu,peer,reason,bytes,va"
+#define HUVM_EVENT_ARGS   "gpu,peer,reason,bytes,va"
 
 #endif /* __HUVM_EVENTS_H__ */

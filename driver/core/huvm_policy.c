@@ -6,7 +6,7 @@
  */
 #include "huvm_internal.h"
 
-#define HUVM_GIB                        (1ULL << 30)
+#define HUVM_GIB (1ULL << 30)
 
 const char *huvm_preset_name(uint32_t preset)
 {
@@ -38,30 +38,45 @@ const char *huvm_reason_name(uint32_t reason)
 }
 
 /* The descriptors of HUVM_POLICY_FIELDS and HUVM_GPU_POLICY_FIELDS (uvm_huvm_ioctl.h). */
-#define NODE_FIELD(id, member, type, unit, lo, hi, special, choices, stock, atc22, huvm)                     \
-    { #member, choices, HUVM_POLICY_SCOPE_NODE, HUVM_FIELD_##id, offsetof(huvm_policy_t, member), sizeof(type), \
-      HUVM_UNIT_##unit, special, lo, hi, { stock, atc22, huvm } },
-#define GPU_FIELD(id, member, type, unit, lo, hi, special, choices, stock, atc22, huvm)                      \
-    { #member, choices, HUVM_POLICY_SCOPE_GPU, HUVM_FIELD_GPU_##id, offsetof(huvm_gpu_policy_t, member),     \
-      sizeof(type), HUVM_UNIT_##unit, special, lo, hi, { stock, atc22, huvm } },
-static const huvm_policy_field_t policy_fields[] = {
-    HUVM_POLICY_FIELDS(NODE_FIELD)
-    HUVM_GPU_POLICY_FIELDS(GPU_FIELD)
-};
-#define POLICY_FIELD_COUNT  (sizeof(policy_fields) / sizeof(policy_fields[0]))
+#define NODE_FIELD(id, member, type, unit, lo, hi, special, choices, stock, atc22, huvm) \
+    { #member,                                                                           \
+      choices,                                                                           \
+      HUVM_POLICY_SCOPE_NODE,                                                            \
+      HUVM_FIELD_##id,                                                                   \
+      offsetof(huvm_policy_t, member),                                                   \
+      sizeof(type),                                                                      \
+      HUVM_UNIT_##unit,                                                                  \
+      special,                                                                           \
+      lo,                                                                                \
+      hi,                                                                                \
+      { stock, atc22, huvm } },
+#define GPU_FIELD(id, member, type, unit, lo, hi, special, choices, stock, atc22, huvm) \
+    { #member,                                                                          \
+      choices,                                                                          \
+      HUVM_POLICY_SCOPE_GPU,                                                            \
+      HUVM_FIELD_GPU_##id,                                                              \
+      offsetof(huvm_gpu_policy_t, member),                                              \
+      sizeof(type),                                                                     \
+      HUVM_UNIT_##unit,                                                                 \
+      special,                                                                          \
+      lo,                                                                               \
+      hi,                                                                               \
+      { stock, atc22, huvm } },
+static const huvm_policy_field_t policy_fields[] = { HUVM_POLICY_FIELDS(NODE_FIELD) HUVM_GPU_POLICY_FIELDS(GPU_FIELD) };
+#define POLICY_FIELD_COUNT (sizeof(policy_fields) / sizeof(policy_fields[0]))
 _Static_assert(HUVM_PRESET_CUSTOM == 3, "huvm_policy_field_t.preset[] has one value per preset");
 
 /* Two rows with one error_field code do not compile (duplicate case values). */
-#define FIELD_CASE(id, member, ...) case HUVM_FIELD_##id:
+#define FIELD_CASE(id, member, ...)     case HUVM_FIELD_##id:
 #define GPU_FIELD_CASE(id, member, ...) case HUVM_FIELD_GPU_##id:
 static __attribute__((unused)) int policy_field_codes_unique(uint32_t node, uint32_t gpu)
 {
     switch (node) {
-    HUVM_POLICY_FIELDS(FIELD_CASE)
+        HUVM_POLICY_FIELDS(FIELD_CASE)
         break;
     }
     switch (gpu) {
-    HUVM_GPU_POLICY_FIELDS(GPU_FIELD_CASE)
+        HUVM_GPU_POLICY_FIELDS(GPU_FIELD_CASE)
         break;
     }
     return 0;
@@ -162,8 +177,7 @@ static uint64_t node_preset_value(const huvm_policy_field_t *d, uint32_t preset,
 {
     uint32_t chunks, batch;
 
-    if (d->offset == offsetof(huvm_policy_t, preevict_chunks) ||
-        d->offset == offsetof(huvm_policy_t, preevict_batch)) {
+    if (d->offset == offsetof(huvm_policy_t, preevict_chunks) || d->offset == offsetof(huvm_policy_t, preevict_batch)) {
         preset_preevict(preset, core, &chunks, &batch);
         return d->offset == offsetof(huvm_policy_t, preevict_chunks) ? chunks : batch;
     }
@@ -414,13 +428,26 @@ void huvm_core_remove_gpu(huvm_core_t *core, uint32_t gpu)
 
 huvm_status_t huvm_core_check_link(uint32_t a, uint32_t b, const huvm_link_t *link)
 {
-    if (link->link_type >= HUVM_LINK_COUNT || link->mbyte_per_s > HUVM_MAX_MBYTE_PER_S ||
-        link->link_count > 64)
+    if (link->link_type >= HUVM_LINK_COUNT || link->mbyte_per_s > HUVM_MAX_MBYTE_PER_S || link->link_count > 64)
         return HUVM_NV_ERR_OUT_OF_RANGE;
     if (a == b && link->link_type != HUVM_LINK_NONE)
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     if (link->link_type == HUVM_LINK_NONE && (link->mbyte_per_s != 0 || link->link_count != 0))
         return HUVM_NV_ERR_INVALID_ARGUMENT;
+    return HUVM_NV_OK;
+}
+
+huvm_status_t huvm_core_set_gpu_rates(huvm_core_t *core,
+                                      uint32_t gpu,
+                                      uint32_t hbm_mbyte_per_s,
+                                      uint32_t giveback_mbyte_per_s)
+{
+    if (!core || gpu >= HUVM_MAX_GPUS)
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    if (hbm_mbyte_per_s > HUVM_MAX_MBYTE_PER_S || giveback_mbyte_per_s > HUVM_MAX_MBYTE_PER_S)
+        return HUVM_NV_ERR_OUT_OF_RANGE;
+    core->hbm_mbyte_per_s[gpu] = hbm_mbyte_per_s;
+    core->giveback_mbyte_per_s[gpu] = giveback_mbyte_per_s;
     return HUVM_NV_OK;
 }
 
@@ -458,7 +485,11 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
     if (!core || !policy)
         return HUVM_NV_ERR_INVALID_ARGUMENT;
 
-#define REFUSE(status, field) do { *error_field = (field); return (status); } while (0)
+#define REFUSE(status, field)   \
+    do {                        \
+        *error_field = (field); \
+        return (status);        \
+    } while (0)
     if (policy->preset >= HUVM_PRESET_COUNT)
         REFUSE(HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_PRESET);
     /* Each node field against its row, in struct order; the cross-field rules right after the field they
@@ -524,8 +555,6 @@ huvm_status_t huvm_policy_validate(const huvm_core_t *core, const huvm_policy_t 
             if (status != HUVM_NV_OK)
                 REFUSE(status, HUVM_GPU_FIELD(i, d->field));
         }
-        if (e->pad != 0)
-            REFUSE(HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_RESERVED);
     }
 #undef REFUSE
     return HUVM_NV_OK;
@@ -542,8 +571,7 @@ static int policy_is_preset(const huvm_core_t *core, const huvm_policy_t *p, uin
     for (i = 0; i < POLICY_FIELD_COUNT; i++) {
         const huvm_policy_field_t *d = &policy_fields[i];
 
-        if (d->scope == HUVM_POLICY_SCOPE_NODE &&
-            huvm_policy_field_get(d, p) != node_preset_value(d, preset, core))
+        if (d->scope == HUVM_POLICY_SCOPE_NODE && huvm_policy_field_get(d, p) != node_preset_value(d, preset, core))
             return 0;
     }
     for (i = 0; i < p->gpu_count; i++) {

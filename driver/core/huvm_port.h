@@ -24,14 +24,14 @@
 #include <linux/bug.h>
 #include <linux/atomic.h>
 
-#define huvm_memcpy(d, s, n)    memcpy((d), (s), (n))
-#define huvm_memset(d, c, n)    memset((d), (c), (n))
-#define huvm_memcmp(a, b, n)    memcmp((a), (b), (n))
+#define huvm_memcpy(d, s, n) memcpy((d), (s), (n))
+#define huvm_memset(d, c, n) memset((d), (c), (n))
+#define huvm_memcmp(a, b, n) memcmp((a), (b), (n))
 
 /* A failed assertion warns once and the core carries on with a safe answer (host, no-op). */
-#define HUVM_ASSERT(cond)       ((void)WARN_ON_ONCE(!(cond)))
-#define HUVM_READ_ONCE(x)       READ_ONCE(x)
-#define HUVM_WRITE_ONCE(x, v)   WRITE_ONCE(x, v)
+#define HUVM_ASSERT(cond)     ((void)WARN_ON_ONCE(!(cond)))
+#define HUVM_READ_ONCE(x)     READ_ONCE(x)
+#define HUVM_WRITE_ONCE(x, v) WRITE_ONCE(x, v)
 
 /* Counter fields are plain uint64_t in the ABI structs; operate on them as atomic64_t. */
 _Static_assert(sizeof(atomic64_t) == sizeof(uint64_t), "atomic64_t must overlay uint64_t");
@@ -76,19 +76,18 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
 #include <stddef.h>
 #include <string.h>
 
-#define huvm_memcpy(d, s, n)    memcpy((d), (s), (n))
-#define huvm_memset(d, c, n)    memset((d), (c), (n))
-#define huvm_memcmp(a, b, n)    memcmp((a), (b), (n))
+#define huvm_memcpy(d, s, n) memcpy((d), (s), (n))
+#define huvm_memset(d, c, n) memset((d), (c), (n))
+#define huvm_memcmp(a, b, n) memcmp((a), (b), (n))
 
 /* A failed assertion is counted (huvm_port_assert_failures, read by the tests) and the core carries on
  * with a safe answer; define HUVM_ASSERT_ABORT to abort instead. */
 extern uint64_t huvm_port_assert_failures;
 void huvm_port_assert_failed(const char *expr, const char *file, int line);
-#define HUVM_ASSERT(cond) \
-    ((void)((cond) ? 0 : (huvm_port_assert_failed(#cond, __FILE__, __LINE__), 0)))
+#define HUVM_ASSERT(cond)    ((void)((cond) ? 0 : (huvm_port_assert_failed(#cond, __FILE__, __LINE__), 0)))
 
-#define HUVM_READ_ONCE(x)       (*(const volatile __typeof__(x) *)&(x))
-#define HUVM_WRITE_ONCE(x, v)   (*(volatile __typeof__(x) *)&(x) = (v))
+#define HUVM_READ_ONCE(x)     (*(const volatile __typeof__(x) *)&(x))
+#define HUVM_WRITE_ONCE(x, v) (*(volatile __typeof__(x) *)&(x) = (v))
 
 static inline uint64_t huvm_atomic64_read(const uint64_t *p)
 {
@@ -123,8 +122,13 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
 
 #if defined(HUVM_HAVE_USDT)
 #define HUVM_USDT(name, gpu, peer, reason, bytes, va) \
-    DTRACE_PROBE5(huvm, huvm_##name, (uint64_t)(uint32_t)(gpu), (uint64_t)(uint32_t)(peer), \
-                  (uint64_t)(uint32_t)(reason), (uint64_t)(bytes), (uint64_t)(va))
+    DTRACE_PROBE5(huvm,                               \
+                  huvm_##name,                        \
+                  (uint64_t)(uint32_t)(gpu),          \
+                  (uint64_t)(uint32_t)(peer),         \
+                  (uint64_t)(uint32_t)(reason),       \
+                  (uint64_t)(bytes),                  \
+                  (uint64_t)(va))
 #else
 #define HUVM_USDT(name, gpu, peer, reason, bytes, va) \
     ((void)(gpu), (void)(peer), (void)(reason), (void)(bytes), (void)(va))
@@ -134,16 +138,21 @@ static inline int huvm_atomic64_cas(uint64_t *p, uint64_t old, uint64_t new_val)
  * void function_name(const char *name, uint32_t gpu, uint32_t peer, uint32_t reason, uint64_t bytes,
  * uint64_t va). */
 #if defined(HUVM_TRACE_HOOK)
-void HUVM_TRACE_HOOK(const char *name, uint32_t gpu, uint32_t peer, uint32_t reason, uint64_t bytes,
-                     uint64_t va);
-#define HUVM_TRACE(name, gpu, peer, reason, bytes, va) do {                                   \
-        HUVM_USDT(name, gpu, peer, reason, bytes, va);                                        \
-        HUVM_TRACE_HOOK(#name, (uint32_t)(gpu), (uint32_t)(peer), (uint32_t)(reason),         \
-                        (uint64_t)(bytes), (uint64_t)(va));                                   \
+void HUVM_TRACE_HOOK(const char *name, uint32_t gpu, uint32_t peer, uint32_t reason, uint64_t bytes, uint64_t va);
+#define HUVM_TRACE(name, gpu, peer, reason, bytes, va) \
+    do {                                               \
+        HUVM_USDT(name, gpu, peer, reason, bytes, va); \
+        HUVM_TRACE_HOOK(#name,                         \
+                        (uint32_t)(gpu),               \
+                        (uint32_t)(peer),              \
+                        (uint32_t)(reason),            \
+                        (uint64_t)(bytes),             \
+                        (uint64_t)(va));               \
     } while (0)
 #else
-#define HUVM_TRACE(name, gpu, peer, reason, bytes, va) do {                                   \
-        HUVM_USDT(name, gpu, peer, reason, bytes, va);                                        \
+#define HUVM_TRACE(name, gpu, peer, reason, bytes, va) \
+    do {                                               \
+        HUVM_USDT(name, gpu, peer, reason, bytes, va); \
     } while (0)
 #endif
 

@@ -17,26 +17,94 @@
 
 #include "huvm_sim_internal.h"
 
+/* The decisions' view of the GPUs in mask (huvm_gpu_state_t), at sim->now.
+ *
+ * refresh_state(sim) refreshes every GPU. A caller that refreshed all of them at this sim->now and since then
+ * changed only some GPUs (their chunk lists, copies out of them, their pair counters as holders) may refresh
+ * just those (refresh_gpus): for the others, the copies in flight were already retired at sim->now (a copy that
+ * frees a GPU's memory is only issued by a move out of it), and the guest-traffic window is idempotent at the
+ * same time and counter total, so their state would come out the same. The simulated clock only moves in the
+ * loop of huvm_sim_run, between ops. */
+static void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
+{
+    const uint64_t now = sim->now;
+    const uint32_t n = sim->cfg.gpu_count, budgets = sim->traffic_mask;
+    sim_gpu_t *gg = sim->gpus;
+    huvm_gpu_state_t *st = sim->state;
+    uint32_t g;
+
+    for (g = 0; g < n; g++, gg++, st++) {
+        uint64_t used, inflight;
+
+        if (!(mask & (1u << g)))
+            continue;
+        if (gg->inflight && now >= gg->inflight_lb)
+            sim_gpu_retire(sim, g, now);
+        /* Memory a copy still in flight will free counts as free for the decisions (pre-eviction does not
+         * free it twice); an allocation waits for it (make_room). As gpu_free(gg) + gg->inflight. */
+        inflight = gg->inflight;
+        used = gpu_used(gg) + inflight;
+        st->free_bytes = ((used < gg->capacity_chunks ? gg->capacity_chunks - used : 0) + inflight) * SIM_CHUNK;
+        st->last_evict_ns = gg->last_evict_ns;
+        st->last_pressure_ns = gg->last_pressure_ns;
+        st->burst_chunks = gg->burst_chunks;
+        /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's
+         * own allocations: a peak older than its window gives way then too); at the same sim->now and own
+         * use, noting again changes nothing (the partial refresh above relies on it) */
+        note_own(sim, g, now);
+        st->own_peak_bytes = gg->own_peak.bytes;
+        st->own_spike_ns = huvm_peak_spike_ns(&gg->own_peak, now);
+        st->prefetch_used = gg->pf_used;
+        st->prefetch_unused = gg->pf_unused;
+        /* huvm_traffic_level's answer without a guest-traffic budget: 0 (its window was started over when the
+         * run started, note_traffic_budgets) */
+        st->guest_traffic_bytes =
+            (budgets & (1u << g)) ? huvm_traffic_level(&sim->core, g, &gg->guest_traffic, now) : 0;
+    }
+}
+
 static void refresh_state(huvm_sim_t *sim)
+{
+    refresh_gpus(sim, ~0u);
+}
+
+/* The GPUs whose policy entry has a guest-traffic budget (huvm_traffic_level sums their pair counters). The
+ * policy only changes between runs (huvm_sim_ioctl), so huvm_sim_run notes them when it starts. The others'
+ * windows start over here, as huvm_traffic_level would start them over at each refresh (nothing else reads
+ * or writes them). */
+static void note_traffic_budgets(huvm_sim_t *sim)
 {
     uint32_t g;
 
+    sim->traffic_mask = 0;
     for (g = 0; g < sim->cfg.gpu_count; g++) {
-        sim_gpu_retire(sim, g, sim->now);
-        /* Memory a copy still in flight will free counts as free for the decisions (pre-eviction does not
-         * free it twice); an allocation waits for it (make_room). */
-        sim->state[g].free_bytes = (gpu_free(&sim->gpus[g]) + sim->gpus[g].inflight) * SIM_CHUNK;
-        sim->state[g].last_evict_ns = sim->gpus[g].last_evict_ns;
-        sim->state[g].last_pressure_ns = sim->gpus[g].last_pressure_ns;
-        sim->state[g].burst_chunks = sim->gpus[g].burst_chunks;
-        sim->state[g].own_peak_bytes = sim->gpus[g].own_peak.bytes;
-        sim->state[g].guest_traffic_bytes = huvm_traffic_level(&sim->core, g, &sim->gpus[g].guest_traffic, sim->now);
-        sim->state[g].prefetch_used = sim->gpus[g].pf_used;
-        sim->state[g].prefetch_unused = sim->gpus[g].pf_unused;
+        const huvm_gpu_policy_t *e = huvm_policy_gpu(&sim->core, g);
+
+        if (e && e->lend_traffic_mbyte_per_s != 0)
+            sim->traffic_mask |= 1u << g;
+        else
+            memset(&sim->gpus[g].guest_traffic, 0, sizeof(sim->gpus[g].guest_traffic));
     }
 }
 
 /* ---- creation ---- */
+
+/* What GPU g's slowdown bound weighs, from the cost model: its HBM bandwidth (a guest chunk's copy costs its
+ * tenants lend_chunk_ns) and its give-back rate (a chunk to the host: evict_service_ns, the transfer setup
+ * and the copy at the PCIe rate), both in MB/s (bytes per us). */
+static void sim_set_gpu_rates(huvm_sim_t *sim, uint32_t g)
+{
+    const huvm_sim_config_t *cfg = &sim->cfg;
+    uint64_t us_bytes = (uint64_t)SIM_CHUNK * 1000;
+    uint64_t hbm = cfg->lend_chunk_ns ? us_bytes / cfg->lend_chunk_ns : 0;
+    uint64_t chunk_ns = cfg->evict_service_ns + cfg->pcie_latency_ns + us_bytes / cfg->pcie_mbyte_per_s[g];
+    uint64_t giveback = chunk_ns ? us_bytes / chunk_ns : 0;
+
+    huvm_core_set_gpu_rates(&sim->core,
+                            g,
+                            (uint32_t)(hbm < HUVM_MAX_MBYTE_PER_S ? hbm : HUVM_MAX_MBYTE_PER_S),
+                            (uint32_t)(giveback < HUVM_MAX_MBYTE_PER_S ? giveback : HUVM_MAX_MBYTE_PER_S));
+}
 
 huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_sim_error_t *err)
 {
@@ -49,8 +117,7 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
     if (st != HUVM_NV_OK)
         return NULL;
     if (preset >= HUVM_PRESET_COUNT || preset == HUVM_PRESET_CUSTOM) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "preset", "preset %u is not stock, atc22 or huvm",
-                      preset);
+        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "preset", "preset %u is not stock, atc22 or huvm", preset);
         return NULL;
     }
     sim = calloc(1, sizeof(*sim));
@@ -86,16 +153,17 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
             free(sim);
             return NULL;
         }
-        g->capacity_chunks = (cfg->flags & HUVM_SIM_FLAG_UNLIMITED) ? SIM_UNLIMITED_CHUNKS :
-                             info.memory_bytes / SIM_CHUNK;
+        sim_set_gpu_rates(sim, a);
+        g->capacity_chunks =
+            (cfg->flags & HUVM_SIM_FLAG_UNLIMITED) ? SIM_UNLIMITED_CHUNKS : info.memory_bytes / SIM_CHUNK;
         list_init(&g->own);
         for (b = 0; b < HUVM_SIM_MAX_GPUS; b++)
             list_init(&g->guest[b]);
-        g->h2d.mbyte_per_s = g->d2h.mbyte_per_s = cfg->pcie_mbyte_per_s[a];
-        g->h2d.latency_ns = g->d2h.latency_ns = cfg->pcie_latency_ns;
+        res_set(&g->h2d, cfg->pcie_mbyte_per_s[a], cfg->pcie_latency_ns);
+        res_set(&g->d2h, cfg->pcie_mbyte_per_s[a], cfg->pcie_latency_ns);
         if (cfg->flags & HUVM_SIM_FLAG_NVSWITCH) {
-            g->port_out.mbyte_per_s = g->port_in.mbyte_per_s = cfg->nvswitch_port_mbyte_per_s[a];
-            g->port_out.latency_ns = g->port_in.latency_ns = cfg->nvlink_latency_ns;
+            res_set(&g->port_out, cfg->nvswitch_port_mbyte_per_s[a], cfg->nvlink_latency_ns);
+            res_set(&g->port_in, cfg->nvswitch_port_mbyte_per_s[a], cfg->nvlink_latency_ns);
         }
     }
     for (a = 0; a < cfg->gpu_count; a++) {
@@ -105,8 +173,7 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
             if (a == b || cfg->link_type[a][b] == HUVM_LINK_NONE)
                 continue;
             sim->gpus[a].candidates |= 1u << b;
-            sim->nvl[a][b].mbyte_per_s = cfg->link_mbyte_per_s[a][b];
-            sim->nvl[a][b].latency_ns = cfg->nvlink_latency_ns;
+            res_set(&sim->nvl[a][b], cfg->link_mbyte_per_s[a][b], cfg->nvlink_latency_ns);
             memset(&link, 0, sizeof(link));
             link.link_type = cfg->link_type[a][b];
             link.link_count = cfg->link_count[a][b];
@@ -116,8 +183,7 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
                 char f[48];
 
                 snprintf(f, sizeof(f), "links[%u][%u]", a, b);
-                sim_set_error(err, st, -1, f, "the policy core refused the link GPU %u->%u (status 0x%x)",
-                              a, b, st);
+                sim_set_error(err, st, -1, f, "the policy core refused the link GPU %u->%u (status 0x%x)", a, b, st);
                 free(sim);
                 return NULL;
             }
@@ -127,7 +193,8 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
         uint32_t sw = cfg->pcie_switch[a];
 
         if (sw) {
-            sim->sw_h2d[sw - 1].mbyte_per_s = sim->sw_d2h[sw - 1].mbyte_per_s = cfg->pcie_switch_mbyte_per_s[sw - 1];
+            res_set(&sim->sw_h2d[sw - 1], cfg->pcie_switch_mbyte_per_s[sw - 1], 0);
+            res_set(&sim->sw_d2h[sw - 1], cfg->pcie_switch_mbyte_per_s[sw - 1], 0);
         }
     }
     sim->host_limit_chunks = cfg->host_memory_bytes ? cfg->host_memory_bytes / SIM_CHUNK : UINT64_MAX;
@@ -174,10 +241,10 @@ static void vacnt_add(huvm_sim_t *sim, uint32_t ci, int which)
     sim_vacnt_t *v = &sim->tenants[sim->chunks[ci].tenant].vacnt;
 
     switch (which) {
-    case 0: v->evict_to_peer++; break;
-    case 1: v->evict_to_host++; break;
-    case 2: v->fetch_from_peer++; break;
-    case 3: v->fetch_from_host++; break;
+    case 0:  v->evict_to_peer++; break;
+    case 1:  v->evict_to_host++; break;
+    case 2:  v->fetch_from_peer++; break;
+    case 3:  v->fetch_from_host++; break;
     default: v->prefetch++; break;
     }
 }
@@ -185,8 +252,11 @@ static void vacnt_add(huvm_sim_t *sim, uint32_t ci, int which)
 int host_take_chunk(huvm_sim_t *sim)
 {
     if (sim->host_chunks >= sim->host_limit_chunks) {
-        run_error(sim, HUVM_NV_ERR_NO_MEMORY, "host_memory_bytes",
-                  "host memory is exhausted (%llu GiB evicted)", (unsigned long long)(sim->host_chunks / 512));
+        run_error(sim,
+                  HUVM_NV_ERR_NO_MEMORY,
+                  "host_memory_bytes",
+                  "host memory is exhausted (%llu GiB evicted)",
+                  (unsigned long long)(sim->host_chunks / 512));
         return -1;
     }
     sim->host_chunks++;
@@ -195,7 +265,13 @@ int host_take_chunk(huvm_sim_t *sim)
 
 /* Evict chunk ci (owner g's own, resident on g) where the core says. Returns when g can reuse the memory
  * (sync) or t (async: pre-eviction). */
-static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, int sync)
+static uint64_t evict_own(huvm_sim_t *sim,
+                          uint32_t g,
+                          uint32_t ci,
+                          uint64_t t,
+                          uint32_t flags,
+                          int sync,
+                          uint32_t *stale)
 {
     sim_chunk_t *c = &sim->chunks[ci];
     sim_gpu_t *gg = &sim->gpus[g];
@@ -203,7 +279,7 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
     huvm_decision_t d;
     uint64_t start = u64_max(t, c->ready_ns), fin;
 
-    refresh_state(sim);
+    refresh_gpus(sim, stale ? *stale : ~0u);
     memset(&req, 0, sizeof(req));
     req.gpu = g;
     req.flags = flags;
@@ -225,6 +301,8 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
         if (d.reason == HUVM_REASON_PEER)
             d.reason = HUVM_REASON_NO_PEER;
     }
+    if (stale)
+        *stale = 1u << g | (d.dst < sim->cfg.gpu_count ? 1u << d.dst : 0);     /* what this eviction changes */
     if (d.dst == HUVM_DEST_HOST && host_take_chunk(sim))
         return t;
     if (c->flags & SIM_CF_PREFETCHED)
@@ -240,7 +318,8 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
         gg->peer_chunks++;
         c->holder = (uint8_t)p;
         vacnt_add(sim, ci, 0);
-    } else {
+    }
+    else {
         fin = sim_xfer_d2h(sim, g, start, SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
         c->loc = HUVM_SIM_LOC_HOST;
         gg->host_chunks++;
@@ -249,8 +328,7 @@ static uint64_t evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, 
     c->ready_ns = u64_max(c->ready_ns, fin);
     c->flags &= (uint8_t)~SIM_CF_REMOTE;
     gg->last_evict_ns = t ? t : 1;
-    huvm_account_evict(&sim->core, g, d.dst, d.reason, flags & HUVM_EVICT_FLAG_PREEVICT, SIM_CHUNK,
-                       chunk_va(sim, ci));
+    huvm_account_evict(&sim->core, g, d.dst, d.reason, flags & HUVM_EVICT_FLAG_PREEVICT, SIM_CHUNK, chunk_va(sim, ci));
     return sync ? fin : t;
 }
 
@@ -271,8 +349,8 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
     hg->guest_chunks--;
     sim->gpus[o].peer_chunks--;
     sim->gpus[o].host_chunks++;
-    fin = sim_xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.evict_service_ns,
-                       sync ? SIM_FG : SIM_BG, ci);
+    fin =
+        sim_xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
     lend_charge(sim, h, 1);
     c->loc = HUVM_SIM_LOC_HOST;
     c->ready_ns = u64_max(c->ready_ns, fin);
@@ -306,8 +384,7 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
             /* Memory still held by copies in flight: wait for the first of them, unless a synchronous
              * eviction (demand class, half its link at worst) would free a chunk sooner. */
             uint64_t next = sim_gpu_inflight_next(sim, g);
-            uint64_t sync = t + 2 * ((SIM_CHUNK * 1000 + gg->d2h.mbyte_per_s - 1) / gg->d2h.mbyte_per_s) +
-                            gg->d2h.latency_ns;
+            uint64_t sync = t + 2 * res_ns(&gg->d2h, SIM_CHUNK) + gg->d2h.latency_ns;
 
             if (next <= sync) {
                 t = u64_max(t, next);
@@ -339,11 +416,16 @@ static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, u
             }
         }
         if (gg->own.count) {
-            t = evict_own(sim, g, gg->own.head, t, flags, 1);
+            t = evict_own(sim, g, gg->own.head, t, flags, 1, NULL);
             continue;
         }
-        run_error(sim, HUVM_NV_ERR_NO_MEMORY, "tenants", "GPU %u is out of memory: %llu MiB are pinned by "
-                  "cudaMalloc and nothing is evictable", g, (unsigned long long)(gg->pinned_chunks * 2));
+        run_error(sim,
+                  HUVM_NV_ERR_NO_MEMORY,
+                  "tenants",
+                  "GPU %u is out of memory: %llu MiB are pinned by "
+                  "cudaMalloc and nothing is evictable",
+                  g,
+                  (unsigned long long)(gg->pinned_chunks * 2));
         break;
     }
     return t;
@@ -354,7 +436,7 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
     sim_gpu_t *gg = &sim->gpus[g];
     huvm_giveback_plan_t plan, back;
     uint64_t need;
-    uint32_t n, o, k;
+    uint32_t n, o, k, stale;
 
     if (sim->cfg.flags & HUVM_SIM_FLAG_UNLIMITED)
         return;
@@ -369,8 +451,8 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
     if (!giveback_only)
         huvm_decide_preevict_plan(&sim->core, sim->state, g, t, &plan);
     for (o = 0; o < sim->cfg.gpu_count; o++)
-        plan.guest_chunks[o] = plan.guest_chunks[o] > back.guest_chunks[o] ? plan.guest_chunks[o] :
-                               back.guest_chunks[o];
+        plan.guest_chunks[o] =
+            plan.guest_chunks[o] > back.guest_chunks[o] ? plan.guest_chunks[o] : back.guest_chunks[o];
     /* Guests' chunks first (a lender's own data never leaves ahead of a guest's), then its own. */
     for (o = 0; o < sim->cfg.gpu_count && !sim->failed; o++) {
         for (k = 0; k < plan.guest_chunks[o] && gg->guest[o].count && !sim->failed; k++) {
@@ -378,8 +460,11 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
             gg->preevicted++;
         }
     }
+    /* The first eviction sees every GPU afresh; each next one only those the one before changed (refresh_gpus:
+     * same t, same sim->now, nothing else ran in between). */
+    stale = ~0u;
     for (n = 0; n < plan.own_chunks && gg->own.count && !sim->failed; n++) {
-        evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0);
+        evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0, &stale);
         gg->preevicted++;
     }
     gg->preevicted = u64_min(gg->preevicted, gpu_free(gg) + gg->inflight);
@@ -427,8 +512,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
             sim->gpus[p].guest_chunks--;
             sim->gpus[g].peer_chunks--;
-            c->ready_ns = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
-                                        SIM_BG, pci);
+            c->ready_ns =
+                sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
             c->fetched_ns = c->ready_ns;
@@ -451,8 +536,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             }
             sim->host_chunks--;
             gg->host_chunks--;
-            c->ready_ns = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
-                                       SIM_BG, pci);
+            c->ready_ns =
+                sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
             list_push_tail(sim->chunks, &gg->own, pci);
@@ -461,21 +546,21 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             local_done++;
             vacnt_add(sim, pci, 4);
             huvm_account_prefetch(&sim->core, g, g, SIM_CHUNK, chunk_va(sim, pci));
-        } else if (peer_done < plan.peer_chunks) {
+        }
+        else if (peer_done < plan.peer_chunks) {
             uint32_t p = plan.peer;
             sim_gpu_t *pg = &sim->gpus[p];
 
             refresh_state(sim);
-            if (gpu_free(pg) == 0 ||
-                huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, t) != HUVM_REASON_PEER) {
+            if (gpu_free(pg) == 0 || huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, t) != HUVM_REASON_PEER) {
                 peer_done = plan.peer_chunks;   /* the peer is full: the rest of the host part is dropped */
                 continue;
             }
             sim->host_chunks--;
             sim->gpus[g].host_chunks--;
             sim->gpus[g].peer_chunks++;
-            c->ready_ns = sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns,
-                                       SIM_BG, pci);
+            c->ready_ns =
+                sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
             lend_charge(sim, p, 1);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)p;
@@ -485,7 +570,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             peer_done++;
             vacnt_add(sim, pci, 4);
             huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
-        } else if (back_done >= plan.peer_local_chunks) {
+        }
+        else if (back_done >= plan.peer_local_chunks) {
             break;
         }
     }
@@ -599,9 +685,11 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci)
     if (c->loc == HUVM_SIM_LOC_GPU) {
         if (c->flags & SIM_CF_PINNED) {
             sim->gpus[o].pinned_chunks--;
-        } else if (c->holder == o) {
+        }
+        else if (c->holder == o) {
             list_remove(sim->chunks, &sim->gpus[o].own, ci);
-        } else {
+        }
+        else {
             /* Harvested data freed by its owner: the peer's chunk is simply released (no copy); the core's
              * held/lent/harvested gauges go down with it. */
             list_remove(sim->chunks, &sim->gpus[c->holder].guest[o], ci);
@@ -609,7 +697,8 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci)
             sim->gpus[o].peer_chunks--;
             huvm_account_release(&sim->core, o, c->holder, SIM_CHUNK, chunk_va(sim, ci));
         }
-    } else if (c->loc == HUVM_SIM_LOC_HOST) {
+    }
+    else if (c->loc == HUVM_SIM_LOC_HOST) {
         sim->host_chunks--;
         sim->gpus[o].host_chunks--;
     }
@@ -632,6 +721,7 @@ uint32_t huvm_sim_run(huvm_sim_t *sim, uint64_t until_ns, huvm_sim_error_t *err)
     }
     if (sim->failed)
         goto failed;
+    note_traffic_budgets(sim);
     if (!sim->started) {
         sim->started = 1;
         for (i = 0; i < sim->n_tenants; i++) {

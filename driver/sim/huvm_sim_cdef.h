@@ -12,45 +12,46 @@
 #include <stdint.h>
 
 /* HUVM_SIM_CDEF_BEGIN */
-#define HUVM_SIM_MAX_GPUS           16
-#define HUVM_SIM_MAX_TENANTS        64
-#define HUVM_SIM_NAME_LEN           32
+#define HUVM_SIM_MAX_GPUS    16
+#define HUVM_SIM_MAX_TENANTS 64
+#define HUVM_SIM_NAME_LEN    32
 
 /* Bounds the simulator enforces on a node and its tenants (the Python tools read them from here). */
-#define HUVM_SIM_MAX_STEPS          1000000u                /* repetitions of one tenant's trace */
-#define HUVM_SIM_MAX_OP_NS          281474976710656ull      /* 2^48: one op, a start time or a static footprint
-                                                               (bytes) at most ~3 days / 256 TiB: sums stay
-                                                               in 64 bits */
-#define HUVM_SIM_MAX_MEMORY_BYTES   1125899906842624ull     /* 2^50: 1 PiB per GPU */
-#define HUVM_SIM_MAX_MBYTE_PER_S    16777216ull             /* 2^24: 16 TB/s per link or PCIe direction */
-#define HUVM_SIM_MAX_COST_NS        1000000000ull           /* any one UVM cost at most 1 s */
-#define HUVM_SIM_MAX_FAULT_BATCH    65536u                  /* fault_batch_max */
-#define HUVM_SIM_MAX_FAULTS_PER_CHUNK 512u                  /* fault entries per faulted chunk */
-#define HUVM_SIM_MAX_LINK_COUNT     64u                     /* NVLink links between two GPUs */
+#define HUVM_SIM_MAX_STEPS             1000000u                /* repetitions of one tenant's trace */
+/* 2^48: one op, a start time or a static footprint
+ * (bytes) at most ~3 days / 256 TiB: sums stay
+ * in 64 bits */
+#define HUVM_SIM_MAX_OP_NS             281474976710656ull
+#define HUVM_SIM_MAX_MEMORY_BYTES      1125899906842624ull     /* 2^50: 1 PiB per GPU */
+#define HUVM_SIM_MAX_MBYTE_PER_S       16777216ull             /* 2^24: 16 TB/s per link or PCIe direction */
+#define HUVM_SIM_MAX_COST_NS           1000000000ull           /* any one UVM cost at most 1 s */
+#define HUVM_SIM_MAX_FAULT_BATCH       65536u                  /* fault_batch_max */
+#define HUVM_SIM_MAX_FAULTS_PER_CHUNK  512u                  /* fault entries per faulted chunk */
+#define HUVM_SIM_MAX_LINK_COUNT        64u                     /* NVLink links between two GPUs */
 #define HUVM_SIM_MAX_HOST_MEMORY_BYTES 72057594037927936ull /* 2^56 */
 
 /* Where a chunk is, in huvm_sim_chunk_where(). */
-#define HUVM_SIM_LOC_NONE           0       /* not populated (never touched, or freed) */
-#define HUVM_SIM_LOC_GPU            1       /* on a GPU (its owner, or a peer holding it) */
-#define HUVM_SIM_LOC_HOST           2       /* in host memory */
+#define HUVM_SIM_LOC_NONE 0       /* not populated (never touched, or freed) */
+#define HUVM_SIM_LOC_GPU  1       /* on a GPU (its owner, or a peer holding it) */
+#define HUVM_SIM_LOC_HOST 2       /* in host memory */
 
 /* huvm_sim_config_t.flags */
-#define HUVM_SIM_FLAG_UNLIMITED     0x1     /* the "ideal" node: GPUs never run out of memory */
-#define HUVM_SIM_FLAG_NVSWITCH      0x2     /* NVLink through NVSwitch: per-GPU ports, not per-pair links */
+#define HUVM_SIM_FLAG_UNLIMITED 0x1     /* the "ideal" node: GPUs never run out of memory */
+#define HUVM_SIM_FLAG_NVSWITCH  0x2     /* NVLink through NVSwitch: per-GPU ports, not per-pair links */
 
 /* Error report: which field or record was refused, and why. */
 typedef struct {
     uint32_t status;                        /* HUVM_NV_* */
-    int32_t  record;                        /* index of the offending record (op, touch, chunk) or -1 */
-    char     field[64];                     /* e.g. "gpus[2].reserved_bytes", "tenants[1].touch_chunk" */
-    char     message[192];
+    int32_t record;                        /* index of the offending record (op, touch, chunk) or -1 */
+    char field[64];                     /* e.g. "gpus[2].reserved_bytes", "tenants[1].touch_chunk" */
+    char message[192];
 } huvm_sim_error_t;
 
 /* The node. Bandwidths in MB/s (10^6 bytes per second) per direction, like the ABI. */
 typedef struct {
     uint32_t gpu_count;                     /* 1..HUVM_SIM_MAX_GPUS */
     uint32_t flags;                         /* HUVM_SIM_FLAG_* */
-    char     gpu_name[16][32];
+    char gpu_name[16][32];
     uint64_t gpu_memory_bytes[16];          /* framebuffer */
     uint64_t gpu_reserved_bytes[16];        /* not usable by UVM (CUDA context, driver); < memory */
     uint64_t pcie_mbyte_per_s[16];          /* effective host link bandwidth, each direction */
@@ -87,28 +88,28 @@ typedef struct {
 /* One workload on one GPU. Arrays are copied by huvm_sim_add_tenant. A tenant with n_ops == 0 is idle:
  * it only holds static_bytes. Chunk ids are in the tenant's own space (2 MiB units from va_base). */
 typedef struct {
-    char            name[32];
-    uint32_t        gpu;                    /* GPU index it runs on (owner of its data) */
-    uint32_t        managed;                /* 1: UVM managed memory (demand paged, evictable);
+    char name[32];
+    uint32_t gpu;                    /* GPU index it runs on (owner of its data) */
+    uint32_t managed;                /* 1: UVM managed memory (demand paged, evictable);
                                                0: cudaMalloc (resident from allocation, never evicted) */
-    uint32_t        steps;                  /* repetitions of the trace; 0 = background (loops until every
+    uint32_t steps;                  /* repetitions of the trace; 0 = background (loops until every
                                                foreground tenant is done) */
-    uint32_t        n_ops;
-    uint32_t        n_chunks;
-    uint32_t        n_touches;              /* = op_first_touch[n_ops] */
-    uint64_t        start_ns;               /* when it starts */
-    uint64_t        static_bytes;           /* cudaMalloc'd at start and held (idle footprint) */
-    uint64_t        va_base;                /* VA of chunk 0 (probes); 0 = (tenant index + 1) << 40 */
+    uint32_t n_ops;
+    uint32_t n_chunks;
+    uint32_t n_touches;              /* = op_first_touch[n_ops] */
+    uint64_t start_ns;               /* when it starts */
+    uint64_t static_bytes;           /* cudaMalloc'd at start and held (idle footprint) */
+    uint64_t va_base;                /* VA of chunk 0 (probes); 0 = (tenant index + 1) << 40 */
     const uint64_t *op_time_ns;             /* [n_ops] compute time of each op */
     const uint32_t *op_first_touch;         /* [n_ops + 1] CSR offsets into touch_* */
     const uint32_t *touch_chunk;            /* [n_touches] */
-    const uint8_t  *touch_mode;             /* [n_touches] 0 read, 1 write-new, 2 read-modify-write */
-    const int32_t  *chunk_alloc_op;         /* [n_chunks] -1 = live before the first op */
-    const int32_t  *chunk_free_op;          /* [n_chunks] -1 = live after the last op */
-    uint32_t        host_resident;          /* 1 (managed only): the chunks live before the first op start in
+    const uint8_t *touch_mode;             /* [n_touches] 0 read, 1 write-new, 2 read-modify-write */
+    const int32_t *chunk_alloc_op;         /* [n_chunks] -1 = live before the first op */
+    const int32_t *chunk_free_op;          /* [n_chunks] -1 = live after the last op */
+    uint32_t host_resident;          /* 1 (managed only): the chunks live before the first op start in
                                                host memory, first written by the CPU, as a buffer a program
                                                fills before its kernels run */
-    uint32_t        pad;
+    uint32_t pad;
 } huvm_sim_tenant_spec_t;
 
 /* Per-tenant outcome. Times are simulated ns. */
@@ -193,9 +194,9 @@ uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err);
 /* Calibration: the time (ns) `chunks` back-to-back 2 MiB moves of one path take through the link model from
  * time 0 on GPU gpu, as background copies (HUVM_SIM_PATH_*). Only on a node that has not run (it occupies the
  * links): 0 when the node has run, the GPU or the path is unknown, or chunks is 0. */
-#define HUVM_SIM_PATH_COPY          0       /* host -> GPU copy, no per-block service (cudaMemcpy, pinned) */
-#define HUVM_SIM_PATH_PREFETCH      1       /* host -> GPU migration without a fault (migrate_service_ns) */
-#define HUVM_SIM_PATH_EVICT         2       /* GPU -> host migration (evict_service_ns) */
+#define HUVM_SIM_PATH_COPY     0       /* host -> GPU copy, no per-block service (cudaMemcpy, pinned) */
+#define HUVM_SIM_PATH_PREFETCH 1       /* host -> GPU migration without a fault (migrate_service_ns) */
+#define HUVM_SIM_PATH_EVICT    2       /* GPU -> host migration (evict_service_ns) */
 uint64_t huvm_sim_path_probe(huvm_sim_t *sim, uint32_t path, uint32_t gpu, uint32_t chunks);
 
 /* HUVM_SIM_CDEF_END */

@@ -7,22 +7,22 @@
 #include "huvm_sim.h"
 #include "huvm_core.h"
 
-#define SIM_NIL                 0xffffffffu
-#define SIM_CHUNK               ((uint64_t)HUVM_CHUNK_SIZE)
-#define SIM_UNLIMITED_CHUNKS    (1ull << 36)        /* "ideal" node: 128 PiB, never reached */
-#define SIM_MAX_OP_NS           HUVM_SIM_MAX_OP_NS  /* one op at most ~3 days: sums stay in 64 bits */
-#define SIM_MAX_STEPS           HUVM_SIM_MAX_STEPS
+#define SIM_NIL              0xffffffffu
+#define SIM_CHUNK            ((uint64_t)HUVM_CHUNK_SIZE)
+#define SIM_UNLIMITED_CHUNKS (1ull << 36)        /* "ideal" node: 128 PiB, never reached */
+#define SIM_MAX_OP_NS        HUVM_SIM_MAX_OP_NS  /* one op at most ~3 days: sums stay in 64 bits */
+#define SIM_MAX_STEPS        HUVM_SIM_MAX_STEPS
 
 /* sim_chunk_t.flags */
-#define SIM_CF_LIVE             0x1                 /* allocated (between its alloc and free op) */
-#define SIM_CF_REMOTE           0x2                 /* remote-mapped by its owner while on a peer */
-#define SIM_CF_PINNED           0x4                 /* cudaMalloc memory: resident, never evicted */
-#define SIM_CF_PREFETCHED       0x8                 /* prefetched, not touched since (prefetch feedback) */
+#define SIM_CF_LIVE       0x1                 /* allocated (between its alloc and free op) */
+#define SIM_CF_REMOTE     0x2                 /* remote-mapped by its owner while on a peer */
+#define SIM_CF_PINNED     0x4                 /* cudaMalloc memory: resident, never evicted */
+#define SIM_CF_PREFETCHED 0x8                 /* prefetched, not touched since (prefetch feedback) */
 
 /* Tenant states. */
-#define SIM_T_PENDING           0                   /* not started: static allocation to do */
-#define SIM_T_RUNNING           1
-#define SIM_T_DONE              2
+#define SIM_T_PENDING 0                   /* not started: static allocation to do */
+#define SIM_T_RUNNING 1
+#define SIM_T_DONE    2
 
 typedef struct {
     uint32_t head, tail, count;
@@ -33,18 +33,18 @@ typedef struct {
     uint32_t prev, next;            /* links in the list of the GPU holding it (SIM_NIL) */
     uint64_t ready_ns;              /* its data is usable where it is from this time (async copy) */
     uint64_t fetched_ns;            /* last fetch-back from a peer (hysteresis input), 0 = never */
-    uint8_t  loc;                   /* HUVM_SIM_LOC_* */
-    uint8_t  holder;                /* GPU holding it when loc == GPU */
-    uint8_t  owner;                 /* GPU of its tenant */
-    uint8_t  flags;                 /* SIM_CF_* */
+    uint8_t loc;                   /* HUVM_SIM_LOC_* */
+    uint8_t holder;                /* GPU holding it when loc == GPU */
+    uint8_t owner;                 /* GPU of its tenant */
+    uint8_t flags;                 /* SIM_CF_* */
     uint32_t tenant;
     uint32_t xfer;                  /* sequence number of its latest copy (in-flight tokens name it) */
 } sim_chunk_t;
 
 /* Traffic classes sharing a link: demand transfers (faults, synchronous evictions, give-back, remote
  * accesses) and background ones (prefetch, pre-eviction). */
-#define SIM_FG                  0
-#define SIM_BG                  1
+#define SIM_FG 0
+#define SIM_BG 1
 
 /* A background copy still queued on a link direction: later demand traffic that delays the background class
  * delays it (its chunk's ready_ns and, for a copy out of a GPU, when that GPU gets the memory back). */
@@ -66,31 +66,34 @@ typedef struct {
     uint64_t bytes;
     sim_tok_t *q;                   /* background copies in flight, in order (ring) */
     uint32_t qhead, qlen, qcap, pad;
+    uint64_t chunk_ns;              /* a 2 MiB copy's time on it, as res_xfer rounds it (0: rate not set) */
 } sim_res_t;
 
 typedef struct {
-    uint64_t   capacity_chunks;     /* usable by UVM: (memory - reserved) / 2 MiB */
-    uint64_t   pinned_chunks;       /* cudaMalloc'd by its tenants (not evictable) */
+    /* the fields every refresh and eviction reads first, together (a cache line or two) */
+    uint64_t capacity_chunks;     /* usable by UVM: (memory - reserved) / 2 MiB */
+    uint64_t pinned_chunks;       /* cudaMalloc'd by its tenants (not evictable) */
     sim_list_t own;                 /* its tenants' managed chunks resident here, LRU by residency change */
-    sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
-    uint64_t   guest_chunks;
-    uint64_t   peer_chunks;         /* its data held by peers */
-    uint64_t   host_chunks;         /* its data in host memory */
-    uint32_t   candidates;          /* peers with a direct path (bit per GPU) */
-    uint32_t   pad;
-    uint64_t   last_evict_ns;
-    uint64_t   fault_free_ns;       /* the GPU's fault servicing is busy until then (serial per GPU) */
-    uint64_t   last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
-    uint64_t   preevicted;          /* free chunks pre-eviction made and no allocation has used yet */
-    uint64_t   burst_chunks;        /* chunks the last fault batch on this GPU allocated */
-    uint64_t   batch_allocs;        /* chunks allocated by the fault batch in progress */
+    uint32_t candidates;          /* peers with a direct path (bit per GPU) */
+    uint64_t guest_chunks;
+    uint64_t inflight;            /* chunks of memory held by copies out of it still in flight */
+    uint64_t inflight_lb;         /* no copy out of it ends before this (a lower bound on the first end of
+                                       its queues: sim_gpu_retire has nothing to do before it) */
+    uint64_t last_evict_ns;
+    uint64_t last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
+    uint64_t burst_chunks;        /* chunks the last fault batch on this GPU allocated */
     huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
+    uint64_t pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
+    uint64_t peer_chunks;         /* its data held by peers */
+    uint64_t host_chunks;         /* its data in host memory */
+    uint64_t fault_free_ns;       /* the GPU's fault servicing is busy until then (serial per GPU) */
+    uint64_t preevicted;          /* free chunks pre-eviction made and no allocation has used yet */
+    uint64_t batch_allocs;        /* chunks allocated by the fault batch in progress */
+    sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
     huvm_traffic_t guest_traffic;   /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
-    uint64_t   pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
-    uint64_t   inflight;            /* chunks of memory held by copies out of it still in flight */
-    uint64_t   lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */
-    sim_res_t  h2d, d2h;            /* PCIe */
-    sim_res_t  port_out, port_in;   /* NVSwitch ports */
+    uint64_t lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */
+    sim_res_t h2d, d2h;            /* PCIe */
+    sim_res_t port_out, port_in;   /* NVSwitch ports */
 } sim_gpu_t;
 
 typedef struct {
@@ -99,50 +102,51 @@ typedef struct {
 
 typedef struct {
     huvm_sim_tenant_spec_t spec;    /* pointers below are our copies */
-    uint64_t  *op_time;
-    uint32_t  *first;
-    uint32_t  *touch;
-    uint8_t   *mode;
-    int32_t   *aop, *fop;
-    uint32_t  *alloc_first, *alloc_list;    /* CSR: chunks allocated at op k */
-    uint32_t  *free_first, *free_list;      /* CSR: chunks freed after op k */
-    uint32_t  *static_list, n_static;       /* chunks live before op 0 (alloc_op == -1) */
-    uint32_t   chunk_base;
-    uint32_t   state;
-    uint64_t   clock;
-    uint64_t   step_start;              /* clock at the start of the current step */
-    uint32_t   op;
-    uint32_t   foreground;
-    uint64_t   static_chunks;
-    uint64_t  *step_end;
-    uint32_t   step_end_n, step_end_cap;
+    uint64_t *op_time;
+    uint32_t *first;
+    uint32_t *touch;
+    uint8_t *mode;
+    int32_t *aop, *fop;
+    uint32_t *alloc_first, *alloc_list;    /* CSR: chunks allocated at op k */
+    uint32_t *free_first, *free_list;      /* CSR: chunks freed after op k */
+    uint32_t *static_list, n_static;       /* chunks live before op 0 (alloc_op == -1) */
+    uint32_t chunk_base;
+    uint32_t state;
+    uint64_t clock;
+    uint64_t step_start;              /* clock at the start of the current step */
+    uint32_t op;
+    uint32_t foreground;
+    uint64_t static_chunks;
+    uint64_t *step_end;
+    uint32_t step_end_n, step_end_cap;
     huvm_sim_tenant_result_t res;
     sim_vacnt_t vacnt;
 } sim_tenant_t;
 
 struct huvm_sim {
     huvm_sim_config_t cfg;
-    huvm_core_t       core;
-    huvm_gpu_state_t  state[HUVM_MAX_GPUS];
-    sim_gpu_t         gpus[HUVM_SIM_MAX_GPUS];
-    sim_res_t         nvl[HUVM_SIM_MAX_GPUS][HUVM_SIM_MAX_GPUS];
-    sim_res_t         sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS];  /* PCIe switch uplinks */
-    uint32_t          xfer_seq;
-    sim_tenant_t      tenants[HUVM_SIM_MAX_TENANTS];
-    uint32_t          n_tenants;
-    sim_chunk_t      *chunks;
-    uint32_t          n_chunks;
-    uint32_t          started;
-    uint32_t          fg_remaining;
-    uint32_t          failed;
-    uint64_t          now;
-    uint64_t          host_chunks;
-    uint64_t          host_limit_chunks;
+    huvm_core_t core;
+    huvm_gpu_state_t state[HUVM_MAX_GPUS];
+    sim_gpu_t gpus[HUVM_SIM_MAX_GPUS];
+    sim_res_t nvl[HUVM_SIM_MAX_GPUS][HUVM_SIM_MAX_GPUS];
+    sim_res_t sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS];  /* PCIe switch uplinks */
+    uint32_t xfer_seq;
+    uint32_t traffic_mask;     /* GPUs with a guest-traffic budget (refresh_gpus; set by huvm_sim_run) */
+    sim_tenant_t tenants[HUVM_SIM_MAX_TENANTS];
+    uint32_t n_tenants;
+    sim_chunk_t *chunks;
+    uint32_t n_chunks;
+    uint32_t started;
+    uint32_t fg_remaining;
+    uint32_t failed;
+    uint64_t now;
+    uint64_t host_chunks;
+    uint64_t host_limit_chunks;
     huvm_sim_traffic_t traffic;
     huvm_sim_sample_t *samples;
-    uint32_t          n_samples, samples_cap;
-    uint64_t          sample_interval, next_sample;
-    huvm_sim_error_t  err;          /* first run-time error */
+    uint32_t n_samples, samples_cap;
+    uint64_t sample_interval, next_sample;
+    huvm_sim_error_t err;          /* first run-time error */
 };
 
 /* ---- small helpers shared by the sources (inline: the hot paths stay as fast as in one file) ---- */
@@ -204,6 +208,23 @@ static inline uint64_t gpu_free(const sim_gpu_t *g)
     return used < g->capacity_chunks ? g->capacity_chunks - used : 0;
 }
 
+/* Set a link direction's rate and latency (and the time of a 2 MiB copy on it, computed once: no division on
+ * the transfer path). */
+static inline void res_set(sim_res_t *r, uint64_t mbyte_per_s, uint64_t latency_ns)
+{
+    r->mbyte_per_s = mbyte_per_s;
+    r->latency_ns = latency_ns;
+    r->chunk_ns = mbyte_per_s ? (SIM_CHUNK * 1000 + mbyte_per_s - 1) / mbyte_per_s : 0;
+}
+
+/* The time of `bytes` on r: bytes x 1000 / MB/s, rounded up. */
+static inline uint64_t res_ns(const sim_res_t *r, uint64_t bytes)
+{
+    if (bytes == SIM_CHUNK && r->chunk_ns)
+        return r->chunk_ns;
+    return (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
+}
+
 static inline uint64_t chunk_va(const huvm_sim_t *sim, uint32_t ci)
 {
     const sim_tenant_t *t = &sim->tenants[sim->chunks[ci].tenant];
@@ -245,13 +266,15 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only);
 int host_take_chunk(huvm_sim_t *sim);
 
 /* huvm_sim_xfer.c: links, transfers, PCIe switches, copies in flight */
-uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
-                      uint32_t ci);
-uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
-                      uint32_t ci);
-uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
-                           uint32_t ci);
-uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, uint64_t svc_ns,
+uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci);
+uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci);
+uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls, uint32_t ci);
+uint64_t sim_xfer_peer(huvm_sim_t *sim,
+                       uint32_t a,
+                       uint32_t b,
+                       uint64_t t,
+                       uint64_t bytes,
+                       uint64_t svc_ns,
                        int cls,
                        uint32_t ci);
 void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t);
@@ -268,8 +291,8 @@ void sim_sample_until(huvm_sim_t *sim, uint64_t t);
 
 /* huvm_sim_node.c */
 uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err);
-void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const char *field,
-                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* huvm_sim_ioctl.c */
 void sim_core_ops(huvm_core_ops_t *ops);

@@ -9,12 +9,11 @@
 
 #include "huvm_sim_internal.h"
 
-#define SIM_MAX_MEMORY_BYTES    HUVM_SIM_MAX_MEMORY_BYTES
-#define SIM_MAX_MBYTE_PER_S     HUVM_SIM_MAX_MBYTE_PER_S
-#define SIM_MAX_COST_NS         HUVM_SIM_MAX_COST_NS
+#define SIM_MAX_MEMORY_BYTES HUVM_SIM_MAX_MEMORY_BYTES
+#define SIM_MAX_MBYTE_PER_S  HUVM_SIM_MAX_MBYTE_PER_S
+#define SIM_MAX_COST_NS      HUVM_SIM_MAX_COST_NS
 
-void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const char *field,
-                   const char *fmt, ...)
+void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const char *field, const char *fmt, ...)
 {
     va_list ap;
 
@@ -71,8 +70,13 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (cfg->gpu_count < 1 || cfg->gpu_count > HUVM_SIM_MAX_GPUS) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "gpu_count",
-                      "gpu_count %u is not in 1..%u", cfg->gpu_count, HUVM_SIM_MAX_GPUS);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      "gpu_count",
+                      "gpu_count %u is not in 1..%u",
+                      cfg->gpu_count,
+                      HUVM_SIM_MAX_GPUS);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (cfg->flags & ~(uint32_t)(HUVM_SIM_FLAG_UNLIMITED | HUVM_SIM_FLAG_NVSWITCH)) {
@@ -84,67 +88,116 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
 
         if (mem < SIM_CHUNK || mem > SIM_MAX_MEMORY_BYTES) {
             snprintf(f, sizeof(f), "gpus[%u].memory_bytes", a);
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
-                          "GPU %u memory %llu bytes is not in 2 MiB..1 PiB", a, (unsigned long long)mem);
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)a,
+                          f,
+                          "GPU %u memory %llu bytes is not in 2 MiB..1 PiB",
+                          a,
+                          (unsigned long long)mem);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
         if (res >= mem || (mem - res) < SIM_CHUNK) {
             snprintf(f, sizeof(f), "gpus[%u].reserved_bytes", a);
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)a,
+                          f,
                           "GPU %u reserve %llu bytes leaves less than one 2 MiB chunk of its %llu bytes",
-                          a, (unsigned long long)res, (unsigned long long)mem);
+                          a,
+                          (unsigned long long)res,
+                          (unsigned long long)mem);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
         if (cfg->pcie_mbyte_per_s[a] == 0 || cfg->pcie_mbyte_per_s[a] > SIM_MAX_MBYTE_PER_S) {
             snprintf(f, sizeof(f), "gpus[%u].pcie_mbyte_per_s", a);
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
-                          "GPU %u PCIe bandwidth %llu MB/s is not in 1..%llu", a,
-                          (unsigned long long)cfg->pcie_mbyte_per_s[a], SIM_MAX_MBYTE_PER_S);
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)a,
+                          f,
+                          "GPU %u PCIe bandwidth %llu MB/s is not in 1..%llu",
+                          a,
+                          (unsigned long long)cfg->pcie_mbyte_per_s[a],
+                          SIM_MAX_MBYTE_PER_S);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
         if ((cfg->flags & HUVM_SIM_FLAG_NVSWITCH) &&
             (cfg->nvswitch_port_mbyte_per_s[a] == 0 || cfg->nvswitch_port_mbyte_per_s[a] > SIM_MAX_MBYTE_PER_S)) {
             snprintf(f, sizeof(f), "gpus[%u].nvswitch_port_mbyte_per_s", a);
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
-                          "GPU %u NVSwitch port bandwidth %llu MB/s is not in 1..%llu", a,
-                          (unsigned long long)cfg->nvswitch_port_mbyte_per_s[a], SIM_MAX_MBYTE_PER_S);
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)a,
+                          f,
+                          "GPU %u NVSwitch port bandwidth %llu MB/s is not in 1..%llu",
+                          a,
+                          (unsigned long long)cfg->nvswitch_port_mbyte_per_s[a],
+                          SIM_MAX_MBYTE_PER_S);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
         for (b = 0; b < cfg->gpu_count; b++) {
             uint32_t t = cfg->link_type[a][b];
 
             if (t >= HUVM_LINK_COUNT || (a == b && t != HUVM_LINK_NONE)) {
-                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, link_field(f, sizeof(f), a, b, "link_type"),
-                              "link type %u between GPU %u and %u is invalid", t, a, b);
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              -1,
+                              link_field(f, sizeof(f), a, b, "link_type"),
+                              "link type %u between GPU %u and %u is invalid",
+                              t,
+                              a,
+                              b);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
             if (t != cfg->link_type[b][a]) {
-                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, link_field(f, sizeof(f), a, b, "link_type"),
-                              "link type %u of GPU %u->%u differs from %u of GPU %u->%u", t, a, b,
-                              cfg->link_type[b][a], b, a);
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              -1,
+                              link_field(f, sizeof(f), a, b, "link_type"),
+                              "link type %u of GPU %u->%u differs from %u of GPU %u->%u",
+                              t,
+                              a,
+                              b,
+                              cfg->link_type[b][a],
+                              b,
+                              a);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
             if (t != HUVM_LINK_NONE &&
                 (cfg->link_mbyte_per_s[a][b] == 0 || cfg->link_mbyte_per_s[a][b] > SIM_MAX_MBYTE_PER_S)) {
-                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1,
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              -1,
                               link_field(f, sizeof(f), a, b, "mbyte_per_s"),
-                              "link GPU %u->%u bandwidth %llu MB/s is not in 1..%llu", a, b,
-                              (unsigned long long)cfg->link_mbyte_per_s[a][b], SIM_MAX_MBYTE_PER_S);
+                              "link GPU %u->%u bandwidth %llu MB/s is not in 1..%llu",
+                              a,
+                              b,
+                              (unsigned long long)cfg->link_mbyte_per_s[a][b],
+                              SIM_MAX_MBYTE_PER_S);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
             if (cfg->link_count[a][b] > HUVM_SIM_MAX_LINK_COUNT) {
-                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, link_field(f, sizeof(f), a, b, "link_count"),
-                              "link count %u between GPU %u and %u is over %u", cfg->link_count[a][b], a, b,
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              -1,
+                              link_field(f, sizeof(f), a, b, "link_count"),
+                              "link count %u between GPU %u and %u is over %u",
+                              cfg->link_count[a][b],
+                              a,
+                              b,
                               HUVM_SIM_MAX_LINK_COUNT);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
         }
     }
-#define SIM_CHECK_COST(field)                                                                            \
-    if (cfg->field > SIM_MAX_COST_NS) {                                                                  \
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, #field, #field " %llu ns is over 1 s",       \
-                      (unsigned long long)cfg->field);                                                   \
-        return HUVM_NV_ERR_INVALID_ARGUMENT;                                                             \
+#define SIM_CHECK_COST(field)                          \
+    if (cfg->field > SIM_MAX_COST_NS) {                \
+        sim_set_error(err,                             \
+                      HUVM_NV_ERR_INVALID_ARGUMENT,    \
+                      -1,                              \
+                      #field,                          \
+                      #field " %llu ns is over 1 s",   \
+                      (unsigned long long)cfg->field); \
+        return HUVM_NV_ERR_INVALID_ARGUMENT;           \
     }
     SIM_CHECK_COST(fault_batch_ns)
     SIM_CHECK_COST(fault_service_ns)
@@ -161,37 +214,66 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
 
         if (sw > HUVM_SIM_MAX_GPUS) {
             snprintf(f, sizeof(f), "gpus[%u].pcie_switch", a);
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
-                          "GPU %u: PCIe switch %u is not in 0..%u", a, sw, HUVM_SIM_MAX_GPUS);
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)a,
+                          f,
+                          "GPU %u: PCIe switch %u is not in 0..%u",
+                          a,
+                          sw,
+                          HUVM_SIM_MAX_GPUS);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
-        if (sw && (cfg->pcie_switch_mbyte_per_s[sw - 1] == 0 ||
-                   cfg->pcie_switch_mbyte_per_s[sw - 1] > SIM_MAX_MBYTE_PER_S)) {
+        if (sw &&
+            (cfg->pcie_switch_mbyte_per_s[sw - 1] == 0 || cfg->pcie_switch_mbyte_per_s[sw - 1] > SIM_MAX_MBYTE_PER_S)) {
             snprintf(f, sizeof(f), "pcie_switch_mbyte_per_s[%u]", sw - 1);
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)a, f,
-                          "PCIe switch %u uplink bandwidth %llu MB/s is not in 1..%llu", sw,
-                          (unsigned long long)cfg->pcie_switch_mbyte_per_s[sw - 1], SIM_MAX_MBYTE_PER_S);
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)a,
+                          f,
+                          "PCIe switch %u uplink bandwidth %llu MB/s is not in 1..%llu",
+                          sw,
+                          (unsigned long long)cfg->pcie_switch_mbyte_per_s[sw - 1],
+                          SIM_MAX_MBYTE_PER_S);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
     }
     if (cfg->fault_batch_max < 1 || cfg->fault_batch_max > HUVM_SIM_MAX_FAULT_BATCH) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "fault_batch_max",
-                      "fault_batch_max %u is not in 1..%u", cfg->fault_batch_max, HUVM_SIM_MAX_FAULT_BATCH);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      "fault_batch_max",
+                      "fault_batch_max %u is not in 1..%u",
+                      cfg->fault_batch_max,
+                      HUVM_SIM_MAX_FAULT_BATCH);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (cfg->faults_per_chunk < 1 || cfg->faults_per_chunk > HUVM_SIM_MAX_FAULTS_PER_CHUNK) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "faults_per_chunk",
-                      "faults_per_chunk %u is not in 1..%u", cfg->faults_per_chunk, HUVM_SIM_MAX_FAULTS_PER_CHUNK);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      "faults_per_chunk",
+                      "faults_per_chunk %u is not in 1..%u",
+                      cfg->faults_per_chunk,
+                      HUVM_SIM_MAX_FAULTS_PER_CHUNK);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (cfg->sample_interval_ns && cfg->max_samples < 2) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "max_samples",
-                      "max_samples %u must be at least 2 when sampling", cfg->max_samples);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      "max_samples",
+                      "max_samples %u must be at least 2 when sampling",
+                      cfg->max_samples);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (cfg->host_memory_bytes > HUVM_SIM_MAX_HOST_MEMORY_BYTES) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, "host_memory_bytes",
-                      "host memory %llu bytes is too large", (unsigned long long)cfg->host_memory_bytes);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      "host_memory_bytes",
+                      "host memory %llu bytes is too large",
+                      (unsigned long long)cfg->host_memory_bytes);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     return HUVM_NV_OK;

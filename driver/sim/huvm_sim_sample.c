@@ -30,7 +30,8 @@ static void take_sample(huvm_sim_t *sim, uint64_t at)
             sim->sample_interval *= 2;
             if (at % sim->sample_interval)
                 return;
-        } else {
+        }
+        else {
             p = realloc(sim->samples, (size_t)cap * sizeof(*p));
             if (!p)
                 return;
@@ -124,7 +125,8 @@ void huvm_sim_traffic(const huvm_sim_t *sim, huvm_sim_traffic_t *out)
         out->pcie_d2h_busy_ns[a] = sim->gpus[a].d2h.busy_ns;
         if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH) {
             out->nvlink_busy_ns[a][a] = sim->gpus[a].port_out.busy_ns;
-        } else {
+        }
+        else {
             for (b = 0; b < sim->cfg.gpu_count; b++)
                 out->nvlink_busy_ns[a][b] = sim->nvl[a][b].busy_ns;
         }
@@ -164,8 +166,8 @@ uint32_t huvm_sim_chunk_where(const huvm_sim_t *sim, uint32_t tenant, uint32_t c
 
 uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err)
 {
-    uint64_t own[HUVM_SIM_MAX_GPUS] = {0}, guest[HUVM_SIM_MAX_GPUS] = {0}, peer[HUVM_SIM_MAX_GPUS] = {0};
-    uint64_t host[HUVM_SIM_MAX_GPUS] = {0}, pinned[HUVM_SIM_MAX_GPUS] = {0}, host_total = 0;
+    uint64_t own[HUVM_SIM_MAX_GPUS] = { 0 }, guest[HUVM_SIM_MAX_GPUS] = { 0 }, peer[HUVM_SIM_MAX_GPUS] = { 0 };
+    uint64_t host[HUVM_SIM_MAX_GPUS] = { 0 }, pinned[HUVM_SIM_MAX_GPUS] = { 0 }, host_total = 0;
     uint32_t bad = 0, c, g, o;
 
     if (err)
@@ -184,7 +186,8 @@ uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err)
                 guest[ch->holder]++;
                 peer[ch->owner]++;
             }
-        } else if (ch->loc == HUVM_SIM_LOC_HOST) {
+        }
+        else if (ch->loc == HUVM_SIM_LOC_HOST) {
             host[ch->owner]++;
             host_total++;
         }
@@ -205,14 +208,22 @@ uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err)
             peer[g] != gg->peer_chunks || host[g] != gg->host_chunks || pinned[g] != gg->pinned_chunks ||
             gpu_used(gg) + gg->inflight > gg->capacity_chunks) {
             bad++;
-            sim_set_error(err, HUVM_NV_ERR_INVALID_STATE, (int32_t)g, "gpus",
-                          "GPU %u: chunk counts disagree with the chunk states (own %u)", g,
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_STATE,
+                          (int32_t)g,
+                          "gpus",
+                          "GPU %u: chunk counts disagree with the chunk states (own %u)",
+                          g,
                           (uint32_t)gg->own.count);
         }
     }
     if (host_total != sim->host_chunks) {
         bad++;
-        sim_set_error(err, HUVM_NV_ERR_INVALID_STATE, -1, "host", "host chunk count disagrees (%u)",
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_STATE,
+                      -1,
+                      "host",
+                      "host chunk count disagrees (%u)",
                       (uint32_t)host_total);
     }
     return bad;

@@ -36,8 +36,7 @@ static void *dup_array(const void *src, size_t n, size_t size)
 }
 
 /* Build a CSR list of chunks keyed by op (alloc or free op) for ops 0..n_ops-1. */
-static int build_csr(const int32_t *key, uint32_t n_chunks, uint32_t n_ops, uint32_t **first_out,
-                     uint32_t **list_out)
+static int build_csr(const int32_t *key, uint32_t n_chunks, uint32_t n_ops, uint32_t **first_out, uint32_t **list_out)
 {
     uint32_t *first = calloc((size_t)n_ops + 1, sizeof(uint32_t));
     uint32_t *list, *pos, c, n = 0;
@@ -71,7 +70,9 @@ static int build_csr(const int32_t *key, uint32_t n_chunks, uint32_t n_ops, uint
     return 0;
 }
 
-static uint32_t tenant_validate(const huvm_sim_t *sim, uint32_t idx, const huvm_sim_tenant_spec_t *s,
+static uint32_t tenant_validate(const huvm_sim_t *sim,
+                                uint32_t idx,
+                                const huvm_sim_tenant_spec_t *s,
                                 huvm_sim_error_t *err)
 {
     char f[64];
@@ -79,58 +80,105 @@ static uint32_t tenant_validate(const huvm_sim_t *sim, uint32_t idx, const huvm_
 
 #define TFIELD(name) (snprintf(f, sizeof(f), "tenants[%u].%s", idx, name), f)
     if (s->gpu >= sim->cfg.gpu_count) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("gpu"), "tenant %u: GPU %u is not in 0..%u",
-                      idx, s->gpu, sim->cfg.gpu_count - 1);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("gpu"),
+                      "tenant %u: GPU %u is not in 0..%u",
+                      idx,
+                      s->gpu,
+                      sim->cfg.gpu_count - 1);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (s->managed > 1) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("managed"), "tenant %u: managed must be 0 or 1",
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("managed"),
+                      "tenant %u: managed must be 0 or 1",
                       idx);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (s->host_resident > 1 || (s->host_resident && !s->managed)) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("host_resident"),
-                      "tenant %u: host_resident must be 0 or 1, and 1 only for managed memory", idx);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("host_resident"),
+                      "tenant %u: host_resident must be 0 or 1, and 1 only for managed memory",
+                      idx);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (s->steps > SIM_MAX_STEPS) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("steps"), "tenant %u: %u steps is over %u",
-                      idx, s->steps, SIM_MAX_STEPS);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("steps"),
+                      "tenant %u: %u steps is over %u",
+                      idx,
+                      s->steps,
+                      SIM_MAX_STEPS);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (s->static_bytes > SIM_MAX_OP_NS || s->start_ns > SIM_MAX_OP_NS) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1,
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
                       TFIELD(s->start_ns > SIM_MAX_OP_NS ? "start_ns" : "static_bytes"),
-                      "tenant %u: value out of range", idx);
+                      "tenant %u: value out of range",
+                      idx);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (s->n_chunks > (1u << 28) || (uint64_t)sim->n_chunks + s->n_chunks > (1u << 30)) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("n_chunks"),
-                      "tenant %u: %u chunks is too many (at most 2^30 on the node)", idx, s->n_chunks);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("n_chunks"),
+                      "tenant %u: %u chunks is too many (at most 2^30 on the node)",
+                      idx,
+                      s->n_chunks);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (s->n_ops == 0)
         return HUVM_NV_OK;
     if (!s->op_time_ns || !s->op_first_touch || (s->n_touches && (!s->touch_chunk || !s->touch_mode)) ||
         (s->n_chunks && (!s->chunk_alloc_op || !s->chunk_free_op))) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("arrays"), "tenant %u: a trace array is missing",
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("arrays"),
+                      "tenant %u: a trace array is missing",
                       idx);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (s->op_first_touch[0] != 0 || s->op_first_touch[s->n_ops] != s->n_touches) {
-        sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, -1, TFIELD("op_first_touch"),
-                      "tenant %u: op_first_touch must run from 0 to n_touches (%u)", idx, s->n_touches);
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("op_first_touch"),
+                      "tenant %u: op_first_touch must run from 0 to n_touches (%u)",
+                      idx,
+                      s->n_touches);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     for (k = 0; k < s->n_ops; k++) {
         if (s->op_first_touch[k + 1] < s->op_first_touch[k]) {
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)k, TFIELD("op_first_touch"),
-                          "tenant %u: op %u: touch offsets decrease", idx, k);
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)k,
+                          TFIELD("op_first_touch"),
+                          "tenant %u: op %u: touch offsets decrease",
+                          idx,
+                          k);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
         if (s->op_time_ns[k] > SIM_MAX_OP_NS) {
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)k, TFIELD("op_time_ns"),
-                          "tenant %u: op %u: time %llu ns is out of range", idx, k,
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)k,
+                          TFIELD("op_time_ns"),
+                          "tenant %u: op %u: time %llu ns is out of range",
+                          idx,
+                          k,
                           (unsigned long long)s->op_time_ns[k]);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
@@ -139,15 +187,28 @@ static uint32_t tenant_validate(const huvm_sim_t *sim, uint32_t idx, const huvm_
         int32_t a = s->chunk_alloc_op[c], fr = s->chunk_free_op[c];
 
         if (a < -1 || a >= (int32_t)s->n_ops || fr < -1 || fr >= (int32_t)s->n_ops) {
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)c,
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)c,
                           TFIELD(a < -1 || a >= (int32_t)s->n_ops ? "chunk_alloc_op" : "chunk_free_op"),
-                          "tenant %u: chunk %u: alloc op %d / free op %d not in -1..%u", idx, c, a, fr,
+                          "tenant %u: chunk %u: alloc op %d / free op %d not in -1..%u",
+                          idx,
+                          c,
+                          a,
+                          fr,
                           s->n_ops - 1);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
         if (a >= 0 && fr >= 0 && fr < a) {
-            sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)c, TFIELD("chunk_free_op"),
-                          "tenant %u: chunk %u is freed at op %d before its allocation at op %d", idx, c, fr, a);
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)c,
+                          TFIELD("chunk_free_op"),
+                          "tenant %u: chunk %u is freed at op %d before its allocation at op %d",
+                          idx,
+                          c,
+                          fr,
+                          a);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
     }
@@ -156,21 +217,42 @@ static uint32_t tenant_validate(const huvm_sim_t *sim, uint32_t idx, const huvm_
             uint32_t ch = s->touch_chunk[i];
 
             if (ch >= s->n_chunks) {
-                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)i, TFIELD("touch_chunk"),
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              (int32_t)i,
+                              TFIELD("touch_chunk"),
                               "tenant %u: op %u touch %u references chunk %u, but the trace has %u chunks",
-                              idx, k, i, ch, s->n_chunks);
+                              idx,
+                              k,
+                              i,
+                              ch,
+                              s->n_chunks);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
             if ((s->chunk_alloc_op[ch] >= 0 && (uint32_t)s->chunk_alloc_op[ch] > k) ||
                 (s->chunk_free_op[ch] >= 0 && (uint32_t)s->chunk_free_op[ch] < k)) {
-                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)i, TFIELD("touch_chunk"),
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              (int32_t)i,
+                              TFIELD("touch_chunk"),
                               "tenant %u: op %u touch %u references chunk %u outside its life (ops %d..%d)",
-                              idx, k, i, ch, s->chunk_alloc_op[ch], s->chunk_free_op[ch]);
+                              idx,
+                              k,
+                              i,
+                              ch,
+                              s->chunk_alloc_op[ch],
+                              s->chunk_free_op[ch]);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
             if (s->touch_mode[i] > 2) {
-                sim_set_error(err, HUVM_NV_ERR_INVALID_ARGUMENT, (int32_t)i, TFIELD("touch_mode"),
-                              "tenant %u: op %u touch %u has mode %u (0 read, 1 write-new, 2 rmw)", idx, k, i,
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              (int32_t)i,
+                              TFIELD("touch_mode"),
+                              "tenant %u: op %u touch %u has mode %u (0 read, 1 write-new, 2 rmw)",
+                              idx,
+                              k,
+                              i,
                               s->touch_mode[i]);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
@@ -230,7 +312,8 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
             if (t->aop[c] < 0)
                 t->static_list[t->n_static++] = c;
         }
-    } else {
+    }
+    else {
         t->spec.n_chunks = 0;
         t->spec.n_touches = 0;
     }
@@ -323,7 +406,8 @@ void sim_tenant_start(huvm_sim_t *sim, sim_tenant_t *tt)
         tt->state = SIM_T_DONE;
         tt->res.done = 1;
         tt->res.end_ns = t;
-    } else {
+    }
+    else {
         tt->state = SIM_T_RUNNING;
     }
 }
@@ -368,8 +452,8 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
                 continue;
             }
             if (c->flags & SIM_CF_REMOTE) {
-                remote_bytes[c->holder] = (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK :
-                                          SIM_CHUNK;
+                remote_bytes[c->holder] =
+                    (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK : SIM_CHUNK;
                 remote_mask |= 1u << c->holder;
                 tt->res.remote_touches++;
                 continue;
@@ -382,8 +466,8 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         t = sim_service_fault(sim, tt, ci, t, &remote);
         tt->res.faults++;
         if (remote) {
-            remote_bytes[c->holder] = (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK :
-                                      SIM_CHUNK;
+            remote_bytes[c->holder] =
+                (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK : SIM_CHUNK;
             remote_mask |= 1u << c->holder;
             tt->res.remote_touches++;
         }
@@ -438,7 +522,8 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
             tt->res.done = 1;
             tt->res.end_ns = end;
             sim->fg_remaining--;
-        } else if (!tt->foreground && end == tt->step_start) {
+        }
+        else if (!tt->foreground && end == tt->step_start) {
             /* A background trace whose step takes no time would loop forever at one instant: it is done. */
             tt->state = SIM_T_DONE;
             tt->res.done = 1;

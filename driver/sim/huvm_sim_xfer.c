@@ -49,8 +49,13 @@ static void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, ui
     k->xfer = ci != SIM_NIL ? sim->chunks[ci].xfer : 0;
     k->release = release;
     r->qlen++;
-    if (release)
-        sim->gpus[release - 1].inflight++;
+    if (release) {
+        sim_gpu_t *gg = &sim->gpus[release - 1];
+
+        gg->inflight++;
+        if (fin < gg->inflight_lb)
+            gg->inflight_lb = fin;
+    }
 }
 
 /* Demand traffic arriving at `start` took `shared` ns of r from the background class: every background copy
@@ -86,7 +91,7 @@ static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t sh
  * conserving. */
 static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
 {
-    uint64_t dur = (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s + svc;
+    uint64_t dur = res_ns(r, bytes) + svc;
     uint64_t start = u64_max(t, r->busy_until[cls]);
     uint64_t other = r->busy_until[!cls];
     uint64_t overlap = other > start ? other - start : 0;
@@ -95,7 +100,8 @@ static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t byt
     if (2 * dur <= overlap) {
         fin = start + 2 * dur;
         shared = dur;
-    } else {
+    }
+    else {
         fin = start + dur + overlap / 2;
         shared = overlap / 2;
     }
@@ -111,8 +117,14 @@ static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t byt
 }
 
 /* One leg of a copy: over r, noted as in flight when it is a background copy. */
-static uint64_t leg(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls,
-                    uint32_t ci, uint32_t release)
+static uint64_t leg(huvm_sim_t *sim,
+                    sim_res_t *r,
+                    uint64_t t,
+                    uint64_t bytes,
+                    uint64_t svc,
+                    int cls,
+                    uint32_t ci,
+                    uint32_t release)
 {
     uint64_t fin;
 
@@ -131,8 +143,7 @@ static inline void new_xfer(huvm_sim_t *sim, uint32_t ci)
 }
 
 /* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
-uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
-                      uint32_t ci)
+uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci)
 {
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
@@ -146,8 +157,7 @@ uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
 }
 
 /* g -> host; a background copy holds g's memory until it ends on g's own link (release). */
-uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls,
-                      uint32_t ci)
+uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci)
 {
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
@@ -161,8 +171,14 @@ uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
 }
 
 /* a -> b over the pair's direct path, svc ns of per-block service in front of the copy. */
-static uint64_t peer_path(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, uint64_t svc,
-                          int cls, uint32_t ci)
+static uint64_t peer_path(huvm_sim_t *sim,
+                          uint32_t a,
+                          uint32_t b,
+                          uint64_t t,
+                          uint64_t bytes,
+                          uint64_t svc,
+                          int cls,
+                          uint32_t ci)
 {
     if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
         /* PCIe peer-to-peer: a's upstream and b's downstream direction (not the switches' uplinks). */
@@ -176,38 +192,57 @@ static uint64_t peer_path(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, u
 }
 
 /* a -> b, a remote-mapped read (ci = SIM_NIL, demand class): no migration, so no per-block service. */
-uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls,
-                              uint32_t ci)
+uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
 {
     return peer_path(sim, a, b, t, bytes, 0, cls, ci);
 }
 
-uint64_t sim_xfer_peer(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, uint64_t svc_ns,
-                       int cls, uint32_t ci)
+uint64_t sim_xfer_peer(huvm_sim_t *sim,
+                       uint32_t a,
+                       uint32_t b,
+                       uint64_t t,
+                       uint64_t bytes,
+                       uint64_t svc_ns,
+                       int cls,
+                       uint32_t ci)
 {
     sim->traffic.gpu_to_gpu[a][b] += bytes;
     new_xfer(sim, ci);
     return peer_path(sim, a, b, t, bytes, svc_ns, cls, ci);
 }
 
-/* Copies out of g still in flight at t that have ended give g its memory back. */
+/* Copies out of g still in flight at t that have ended give g its memory back.
+ *
+ * Every copy queued on g's d2h, port_out and nvl[g][*] frees g's memory (release g + 1), and only this
+ * function pops them (leg and res_delay pop copies that free nothing), one queue head at a time. So once the
+ * queues are walked, the earliest head is a lower bound on the next head that can end: later heads are those
+ * already queued (a demand copy only pushes them later, res_delay) or new copies (tok_add lowers the bound).
+ * Before the bound there is nothing to pop, and the walk is skipped: same pops, same order. */
 void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t)
 {
     sim_gpu_t *gg = &sim->gpus[g];
+    uint64_t lb = UINT64_MAX;
     uint32_t b;
 
-    if (!gg->inflight)
+    if (!gg->inflight || t < gg->inflight_lb)
         return;
     while (gg->d2h.qlen && tok_at(&gg->d2h, 0)->fin <= t)
         tok_pop(sim, &gg->d2h);
+    if (gg->d2h.qlen)
+        lb = tok_at(&gg->d2h, 0)->fin;
     while (gg->port_out.qlen && tok_at(&gg->port_out, 0)->fin <= t)
         tok_pop(sim, &gg->port_out);
+    if (gg->port_out.qlen)
+        lb = u64_min(lb, tok_at(&gg->port_out, 0)->fin);
     for (b = 0; b < sim->cfg.gpu_count; b++) {
         sim_res_t *r = &sim->nvl[g][b];
 
         while (r->qlen && tok_at(r, 0)->fin <= t)
             tok_pop(sim, r);
+        if (r->qlen)
+            lb = u64_min(lb, tok_at(r, 0)->fin);
     }
+    gg->inflight_lb = lb;
 }
 
 /* When the first copy out of g still in flight ends (UINT64_MAX: none). */
@@ -241,8 +276,13 @@ uint64_t huvm_sim_path_probe(huvm_sim_t *sim, uint32_t path, uint32_t gpu, uint3
         if (path == HUVM_SIM_PATH_EVICT)
             fin = sim_xfer_d2h(sim, gpu, 0, SIM_CHUNK, sim->cfg.evict_service_ns, SIM_BG, SIM_NIL);
         else
-            fin = sim_xfer_h2d(sim, gpu, 0, SIM_CHUNK, path == HUVM_SIM_PATH_PREFETCH ?
-                               sim->cfg.migrate_service_ns : 0, SIM_BG, SIM_NIL);
+            fin = sim_xfer_h2d(sim,
+                               gpu,
+                               0,
+                               SIM_CHUNK,
+                               path == HUVM_SIM_PATH_PREFETCH ? sim->cfg.migrate_service_ns : 0,
+                               SIM_BG,
+                               SIM_NIL);
     }
     return fin;
 }

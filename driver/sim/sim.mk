@@ -7,7 +7,7 @@
 #                    speedup and lender slowdown of huvm and huvm-atc22 against stock, geomean, worst case;
 #                    then a verdict line per scenario and lender bound T (huvm.sim.verdict)
 #                    (not part of `make test`; EVAL_HALF=tuning for the half the constants were chosen on)
-#   make eval-doc    the same, written into docs/policy.md ("Evaluation") between its generated-table markers
+#   make eval-doc    the same, written into docs/evaluation.md between its generated-table markers
 #   make replicate-doc  the prototype's Fig 6/8/9 replications (huvm.sim.replicate) into docs/simulator.md
 #   make calibration    the cost model against real measurements: one line per replication row, exit 1 if
 #                  a row is off by more than 25 % (huvm.sim.fidelity; not part of `make test`)
@@ -17,6 +17,7 @@
 
 SIM_DIR      := $(ROOT)/driver/sim
 SIM_BUILD    := $(BUILD)/sim
+# The core's huvm_dispatch_test.c included: the simulator is a test build (its callers may use TEST_* commands).
 SIM_SRCS     := $(wildcard $(SIM_DIR)/*.c) $(wildcard $(ROOT)/driver/core/*.c)
 SIM_HDRS     := $(wildcard $(SIM_DIR)/*.h) $(wildcard $(ROOT)/driver/core/*.h) \
                 $(ROOT)/driver/include/uapi/uvm_huvm_ioctl.h
@@ -40,7 +41,7 @@ sim-test: $(SIM_BUILD)/sim_test $(SIM_BUILD)/sim_test_san
 		$(SIM_BUILD)/sim_test_san
 
 bench-sim: | venv
-	cd $(ROOT) && taskset -c 0 $(PY) -m huvm.sim.bench
+	cd $(ROOT) && taskset -c 0 $(VENV)/bin/huvmctl sim bench
 
 EVAL_HALF ?= evaluation
 EVAL_OUT  := $(BUILD)/eval
@@ -49,22 +50,22 @@ EVAL_OUT  := $(BUILD)/eval
 # first (the full report in $(EVAL_OUT)/calibration.txt); `make calibration` is the check that fails on it.
 eval: | venv
 	@mkdir -p $(EVAL_OUT)
-	@cd $(ROOT) && { $(PY) -m huvm.sim.fidelity > $(EVAL_OUT)/calibration.txt || true; } && \
+	@cd $(ROOT) && { $(VENV)/bin/huvmctl sim fidelity > $(EVAL_OUT)/calibration.txt || true; } && \
 		tail -n 1 $(EVAL_OUT)/calibration.txt && echo "  (rows: $(EVAL_OUT)/calibration.txt)"
-	cd $(ROOT) && $(PY) -m huvm.sim.matrix --half $(EVAL_HALF) -q --json $(EVAL_OUT)/$(EVAL_HALF).json
-	cd $(ROOT) && $(PY) -m huvm.sim.verdict --half $(EVAL_HALF)
+	cd $(ROOT) && $(VENV)/bin/huvmctl sim matrix --half $(EVAL_HALF) -q --json $(EVAL_OUT)/$(EVAL_HALF).json
+	cd $(ROOT) && $(VENV)/bin/huvmctl sim verdict --half $(EVAL_HALF)
 
 # The cost model against real measurements (huvm.sim.fidelity): one line per replication row (groups h200,
 # fig6, stock), a summary; exits non-zero when a row is off by more than 25 %. Not part of `make test`.
 calibration: | venv
-	cd $(ROOT) && $(PY) -m huvm.sim.fidelity
+	cd $(ROOT) && $(VENV)/bin/huvmctl sim fidelity
 
 calibration-doc: | venv
-	cd $(ROOT) && $(PY) -m huvm.sim.fidelity --update-doc $(ROOT)/docs/simulator.md
+	cd $(ROOT) && $(VENV)/bin/huvmctl sim fidelity --update-doc $(ROOT)/docs/simulator.md
 
 eval-doc: | venv
-	cd $(ROOT) && $(PY) -m huvm.sim.matrix --half evaluation -q --update-doc $(ROOT)/docs/policy.md
-	cd $(ROOT) && $(PY) -m huvm.sim.verdict --update-doc $(ROOT)/docs/policy.md
+	cd $(ROOT) && $(VENV)/bin/huvmctl sim matrix --half evaluation -q --update-doc $(ROOT)/docs/evaluation.md
+	cd $(ROOT) && $(VENV)/bin/huvmctl sim verdict --update-doc $(ROOT)/docs/evaluation.md
 
 test: sim-test
 bench: bench-sim
@@ -72,4 +73,4 @@ bench: bench-sim
 # The prototype's replications (huvm.sim.replicate: the artifact's Fig 6 numbers next to the simulator's, Fig 8
 # on Fig 6 case 1, Fig 9 on GPUs 1-2), written into docs/simulator.md between its generated-table markers.
 replicate-doc: | venv
-	cd $(ROOT) && $(PY) -m huvm.sim.replicate --update-doc $(ROOT)/docs/simulator.md
+	cd $(ROOT) && $(VENV)/bin/huvmctl sim replicate --update-doc $(ROOT)/docs/simulator.md

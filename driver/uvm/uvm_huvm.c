@@ -79,9 +79,9 @@ NvU64 uvm_huvm_gpu_free_bytes(uvm_gpu_t *gpu)
            uvm_pmm_gpu_free_user_root_bytes(&gpu->pmm, HUVM_FREE_ROOT_CHUNKS_COUNTED);
 }
 
-// GPU i's own memory use now (used less what it lends) folded into its recent peak, and its guest traffic
-// into its window (huvm_traffic_level: only for a GPU with a budget): state->own_peak_bytes and
-// state->guest_traffic_bytes.
+// GPU i's own memory use now (used less what it lends) folded into its recent peak and spike cadence, and its
+// guest traffic into its window (huvm_traffic_level: only for a GPU with a budget): state->own_peak_bytes,
+// state->own_spike_ns and state->guest_traffic_bytes.
 // LOCKING: g_uvm_huvm.lock held (read or write); takes the slot's peak_lock (leaf).
 static void own_peak_traffic_update(NvU32 i, huvm_gpu_state_t *state)
 {
@@ -94,14 +94,14 @@ static void own_peak_traffic_update(NvU32 i, huvm_gpu_state_t *state)
     spin_lock(&slot->peak_lock);
     huvm_peak_update(&slot->own_peak, used > lent ? used - lent : 0, now);
     state->own_peak_bytes = slot->own_peak.bytes;
+    state->own_spike_ns = huvm_peak_spike_ns(&slot->own_peak, now);
     state->guest_traffic_bytes = huvm_traffic_level(&g_uvm_huvm.core, i, &slot->guest_traffic, now);
     spin_unlock(&slot->peak_lock);
 }
 
 // The node's state for one decision: HUVM_MAX_GPUS entries (1 KiB), per CPU rather than on the stack of the
 // eviction, allocation and fault paths, which run deep in UVM's call chains.
-typedef struct
-{
+typedef struct {
     huvm_gpu_state_t gpus[HUVM_MAX_GPUS];
 } uvm_huvm_node_state_t;
 
@@ -245,7 +245,6 @@ static huvm_status_t ops_list_va_spaces(void *ctx, const huvm_caller_t *caller, 
 
     return HUVM_NV_OK;
 }
-
 
 // A new policy: the workers look at their reserves again, and the prefetch feedback starts afresh (its
 // history was of another prefetch window).
@@ -490,26 +489,17 @@ void uvm_huvm_add_gpu(uvm_gpu_t *gpu)
 static NvU32 uvm_huvm_link_type(uvm_gpu_link_type_t uvm_link_type)
 {
     switch (uvm_link_type) {
-        case UVM_GPU_LINK_INVALID:
-            return HUVM_LINK_NONE;
-        case UVM_GPU_LINK_PCIE:
-            return HUVM_LINK_PCIE;
-        case UVM_GPU_LINK_NVLINK_1:
-            return HUVM_LINK_NVLINK_1;
-        case UVM_GPU_LINK_NVLINK_2:
-            return HUVM_LINK_NVLINK_2;
-        case UVM_GPU_LINK_NVLINK_3:
-            return HUVM_LINK_NVLINK_3;
-        case UVM_GPU_LINK_NVLINK_4:
-            return HUVM_LINK_NVLINK_4;
+    case UVM_GPU_LINK_INVALID:  return HUVM_LINK_NONE;
+    case UVM_GPU_LINK_PCIE:     return HUVM_LINK_PCIE;
+    case UVM_GPU_LINK_NVLINK_1: return HUVM_LINK_NVLINK_1;
+    case UVM_GPU_LINK_NVLINK_2: return HUVM_LINK_NVLINK_2;
+    case UVM_GPU_LINK_NVLINK_3: return HUVM_LINK_NVLINK_3;
+    case UVM_GPU_LINK_NVLINK_4: return HUVM_LINK_NVLINK_4;
 #if HUVM_NV_BRANCH >= 580
-        case UVM_GPU_LINK_NVLINK_5:
-            return HUVM_LINK_NVLINK_5;
+    case UVM_GPU_LINK_NVLINK_5: return HUVM_LINK_NVLINK_5;
 #endif
-        case UVM_GPU_LINK_C2C:
-            return HUVM_LINK_C2C;
-        case UVM_GPU_LINK_MAX:
-            break;
+    case UVM_GPU_LINK_C2C: return HUVM_LINK_C2C;
+    case UVM_GPU_LINK_MAX: break;
     }
 
     return HUVM_LINK_NONE;

@@ -25,8 +25,7 @@
 
 // Per-VA-space state, embedded in uvm_va_space_t. Counters are atomic; the rest is written once at
 // creation.
-typedef struct
-{
+typedef struct {
     NvU64 id;
     NvU32 pid;
     NvU32 uid;

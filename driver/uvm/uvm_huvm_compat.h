@@ -59,10 +59,10 @@ static inline uvm_gpu_t *uvm_huvm_va_space_gpu_or_null(uvm_va_space_t *va_space,
 
 #else // 535
 
-#define uvm_huvm_uuid_eq(a, b)              uvm_processor_uuid_eq((a), (b))
-#define uvm_huvm_cc_enabled(gpu)            uvm_conf_computing_mode_enabled(gpu)
-#define uvm_huvm_gpu_supports_eviction(gpu) uvm_gpu_supports_eviction(gpu)
-#define UVM_HUVM_READ_ONCE(x)               UVM_READ_ONCE(x)
+#define uvm_huvm_uuid_eq(a, b)                uvm_processor_uuid_eq((a), (b))
+#define uvm_huvm_cc_enabled(gpu)              uvm_conf_computing_mode_enabled(gpu)
+#define uvm_huvm_gpu_supports_eviction(gpu)   uvm_gpu_supports_eviction(gpu)
+#define UVM_HUVM_READ_ONCE(x)                 UVM_READ_ONCE(x)
 #define uvm_huvm_resident_mask_get(block, id) uvm_va_block_resident_mask_get((block), (id))
 
 static inline uvm_va_policy_t *uvm_huvm_block_policy(uvm_va_block_t *va_block)

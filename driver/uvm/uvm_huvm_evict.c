@@ -164,12 +164,12 @@ static void record_tools_eviction(uvm_va_space_t *va_space,
 // why and dst holds no chunk of this block it did not hold before.
 // LOCKING: the block lock is held; takes dst's PMM locks (below VA_BLOCK in uvm_lock.h).
 NV_STATUS uvm_huvm_move_with_chunk(uvm_va_block_t *va_block,
-                                 uvm_gpu_t *peer,
-                                 NvU32 owner,
-                                 uvm_va_block_context_t *block_context,
-                                 uvm_page_mask_t *pages_to_evict,
-                                 uvm_make_resident_cause_t cause,
-                                 NvU32 *reason)
+                                   uvm_gpu_t *peer,
+                                   NvU32 owner,
+                                   uvm_va_block_context_t *block_context,
+                                   uvm_page_mask_t *pages_to_evict,
+                                   uvm_make_resident_cause_t cause,
+                                   NvU32 *reason)
 {
     uvm_va_block_region_t region = uvm_va_block_region_from_block(va_block);
     uvm_va_block_gpu_state_t *peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
@@ -326,6 +326,12 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
     if (owner != HUVM_SLOT_NONE) {
         req.gpu = owner;
         req.candidates = evict_candidates_locked(va_space, gpu);
+        // Pages the CPU also holds (read-duplicated, e.g. cudaMemAdviseSetReadMostly data) need no copy: stock
+        // UVM's eviction to the CPU only drops the GPU's copy of them. make_resident() to a peer would copy
+        // them there and revoke the CPU's copy (it breaks read duplication), moving data the host already
+        // has: such a chunk goes to host, as in stock UVM.
+        if (uvm_page_mask_intersects(pages_to_evict, uvm_huvm_resident_mask_get(va_block, UVM_ID_CPU)))
+            req.candidates = 0;
 #if HUVM_NV_BRANCH >= 580
         // UvmDiscard (580): pages_to_evict also holds discarded pages, whose residency on gpu was revoked
         // and whose content is undefined. Moving them to a peer is not reviewed (harvested_on, is_zero and
@@ -338,8 +344,8 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
         if (decision.dst < HUVM_MAX_GPUS) {
             // Other evictors decide under the same read lock: reserve the chunk on the peer atomically (lend
             // limit and reserve checked again with the bytes in flight), released once accounted.
-            decision.reason = huvm_lend_reserve(&g_uvm_huvm.core, state, owner, decision.dst, UVM_CHUNK_SIZE_MAX,
-                                                req.now_ns);
+            decision.reason =
+                huvm_lend_reserve(&g_uvm_huvm.core, state, owner, decision.dst, UVM_CHUNK_SIZE_MAX, req.now_ns);
             if (decision.reason == HUVM_REASON_PEER)
                 peer = g_uvm_huvm.slots[decision.dst].gpu;
             if (decision.reason == HUVM_REASON_PEER && !peer) {
@@ -378,8 +384,13 @@ NV_STATUS uvm_huvm_evict_make_resident(uvm_va_block_t *va_block,
                                               UVM_MAKE_RESIDENT_CAUSE_EVICTION,
                                               &decision.reason);
             if (status == NV_OK) {
-                huvm_account_evict(&g_uvm_huvm.core, owner, decision.dst, HUVM_REASON_PEER, req.flags,
-                                   UVM_CHUNK_SIZE_MAX, va_block->start);
+                huvm_account_evict(&g_uvm_huvm.core,
+                                   owner,
+                                   decision.dst,
+                                   HUVM_REASON_PEER,
+                                   req.flags,
+                                   UVM_CHUNK_SIZE_MAX,
+                                   va_block->start);
                 huvm_lend_unreserve(&g_uvm_huvm.core, decision.dst, UVM_CHUNK_SIZE_MAX);
                 atomic64_inc(&va_space->huvm.evict_to_peer);
                 atomic64_add(UVM_CHUNK_SIZE_MAX, &va_space->huvm.harvested_bytes);
@@ -422,8 +433,13 @@ to_host:
         }
     }
     else if (owner != HUVM_SLOT_NONE) {
-        huvm_account_evict(&g_uvm_huvm.core, owner, HUVM_DEST_HOST, decision.reason, req.flags,
-                           UVM_CHUNK_SIZE_MAX, va_block->start);
+        huvm_account_evict(&g_uvm_huvm.core,
+                           owner,
+                           HUVM_DEST_HOST,
+                           decision.reason,
+                           req.flags,
+                           UVM_CHUNK_SIZE_MAX,
+                           va_block->start);
         atomic64_inc(&va_space->huvm.evict_to_host);
         atomic64_set(&g_uvm_huvm.slots[owner].last_evict_ns, req.now_ns);
     }

@@ -52,8 +52,7 @@ static void release_peer_chunk(uvm_va_block_t *va_block, uvm_gpu_id_t peer_id, u
 
     if (dst == owner) {
         // Its pages were counted as they were copied (migration_event()): the chunk and the gauges now.
-        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, HUVM_FETCHED_RELEASED, UVM_CHUNK_SIZE_MAX,
-                           va_block->start);
+        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, HUVM_FETCHED_RELEASED, UVM_CHUNK_SIZE_MAX, va_block->start);
         atomic64_inc(&va_space->huvm.fetch_from_peer);
     }
     else {
@@ -120,7 +119,11 @@ static void migration_event_handle(uvm_perf_event_t event_id, uvm_perf_event_dat
     if (dst == HUVM_SLOT_NONE || (src_gpu && (src == HUVM_SLOT_NONE || owner != dst || src == dst)))
         return;
 
-    huvm_account_fetch(&g_uvm_huvm.core, dst, src, HUVM_FETCHED_PAGES, event_data->migration.bytes,
+    huvm_account_fetch(&g_uvm_huvm.core,
+                       dst,
+                       src,
+                       HUVM_FETCHED_PAGES,
+                       event_data->migration.bytes,
                        event_data->migration.address);
     if (!src_gpu && event_data->migration.bytes >= UVM_CHUNK_SIZE_MAX)
         atomic64_add(event_data->migration.bytes / UVM_CHUNK_SIZE_MAX, &va_space->huvm.fetch_from_host);
@@ -219,8 +222,7 @@ NV_STATUS uvm_huvm_va_space_events_load(uvm_va_space_t *va_space)
     status = uvm_perf_register_event_callback(&va_space->perf_events, UVM_PERF_EVENT_FAULT, fault_event);
     if (status != NV_OK)
         return status;
-    return uvm_perf_register_event_callback(&va_space->perf_events, UVM_PERF_EVENT_BLOCK_DESTROY,
-                                            block_destroy_event);
+    return uvm_perf_register_event_callback(&va_space->perf_events, UVM_PERF_EVENT_BLOCK_DESTROY, block_destroy_event);
 }
 
 // LOCKING: the block lock is held (end of uvm_va_block_make_resident_finish()).
@@ -342,7 +344,11 @@ bool uvm_huvm_fetch_remote(uvm_va_block_t *va_block, uvm_processor_id_t processo
     // Counted once per harvested block (residency is chosen page by page).
     if (remote && !va_block->huvm_remote_mapped) {
         va_block->huvm_remote_mapped = true;
-        huvm_account_fetch(&g_uvm_huvm.core, owner, holder, HUVM_FETCHED_REMOTE_MAP, UVM_CHUNK_SIZE_MAX,
+        huvm_account_fetch(&g_uvm_huvm.core,
+                           owner,
+                           holder,
+                           HUVM_FETCHED_REMOTE_MAP,
+                           UVM_CHUNK_SIZE_MAX,
                            va_block->start);
     }
 

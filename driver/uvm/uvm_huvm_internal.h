@@ -51,8 +51,7 @@
 
 #define HUVM_SLOT_NONE HUVM_MAX_GPUS
 
-typedef struct
-{
+typedef struct {
     // The GPU in this slot, NULL when absent. Read under g_uvm_huvm.lock.
     uvm_gpu_t *gpu;
 
@@ -105,8 +104,7 @@ typedef struct
     nv_kthread_q_item_t pf_q_item;
 } uvm_huvm_slot_t;
 
-typedef struct
-{
+typedef struct {
     rwlock_t lock;
     huvm_core_t core;
     uvm_huvm_slot_t slots[HUVM_MAX_GPUS];

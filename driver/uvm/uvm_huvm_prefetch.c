@@ -103,8 +103,7 @@ static uvm_va_block_t *lock_movable_block(uvm_va_space_t *va_space, NvU64 addres
     uvm_mutex_lock(&va_block->lock);
     policy = uvm_huvm_block_policy(va_block);
     if (uvm_processor_mask_get_count(&va_block->resident) == 1 &&
-        policy->read_duplication != UVM_READ_DUPLICATION_ENABLED &&
-        !UVM_ID_IS_VALID(policy->preferred_location))
+        policy->read_duplication != UVM_READ_DUPLICATION_ENABLED && !UVM_ID_IS_VALID(policy->preferred_location))
         return va_block;
     uvm_mutex_unlock(&va_block->lock);
     return NULL;
@@ -229,12 +228,19 @@ static bool fetch_back_block(uvm_va_space_t *va_space,
         goto unlock;
     holder_state = uvm_va_block_gpu_state_get(va_block, holder_id);
     if (!holder_state || !holder_state->chunks || !holder_state->chunks[0] ||
-        !uvm_huvm_chunk_harvest_info(uvm_huvm_va_space_get_gpu(va_space, holder_id), holder_state->chunks[0], &chunk_owner) ||
+        !uvm_huvm_chunk_harvest_info(uvm_huvm_va_space_get_gpu(va_space, holder_id),
+                                     holder_state->chunks[0],
+                                     &chunk_owner) ||
         chunk_owner != owner)
         goto unlock;
 
     uvm_page_mask_copy(pages, uvm_huvm_resident_mask_get(va_block, holder_id));
-    if (uvm_huvm_move_with_chunk(va_block, gpu, HUVM_SLOT_NONE, block_context, pages, UVM_MAKE_RESIDENT_CAUSE_PREFETCH,
+    if (uvm_huvm_move_with_chunk(va_block,
+                                 gpu,
+                                 HUVM_SLOT_NONE,
+                                 block_context,
+                                 pages,
+                                 UVM_MAKE_RESIDENT_CAUSE_PREFETCH,
                                  &reason) == NV_OK) {
         va_block->huvm_prefetched_for = owner + 1;
         moved = true;

@@ -30,58 +30,56 @@
 u32 uvm_huvm_trace_uvm_id(u32 slot);
 
 DECLARE_EVENT_CLASS(huvm_event_class,
-    TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
-    TP_ARGS(gpu, peer, reason, bytes, va),
-    TP_STRUCT__entry(
-        __field(u32, gpu)
-        __field(u32, peer)
-        __field(u32, reason)
-        __field(u64, bytes)
-        __field(u64, va)
-        __field(u32, uvm_gpu)
-        __field(u32, uvm_peer)
-    ),
-    TP_fast_assign(
-        __entry->gpu = gpu;
-        __entry->peer = peer;
-        __entry->reason = reason;
-        __entry->bytes = bytes;
-        __entry->va = va;
-        __entry->uvm_gpu = uvm_huvm_trace_uvm_id(gpu);
-        __entry->uvm_peer = uvm_huvm_trace_uvm_id(peer);
-    ),
-    TP_printk("gpu=%u peer=%u reason=%u bytes=%llu va=0x%llx uvm_gpu=%u uvm_peer=%u",
-              __entry->gpu, __entry->peer, __entry->reason,
-              (unsigned long long)__entry->bytes, (unsigned long long)__entry->va,
-              __entry->uvm_gpu, __entry->uvm_peer)
-);
+                    TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
+                    TP_ARGS(gpu, peer, reason, bytes, va),
+                    TP_STRUCT__entry(__field(u32, gpu) __field(u32, peer) __field(u32, reason) __field(u64, bytes)
+                                         __field(u64, va) __field(u32, uvm_gpu) __field(u32, uvm_peer)),
+                    TP_fast_assign(__entry->gpu = gpu; __entry->peer = peer; __entry->reason = reason;
+                                   __entry->bytes = bytes;
+                                   __entry->va = va;
+                                   __entry->uvm_gpu = uvm_huvm_trace_uvm_id(gpu);
+                                   __entry->uvm_peer = uvm_huvm_trace_uvm_id(peer);),
+                    TP_printk("gpu=%u peer=%u reason=%u bytes=%llu va=0x%llx uvm_gpu=%u uvm_peer=%u",
+                              __entry->gpu,
+                              __entry->peer,
+                              __entry->reason,
+                              (unsigned long long)__entry->bytes,
+                              (unsigned long long)__entry->va,
+                              __entry->uvm_gpu,
+                              __entry->uvm_peer));
 
 /* One per HUVM_EVENTS(X) entry of huvm_events.h, in its order, named HUVM_EVENT_PREFIX + name
  * (huvm:huvm_evict, ...), exactly the simulator's USDT probe names (usdt huvm:huvm_evict), so one bcc
  * program serves both. */
-DEFINE_EVENT(huvm_event_class, huvm_evict,
-    TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
-    TP_ARGS(gpu, peer, reason, bytes, va));
+DEFINE_EVENT(huvm_event_class,
+             huvm_evict,
+             TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
+             TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_preevict,
-    TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
-    TP_ARGS(gpu, peer, reason, bytes, va));
+DEFINE_EVENT(huvm_event_class,
+             huvm_preevict,
+             TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
+             TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_fetch,
-    TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
-    TP_ARGS(gpu, peer, reason, bytes, va));
+DEFINE_EVENT(huvm_event_class,
+             huvm_fetch,
+             TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
+             TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_giveback,
-    TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
-    TP_ARGS(gpu, peer, reason, bytes, va));
+DEFINE_EVENT(huvm_event_class,
+             huvm_giveback,
+             TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
+             TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_prefetch,
-    TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
-    TP_ARGS(gpu, peer, reason, bytes, va));
+DEFINE_EVENT(huvm_event_class,
+             huvm_prefetch,
+             TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
+             TP_ARGS(gpu, peer, reason, bytes, va));
 
-DEFINE_EVENT(huvm_event_class, huvm_policy,
-    TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
-    TP_ARGS(gpu, peer, reason, bytes, va));
+DEFINE_EVENT(huvm_event_class,
+             huvm_policy,
+             TP_PROTO(u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va),
+             TP_ARGS(gpu, peer, reason, bytes, va));
 
 #endif /* _UVM_HUVM_TRACE_H */
 

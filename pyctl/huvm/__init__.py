@@ -1,4 +1,6 @@
-"""huvm: control plane, simulated node and experiments for the peer-GPU eviction tier of nvidia-uvm.
+"""huvm: the control plane of the peer-GPU eviction tier of nvidia-uvm (binding, backends, policy, stats,
+topology, exporter, huvmctl). The lab (simulated node, traces, experiments, calibration) is :mod:`huvmlab`,
+built on this package, never the reverse (docs/architecture.md).
 
     import huvm
     with huvm.open(backend="sim") as node:          # or "kernel" / "auto"
@@ -6,7 +8,7 @@
         node.set(["prefetch_chunks=16", "gpu.1.role=lender"])
         print(node.stats().total("evict_to_peer"))
 
-Public API (imported lazily, so ``huvm.traces`` and ``huvm.metrics`` work without the C extension):
+Public API (imported lazily, so ``huvm.metrics`` works without the C extension):
 ``open``, ``Node``, ``Policy``, ``GpuPolicy``, ``NodeInfo``, ``StatsSnapshot``, ``StatsDelta``, ``Topology``,
 ``discover_topology``, ``Watcher``, and the exceptions of :mod:`huvm.errors`.
 """
@@ -44,6 +46,11 @@ _LAZY = {
 }
 
 __all__ = ["__version__", *_LAZY]
+
+# The lab's old names (huvm.sim, huvm.experiment, ...) stay importable, deprecated, for one release.
+from . import moved as _moved  # noqa: E402
+
+_moved.install()
 
 
 def __getattr__(name: str) -> Any:

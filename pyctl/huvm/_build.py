@@ -46,7 +46,7 @@ def _rel(path: Path) -> str:
 CORE_SOURCES = sorted(_rel(p) for p in (DRIVER / "core").glob("*.c"))
 SIM_SOURCES = sorted(_rel(p) for p in (DRIVER / "sim").glob("*.c"))
 INCLUDE_DIRS = [str(DRIVER / "include" / "uapi"), str(DRIVER / "core"), str(DRIVER / "sim")]
-COMPILE_ARGS = ["-O2", "-fno-semantic-interposition", "-std=gnu11", "-Wall", "-Werror", "-Wno-unused-function"]
+COMPILE_ARGS = ["-O3", "-flto=auto", "-fno-semantic-interposition", "-std=gnu11", "-Wall", "-Werror", "-Wno-unused-function"]
 
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
 _DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)(\([^)]*\))?\s*(.*)$")
@@ -124,6 +124,7 @@ def make_ffibuilder() -> FFI:
         sources=CORE_SOURCES + SIM_SOURCES,
         include_dirs=INCLUDE_DIRS,
         extra_compile_args=COMPILE_ARGS,
+        extra_link_args=["-O3", "-flto=auto"],
     )
     return builder
 

@@ -17,7 +17,7 @@ Their records carry nvidia-uvm's processor ids (``uvm_gpu``: the faulting proces
 CPU), no huvm GPU index (``gpu``/``peer`` -1): UVM's arguments name no source of a migration.
 
 bcc is Debian's python3-bpfcc (system site packages); attaching needs root (CAP_BPF/CAP_PERFMON). huvm-top
-(``huvm_top.sources.bcc``) and ``huvmctl trace record`` (:mod:`huvm.tracerec`) both use this module.
+(``huvm_top.sources.bcc``) and ``huvmctl trace record`` (:mod:`huvmlab.tracerec`) both use this module.
 """
 
 from __future__ import annotations
@@ -147,6 +147,8 @@ struct huvm_event_t {
     u64 ts;
     u64 bytes;
     u64 va;
+    u64 seq;
+    u32 cpu;
     u32 ev;
     u32 gpu;
     u32 peer;
@@ -163,7 +165,9 @@ struct hist_key_t {
 };
 
 BPF_PERF_OUTPUT(events);
-BPF_ARRAY(counts, u64, NEVENTS);
+/* per CPU: an event's count on its CPU is also its sequence number there, so a reader that takes the counts
+   can tell which records it has already counted (RunRecorder.cut: no event lands on both sides of a cut) */
+BPF_PERCPU_ARRAY(counts, u64, NEVENTS);
 BPF_HASH(hist, struct hist_key_t, u64);
 
 static inline int record(void *ctx, u32 ev, u32 gpu, u32 peer, u32 reason, u64 bytes, u64 va, u32 uvm_gpu,
@@ -171,6 +175,7 @@ static inline int record(void *ctx, u32 ev, u32 gpu, u32 peer, u32 reason, u64 b
 {
     struct huvm_event_t e = {};
     struct hist_key_t k = {};
+    u64 *n = counts.lookup(&ev);
 
     e.ts = bpf_ktime_get_ns();
     e.ev = ev;
@@ -183,7 +188,11 @@ static inline int record(void *ctx, u32 ev, u32 gpu, u32 peer, u32 reason, u64 b
     e.uvm_gpu = uvm_gpu;
     e.uvm_peer = uvm_peer;
     bpf_get_current_comm(&e.comm, sizeof(e.comm));
-    counts.increment(ev);
+    e.cpu = bpf_get_smp_processor_id();
+    if (n) {   /* a BPF program is not re-entered on its CPU (bcc's programs: bpf_prog_active) */
+        *n += 1;
+        e.seq = *n;
+    }
     k.ev = ev;
     k.slot = bpf_log2l(bytes);
     hist.increment(k);
@@ -353,6 +362,19 @@ def quiet_stderr() -> Iterator[None]:
         os.close(devnull)
 
 
+def totals(seqs: dict[tuple[int, str], int], names: tuple[str, ...] | list[str]) -> dict[str, int]:
+    """Per-CPU counts (:meth:`Tracer.seqs`) summed per event name, every name present."""
+    out = dict.fromkeys(names, 0)
+    for (_cpu, name), v in seqs.items():
+        out[name] = out.get(name, 0) + v
+    return out
+
+
+def before(r: Record, seqs: dict[tuple[int, str], int]) -> bool:
+    """Whether record ``r`` is counted in the snapshot ``seqs`` (fired before it was taken)."""
+    return r.seq <= seqs.get((r.cpu, r.name), 0)
+
+
 # -- the tracer ----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -370,6 +392,8 @@ class Record:
     comm: str
     uvm_gpu: int | None
     uvm_peer: int | None
+    cpu: int = -1   # the CPU it fired on, and its number among that event's records there (1, 2, ...)
+    seq: int = 0
 
 
 def check_can_trace() -> None:
@@ -480,7 +504,8 @@ class Tracer:
         gpu, peer = (-1, -1) if name in UVM_EVENTS else (int(e.gpu), int(e.peer))
         self._batch.append(Record(int(e.ts), name, gpu, peer, int(e.reason), int(e.bytes),
                                   int(e.va), int(e.pid), bytes(e.comm).split(b"\0", 1)[0].decode("utf-8", "replace"),
-                                  None if ug == NO_UVM_ID else ug, None if up == NO_UVM_ID else up))
+                                  None if ug == NO_UVM_ID else ug, None if up == NO_UVM_ID else up,
+                                  int(e.cpu), int(e.seq)))
 
     def poll(self, timeout_ms: int) -> list[Record]:
         with self._lock:
@@ -491,12 +516,24 @@ class Tracer:
             out, self._batch = self._batch, []
         return out
 
-    def counts(self) -> dict[str, int]:
+    def seqs(self) -> dict[tuple[int, str], int]:
+        """The kernel's per-CPU counts: (cpu, event) -> how many fired there, which is also the sequence
+        number of the last of them (:attr:`Record.seq`). A record with ``seq`` above its entry fired after
+        this snapshot."""
         with self._lock:
             if self._bpf is None:
                 return {}
             table = self._bpf[b"counts"]
-            return {name: int(table[table.Key(i)].value) for i, name in enumerate(self.names)}
+            out: dict[tuple[int, str], int] = {}
+            for i, name in enumerate(self.names):
+                for cpu, v in enumerate(table.getvalue(table.Key(i))):
+                    if int(v):
+                        out[(cpu, name)] = int(v)
+            return out
+
+    def counts(self) -> dict[str, int]:
+        """Events fired per name since ``start()`` (all CPUs)."""
+        return totals(self.seqs(), self.names) if self._bpf is not None else {}
 
     def histograms(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}

@@ -4,7 +4,7 @@ The per-GPU policy key ``lend_traffic_mbyte_per_s`` (docs/policy.md "Admission")
 guests' copies into and out of a lender. Sizing it: a memory-bound lender slowed by the share s of its HBM time
 runs 1 / (1 - s) times slower, so a target slowdown t allows s = 1 - 1 / (1 + t) (1.96 % for 2 %) of the HBM
 bandwidth. The bandwidth comes from NVML (:attr:`huvm.topology.GpuTopology.hbm_mbyte_per_s`) or the caller.
-The simulator's evaluation (``huvm.sim.matrix``, ``huvm+budget``) sizes its budgets with the same function.
+The simulator's evaluation (``huvmlab.sim.matrix``, ``huvm+budget``) sizes its budgets with the same function.
 """
 
 from __future__ import annotations

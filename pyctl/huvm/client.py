@@ -7,20 +7,19 @@ import os
 from collections.abc import Callable
 from typing import Literal
 
-from . import errors
+from . import errors, registry
 from .backend import DEFAULT_DEVICE, Backend, KernelBackend
 from .node import Node, VaSpace
 
 __all__ = ["BACKENDS", "BackendChoice", "Node", "VaSpace", "open", "open_kernel", "resolve"]
 
 BackendChoice = Literal["auto", "kernel", "sim"]
-BACKENDS: tuple[str, ...] = ("auto", "kernel", "sim")
+BACKENDS: tuple[str, ...] = ("auto", *registry.BACKEND_KINDS)
 
 
 def _open_sim(sim_config: str | None, live: bool = False) -> Backend:
-    from .simbackend import SimBackend
-
-    return SimBackend.from_config(sim_config, live=live)
+    """The simulated node: the lab's backend, opened through the registry (huvm.registry)."""
+    return registry.open_backend("sim", sim_config, live=live)
 
 
 def resolve(backend: BackendChoice | str | None = None, device: str | None = None,

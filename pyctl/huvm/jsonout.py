@@ -641,21 +641,20 @@ def topology(topo: Any) -> TopologyDoc:
 
 
 def trace_info(info: Any) -> TraceInfoDoc:
-    """A :class:`huvm.traces.TraceInfo`."""
+    """A :class:`huvmlab.traces.TraceInfo`."""
     d = dict(info.to_dict())
     d["trace_kind"] = d.pop("kind")
     return TraceInfoDoc.make(**d)
 
 
 
-def gpu_check(res: Any, reason: str = "no GPU") -> GpuCheckDoc:
-    """A :class:`huvm.experiment.gpucheck.CheckResult`, or None where nothing was measured."""
-    from .experiment.gpucheck import TARGET_RATIO
-
+def gpu_check(res: Any, reason: str = "no GPU", *, target_ratio: float) -> GpuCheckDoc:
+    """A :class:`huvmlab.experiment.gpucheck.CheckResult`, or None where nothing was measured; target_ratio:
+    its ``TARGET_RATIO``."""
     if res is None:
         return GpuCheckDoc.make(measured=False, reason=reason, device="", driver="", torch="", cuda=None,
                                 rmm_package="", model="", batch=0, seq=0, amp="", predicted_peak_bytes=0, runs=[],
-                                ratio=None, target_ratio=TARGET_RATIO, ok=True)
+                                ratio=None, target_ratio=target_ratio, ok=True)
     w = res.config.warmup
     runs = [GpuCheckRun(allocator=r.allocator, step_s=r.step_s, steady_s=r.steady_s(w), peak_bytes=r.peak_bytes)
             for r in (res.pytorch, res.pool)]
@@ -663,4 +662,4 @@ def gpu_check(res: Any, reason: str = "no GPU") -> GpuCheckDoc:
     return GpuCheckDoc.make(measured=True, reason="", device=p.device, driver=p.driver, torch=p.torch, cuda=p.cuda,
                             rmm_package=res.rmm_package, model=res.config.model, batch=res.config.batch,
                             seq=res.config.seq, amp=res.config.amp, predicted_peak_bytes=res.predicted_peak_bytes,
-                            runs=runs, ratio=res.ratio, target_ratio=TARGET_RATIO, ok=res.ok)
+                            runs=runs, ratio=res.ratio, target_ratio=target_ratio, ok=res.ok)

@@ -179,6 +179,7 @@ class GpuPolicy:
     lend_reserve_bytes: int
     flags: int = 0
     lend_traffic_mbyte_per_s: int = 0  # guests' traffic budget in MB/s; 0: none
+    lend_slowdown_max_pct: int = 0  # the lender's slowdown bound T, %; 0: none
 
     @property
     def role_name(self) -> str:

@@ -259,7 +259,7 @@ class TenantFigures:
 
 def tenant_figures(rows: Sequence[Mapping[str, Any]]) -> list[TenantFigures]:
     """From an experiment's per-tenant rows (``summary.json``'s ``tenants``, written by
-    :func:`huvm.experiment.output.tenant_dicts`): every policy but ``ideal``, in their order."""
+    :func:`huvmlab.experiment.output.tenant_dicts`): every policy but ``ideal``, in their order."""
     stock = {(r["tenant"], r.get("sweep_value")): r for r in rows if r["policy"] == "stock"}
     out: list[TenantFigures] = []
     for r in rows:

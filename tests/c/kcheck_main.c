@@ -28,7 +28,7 @@ static int __init huvm_kcheck_init(void)
     huvm_kcheck_core = kzalloc(sizeof(*huvm_kcheck_core), GFP_KERNEL);
     if (!huvm_kcheck_core)
         return -ENOMEM;
-    huvm_core_init(huvm_kcheck_core, HUVM_BACKEND_KTEST, HUVM_PRESET_HUVM);
+    huvm_core_init(huvm_kcheck_core, HUVM_BACKEND_CORE, HUVM_PRESET_HUVM);
     (void)huvm_check_hdr(HUVM_IOCTL_GET_INFO, &hdr, huvm_cmd_params_size(HUVM_IOCTL_GET_INFO), &field);
     (void)huvm_dispatch(huvm_kcheck_core, NULL, NULL, &caller, HUVM_IOCTL_GET_INFO, &hdr, sizeof(hdr));
     return 0;

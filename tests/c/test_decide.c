@@ -358,6 +358,153 @@ TEST(decide_lend_traffic_budget)
     CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
 }
 
+/* The lender bound T (lend_slowdown_max_pct) clamps a guest-traffic budget the admin set to T / (100 + T) of the
+ * HBM bandwidth; it makes no budget of its own, nor without an HBM rate. */
+TEST(decide_slowdown_bound_traffic)
+{
+    huvm_evict_request_t r = fx_req(0, 1u << 1);
+    huvm_policy_t p;
+    uint64_t bound = 1000000ULL * 2 / 102 * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;   /* 19607 MB/s x 20 ms */
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, (uint32_t)HUVM_MAX_MBYTE_PER_S + 1, 0), HUVM_NV_ERR_OUT_OF_RANGE);
+    CHECK_EQ(huvm_core_set_gpu_rates(&core, HUVM_MAX_GPUS, 1, 1), HUVM_NV_ERR_INVALID_ARGUMENT);
+    CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, 1000000, 0), HUVM_NV_OK);          /* 1 TB/s of HBM */
+    CHECK_EQ(huvm_policy_gpu(&core, 1)->lend_slowdown_max_pct, 2);               /* the huvm preset's T */
+    /* no budget set: T makes none */
+    st[1].guest_traffic_bytes = ~0ULL;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    /* a budget above T's is clamped to it */
+    p = core.policy;
+    p.generation = 0;
+    p.gpus[1].lend_traffic_mbyte_per_s = 50000;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    st[1].guest_traffic_bytes = bound - CHUNK;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    st[1].guest_traffic_bytes = bound - CHUNK + 1;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_LENDER_BUSY);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_LENDER_BUSY);
+    /* a smaller one stays */
+    p.gpus[1].lend_traffic_mbyte_per_s = 420;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    st[1].guest_traffic_bytes = 420ULL * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000 - CHUNK + 1;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_LENDER_BUSY);
+    p.gpus[1].lend_traffic_mbyte_per_s = 50000;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    st[1].guest_traffic_bytes = bound - CHUNK + 1;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_LENDER_BUSY);
+    /* no bound: the explicit budget alone (50 GB/s) */
+    p.gpus[1].lend_slowdown_max_pct = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    /* a bound with no HBM rate known (the kernel's case): the explicit budget alone */
+    p.gpus[1].lend_slowdown_max_pct = 2;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, 0, 0), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    /* a tiny HBM rate: never below one chunk per window */
+    CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, 1, 0), HUVM_NV_OK);
+    st[1].guest_traffic_bytes = (uint64_t)HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000 - CHUNK;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+}
+
+/* LEND_ABOVE_PEAK under a bound T lends the part of the lender's peak it can give back within T of its
+ * expected spike interval: interval x T / 100 x give-back rate. */
+TEST(decide_slowdown_bound_peak)
+{
+    const uint64_t ms = HUVM_NS_PER_MS;
+    huvm_evict_request_t r = fx_req(0, 1u << 1);
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    CHECK(huvm_policy_gpu(&core, 1)->flags & HUVM_GPU_POLICY_LEND_ABOVE_PEAK);
+    CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, 0, 10000), HUVM_NV_OK);           /* gives back 10 GB/s */
+    /* own use 4 GiB, peak the whole GPU: the room to the peak (12 GiB) is all its free memory */
+    st[1].free_bytes = 12 * GIB;
+    st[1].own_peak_bytes = 16 * GIB;
+    /* spikes every second: T = 2 % of it, 20 ms, gives back 200 MB */
+    st[1].own_spike_ns = 1000 * ms;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 200000000, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 200000001, r.now_ns), HUVM_REASON_PEER_FULL);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    /* spikes every 10 ms: 2 MB, less than a chunk: it keeps its peak free */
+    st[1].own_spike_ns = 10 * ms;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 2000000, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER_FULL);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_PEER_FULL);
+    /* unknown cadence (0): nothing of the peak */
+    st[1].own_spike_ns = 0;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER_FULL);
+    /* no give-back rate: the host link's line rate (16 GB/s): 320 MB a second */
+    st[1].own_spike_ns = 1000 * ms;
+    CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, 0, 0), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 320000000, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 320000001, r.now_ns), HUVM_REASON_PEER_FULL);
+    /* T = 10 %: a tenth of a second's give-back, 1.6 GB */
+    p = core.policy;
+    p.generation = 0;
+    p.gpus[1].lend_slowdown_max_pct = 10;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 1600000000, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 1600000001, r.now_ns), HUVM_REASON_PEER_FULL);
+    /* T = 100 %: a second's give-back, 16 GB: all of its free memory */
+    p.gpus[1].lend_slowdown_max_pct = 100;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 12 * GIB, r.now_ns), HUVM_REASON_PEER);
+    /* the longest interval weighed does not overflow: all of its free memory */
+    st[1].own_spike_ns = ~0ULL;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 12 * GIB, r.now_ns), HUVM_REASON_PEER);
+    /* no bound (0): the whole peak stays free, however slow the cadence (LEND_ABOVE_PEAK as before T) */
+    p.gpus[1].lend_slowdown_max_pct = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER_FULL);
+    /* without LEND_ABOVE_PEAK the peak is not kept at all */
+    p.gpus[1].flags &= ~(uint32_t)HUVM_GPU_POLICY_LEND_ABOVE_PEAK;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 12 * GIB, r.now_ns), HUVM_REASON_PEER);
+}
+
+/* The own peak's spike cadence (huvm_peak_update, huvm_peak_spike_ns): one spike per rise and fall of at least
+ * HUVM_SPIKE_MIN_BYTES, however many steps; the intervals' EWMA, or the time since the last spike if longer. */
+TEST(decide_peak_spike_cadence)
+{
+    const uint64_t ms = HUVM_NS_PER_MS, base = 1 * GIB, spike = base + 4 * GIB;
+    huvm_peak_t pk;
+    uint64_t t = 1000 * ms, i;
+
+    huvm_memset(&pk, 0, sizeof(pk));
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t), 0);                /* nothing noted yet: unknown */
+    huvm_peak_update(&pk, base, t);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 7 * ms), 7 * ms);  /* no spike yet: the time since tracking began */
+    /* spikes every 100 ms, each rising in 8 steps and falling in one */
+    for (i = 0; i < 6; i++) {
+        uint32_t k;
+
+        for (k = 1; k <= 8; k++)
+            huvm_peak_update(&pk, base + k * (spike - base) / 8, t + 100 * ms * i + k * ms);
+        huvm_peak_update(&pk, base, t + 100 * ms * i + 50 * ms);
+    }
+    /* the first rise only starts the tracking's high; the spikes after it came 101 ms, then 100 ms apart */
+    CHECK_EQ(pk.spike_at_ns, t + 501 * ms);
+    CHECK(pk.spike_ewma_ns >= 100 * ms && pk.spike_ewma_ns < 101 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 501 * ms), pk.spike_ewma_ns);
+    CHECK_EQ(pk.bytes, spike);                              /* the peak itself is unchanged */
+    /* noise below the threshold is no spike */
+    huvm_peak_update(&pk, base + HUVM_SPIKE_MIN_BYTES - 1, t + 560 * ms);
+    huvm_peak_update(&pk, base, t + 570 * ms);
+    huvm_peak_update(&pk, base + HUVM_SPIKE_MIN_BYTES - 1, t + 580 * ms);
+    CHECK_EQ(pk.spike_at_ns, t + 501 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 590 * ms), pk.spike_ewma_ns);
+    /* a lender that stopped spiking becomes a slow one; capped */
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 10000 * ms), 9499 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, ~0ULL), HUVM_SPIKE_MAX_NS);
+    /* a rise of exactly the threshold from the low is a spike: the interval restarts */
+    huvm_peak_update(&pk, base + HUVM_SPIKE_MIN_BYTES, t + 600 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(&pk, t + 600 * ms), pk.spike_ewma_ns);
+    CHECK_EQ(pk.spike_at_ns, t + 600 * ms);
+    CHECK_EQ(huvm_peak_spike_ns(NULL, t), 0);
+}
+
 /* The sliding window of guest traffic, from the pair counters. */
 TEST(decide_traffic_window)
 {

@@ -31,7 +31,7 @@ static huvm_status_t set_node(uint32_t n, uint64_t mem)
     static HUVM_TEST_SET_NODE_PARAMS p;
     uint32_t i, j;
 
-    huvm_core_init(&core, HUVM_BACKEND_KTEST, HUVM_PRESET_HUVM);
+    huvm_core_init(&core, HUVM_BACKEND_CORE, HUVM_PRESET_HUVM);
     HDR(p);
     p.gpu_count = n;
     for (i = 0; i < n; i++) {
@@ -468,7 +468,7 @@ TEST(dispatch_test_event_bad_input)
     huvm_core_remove_gpu(&core, 1);
     save();
     BADE(HUVM_TEST_EVENT_EVICT, 1, 1, 0, HUVM_NV_ERR_OUT_OF_RANGE, HUVM_FIELD_TEST_GPU);
-    huvm_core_init(&core, HUVM_BACKEND_KTEST, HUVM_PRESET_HUVM);
+    huvm_core_init(&core, HUVM_BACKEND_CORE, HUVM_PRESET_HUVM);
     save();
     BADE(HUVM_TEST_EVENT_EVICT, 0, 1, 0, HUVM_NV_ERR_INVALID_STATE, HUVM_FIELD_TEST_GPU);
 #undef BADE
@@ -562,7 +562,7 @@ TEST(dispatch_test_preevict_and_remote_map)
         }
     }
     core.policy.preset = HUVM_PRESET_HUVM;
-    huvm_core_init(&core, HUVM_BACKEND_KTEST, HUVM_PRESET_HUVM);
+    huvm_core_init(&core, HUVM_BACKEND_CORE, HUVM_PRESET_HUVM);
     CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_SET_NODE, n), HUVM_NV_OK);
     huvm_test_trace_reset();
     e = event(HUVM_TEST_EVENT_PREEVICT, 0, 3);              /* count caps the pass */

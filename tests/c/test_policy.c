@@ -54,8 +54,10 @@ TEST(policy_presets_values)
     fx_node(&core, 4, 16 * GIB, HUVM_PRESET_HUVM);
     CHECK_EQ(huvm_policy_preset(HUVM_PRESET_STOCK, &core, &p), HUVM_NV_OK);
     CHECK_EQ(p.gpu_count, 4);
-    for (i = 0; i < 4; i++)
+    for (i = 0; i < 4; i++) {
         CHECK_EQ(p.gpus[i].role, HUVM_ROLE_NONE);
+        CHECK_EQ(p.gpus[i].lend_slowdown_max_pct, 0);
+    }
     CHECK_EQ(p.prefetch_mode, HUVM_PREFETCH_OFF);
     CHECK_EQ(p.preevict_chunks, 0);
 
@@ -74,9 +76,12 @@ TEST(policy_presets_values)
         CHECK_EQ(p.gpus[i].lend_limit_bytes, HUVM_UNLIMITED);
         CHECK_EQ(p.gpus[i].lend_reserve_bytes, 0);
         CHECK_EQ(p.gpus[i].flags, 0);                           /* the prototype pre-evicts below its reserve */
+        CHECK_EQ(p.gpus[i].lend_slowdown_max_pct, 0);           /* the prototype knows no lender bound */
     }
 
     CHECK_EQ(huvm_policy_preset(HUVM_PRESET_HUVM, &core, &p), HUVM_NV_OK);
+    for (i = 0; i < 4; i++)
+        CHECK_EQ(p.gpus[i].lend_slowdown_max_pct, 2);           /* the lender bound T: 2 % */
     for (i = 0; i < 4; i++)
         CHECK_EQ(p.gpus[i].flags, HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
                                   HUVM_GPU_POLICY_PREFETCH_FEEDBACK);
@@ -251,22 +256,29 @@ TEST(policy_gpu_entries)
     CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(2, HUVM_FIELD_GPU_LEND_LIMIT)));
     p.gpus[2].role = HUVM_ROLE_BOTH;
     CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, GF(2, HUVM_FIELD_GPU_LEND_LIMIT)));
-    /* a guest-traffic budget below one chunk per window, above the bound, or a non-zero pad: refused */
+    /* a guest-traffic budget below one chunk per window, above the bound, or a slowdown bound over 100 %:
+     * refused */
     p = current();
     p.gpus[1].lend_traffic_mbyte_per_s = HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S - 1;
     CHECK(refused(&p, HUVM_NV_ERR_OUT_OF_RANGE, GF(1, HUVM_FIELD_GPU_LEND_TRAFFIC)));
     p.gpus[1].lend_traffic_mbyte_per_s = (uint32_t)HUVM_MAX_MBYTE_PER_S + 1;
     CHECK(refused(&p, HUVM_NV_ERR_OUT_OF_RANGE, GF(1, HUVM_FIELD_GPU_LEND_TRAFFIC)));
     p.gpus[1].lend_traffic_mbyte_per_s = 0;
-    p.gpus[1].pad = 1;
-    CHECK(refused(&p, HUVM_NV_ERR_INVALID_ARGUMENT, HUVM_FIELD_RESERVED));
+    p.gpus[1].lend_slowdown_max_pct = 101;
+    CHECK(refused(&p, HUVM_NV_ERR_OUT_OF_RANGE, GF(1, HUVM_FIELD_GPU_LEND_SLOWDOWN)));
+    p.gpus[1].lend_slowdown_max_pct = ~0u;
+    CHECK(refused(&p, HUVM_NV_ERR_OUT_OF_RANGE, GF(1, HUVM_FIELD_GPU_LEND_SLOWDOWN)));
     /* the minimum budget is one chunk per window */
     CHECK(HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000ULL >= HUVM_CHUNK_SIZE);
     CHECK((HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S - 1) * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000ULL < HUVM_CHUNK_SIZE);
-    p.gpus[1].pad = 0;
+    p.gpus[1].lend_slowdown_max_pct = 100;              /* 0 (no bound), 1..100: fine */
+    p.gpus[2].lend_slowdown_max_pct = 1;
+    p.gpus[3].lend_slowdown_max_pct = 0;
     p.gpus[1].lend_traffic_mbyte_per_s = HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S;
     p.gpus[2].lend_traffic_mbyte_per_s = (uint32_t)HUVM_MAX_MBYTE_PER_S;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_policy_gpu(&core, 1)->lend_slowdown_max_pct, 100);
+    CHECK_EQ(huvm_policy_gpu(&core, 3)->lend_slowdown_max_pct, 0);
     CHECK_EQ(huvm_policy_gpu(&core, 1)->lend_traffic_mbyte_per_s, HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S);
     CHECK_EQ(core.policy.preset, HUVM_PRESET_CUSTOM);
     /* fine: reserve == memory, a one-chunk lend limit with a lender role, a harvester that lends nothing,

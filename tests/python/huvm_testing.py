@@ -1,4 +1,4 @@
-"""Test doubles over :class:`huvm.corenode.CoreNode` (not shipped with huvm): a kernel stand-in; and the DNN trace
+"""Test doubles over :class:`huvmlab.corenode.CoreNode` (not shipped with huvm): a kernel stand-in; and the DNN trace
 tables the trace tests share (built once per configuration).
 
 :class:`CoreNode` records the commands it runs and offers :meth:`CoreNode.fake_ioctl`, an ``fcntl.ioctl``
@@ -13,7 +13,8 @@ import errno
 import importlib.util
 from typing import Any
 
-from huvm import abi, corenode
+from huvm import abi
+from huvmlab import corenode
 
 
 class CoreNode(corenode.CoreNode):
@@ -83,8 +84,8 @@ def lender_budget_experiment(lend_traffic_mbyte_per_s: str | None) -> str:
 def usdt_scenario() -> tuple[Any, list[Any]]:
     """A small simulated node where every kind of movement happens (evictions to peers and host, pre-eviction,
     fetch-back, give-back, prefetch): 3 GPUs of 256 MiB, a streaming harvester, a lender with a static
-    footprint and a rising background lender. Returns (node config, tenants) for huvm.sim.run_scenario."""
-    from huvm.sim import MIB, NodeConfig, TenantSpec, workloads
+    footprint and a rising background lender. Returns (node config, tenants) for huvmlab.sim.run_scenario."""
+    from huvmlab.sim import MIB, NodeConfig, TenantSpec, workloads
 
     node = NodeConfig.preset("aws-p3.8xlarge").subset(3).with_gpu_memory(256 * MIB, 0)
     tenants = [
@@ -105,8 +106,8 @@ _TABLES: dict[tuple[Any, ...], Any] = {}
 
 
 def dnn_tables(model: str, **kw: Any) -> Any:
-    """huvm.traces.gen.build_tables(model, **kw), built once per configuration for the whole test run."""
-    from huvm.traces.gen import build_tables
+    """huvmlab.traces.gen.build_tables(model, **kw), built once per configuration for the whole test run."""
+    from huvmlab.traces.gen import build_tables
 
     key = (model, *sorted(kw.items()))
     if key not in _TABLES:

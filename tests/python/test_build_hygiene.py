@@ -62,3 +62,26 @@ def test_docs_cite_nothing_outside_the_repository(doc: Path) -> None:
             continue
         assert (doc.parent / target).resolve().is_relative_to(ROOT), f"{doc.name}: link {target} leaves the repo"
         assert (doc.parent / target).exists(), f"{doc.name}: link {target} does not exist"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_doc_anchors_exist(doc: Path) -> None:
+    """Every link to a section (``page.md#section`` or ``#section``) names a heading that page has: pages move
+    sections between them (the evaluation log left policy.md), and a stale anchor lands on the page's top."""
+    text = doc.read_text(encoding="utf-8")
+    bad = []
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        page = (doc.parent / target) if target else doc
+        if page.suffix != ".md" or not page.exists():
+            continue
+        headings = {_slug(m) for m in re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.MULTILINE)}
+        if anchor not in headings:
+            bad.append(f"{target or doc.name}#{anchor}")
+    assert not bad, f"{doc.name}: links to missing sections: {', '.join(bad)}"

@@ -18,16 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from huvm import calibration, jsonout
-from huvm.calibration import CalibrationRefused, GpuProcess, GpuState, Plan, Samples
-from huvm.calibration import cuda as cb
+from huvm import jsonout
 from huvm.cli import main
-from huvm.errors import UsageError
-from huvm.sim import measured
-from huvm.sim.config import GIB, PRESETS, GpuSpec, NodeConfig, node_from_measurement
-from huvm.simbackend import SimBackend
+from huvm.errors import HuvmError, UsageError
+from huvmlab import calibration
+from huvmlab.calibration import CalibrationRefused, GpuProcess, GpuState, Plan, Samples
+from huvmlab.calibration import cuda as cb
+from huvmlab.sim import measured
+from huvmlab.sim.config import GIB, PRESETS, GpuSpec, NodeConfig, node_from_measurement
+from huvmlab.simbackend import SimBackend
 
-RECORD_FILE = Path(measured.__file__).parents[1] / "data" / "calibration" / f"{measured.REFERENCE}.json"
+RECORD_FILE = Path(jsonout.__file__).parent / "data" / "calibration" / f"{measured.REFERENCE}.json"  # huvm.data
 REF: dict[str, Any] = json.loads(RECORD_FILE.read_text())
 MIB = 1 << 20
 
@@ -123,7 +124,7 @@ def test_the_node_toml_loads_back_through_sim_config(tmp_path: Path, capsys: pyt
 def test_write_refuses_a_toml_that_does_not_load_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cal = calibration.measure(FakeBackend(), 0)
     monkeypatch.setattr(calibration, "load_node", lambda path: PRESETS["hgx-h100"])
-    with pytest.raises(calibration.HuvmError, match="does not load back"):
+    with pytest.raises(HuvmError, match="does not load back"):
         calibration.write(cal, tmp_path, "n")
 
 

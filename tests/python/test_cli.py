@@ -336,7 +336,7 @@ def test_console_script_and_help() -> None:
     assert r.returncode == 2 and r.stderr == "huvmctl: error: nope: unknown key (known: peer_select, nvlink_only, " \
         "peer_usage_max_pct, preevict_chunks, preevict_batch, fetch_mode, prefetch_mode, prefetch_chunks, " \
         "prefetch_stride, hysteresis_ms, gpu.N.role, gpu.N.flags, gpu.N.lend_limit_bytes, gpu.N.lend_reserve_bytes, " \
-        "gpu.N.lend_traffic_mbyte_per_s)\n"
+        "gpu.N.lend_traffic_mbyte_per_s, gpu.N.lend_slowdown_max_pct)\n"
 
 
 def test_sim_config_experiment_file_runs_its_tenants(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -57,10 +57,10 @@ def test_abi_and_core_api_are_in_the_extension() -> None:
     assert ffi.string(lib.huvm_reason_name(lib.HUVM_REASON_PEER_FULL)) == b"peer_full"
 
 
-def test_sources_follow_the_simulator_switch() -> None:
+def test_the_extension_always_has_the_core_and_the_simulator() -> None:
+    """No build without the simulator any more (issue 27: the "optional simulator" branches are gone)."""
     b = load_build()
-    assert all("driver/core/" in s for s in b.CORE_SOURCES)
-    if b.SIM_CDEF_HEADER.exists():
-        assert b.SIM_SOURCES and all("driver/sim/" in s for s in b.SIM_SOURCES)
-    else:
-        assert b.SIM_SOURCES == []
+    assert b.CORE_SOURCES and all("driver/core/" in s for s in b.CORE_SOURCES)
+    assert any(s.endswith("huvm_dispatch_test.c") for s in b.CORE_SOURCES)  # the simulator is a test build
+    assert b.SIM_CDEF_HEADER.is_file()
+    assert b.SIM_SOURCES and all("driver/sim/" in s for s in b.SIM_SOURCES)

@@ -16,7 +16,7 @@ N = 4
 
 
 def gpu_field(index: int, field: int) -> int:
-    return lib.HUVM_FIELD_GPU_BASE + lib.HUVM_FIELD_GPU_STRIDE * index + field
+    return int(lib.HUVM_FIELD_GPU_BASE + lib.HUVM_FIELD_GPU_STRIDE * index + field)
 
 
 def uuid(i: int) -> bytes:
@@ -44,7 +44,7 @@ def dispatch(core: Any, cmd: int, p: Any, who: Any | None = None, size: int | No
 def core() -> Iterator[Any]:
     """A synthetic 4-GPU node (16 GiB each, NVLink 3 everywhere) with some traffic on it."""
     c = ffi.new("huvm_core_t *")
-    lib.huvm_core_init(c, lib.HUVM_BACKEND_KTEST, lib.HUVM_PRESET_HUVM)
+    lib.huvm_core_init(c, lib.HUVM_BACKEND_CORE, lib.HUVM_PRESET_HUVM)
     node = params("HUVM_TEST_SET_NODE_PARAMS")
     node.gpu_count = N
     for i in range(N):
@@ -317,7 +317,7 @@ def test_get_info_reports_the_node(core: Any) -> None:
     assert ffi.string(p.upstream_version) == b"535.261.03"
     assert bytes(p.gpus[2].uuid) == uuid(2)
     assert p.links[1][3].link_type == lib.HUVM_LINK_NVLINK_3
-    assert p.backend == lib.HUVM_BACKEND_KTEST
+    assert p.backend == lib.HUVM_BACKEND_CORE
 
 
 # ---- test commands on a live node (issue 12, defect 7) and audited privilege checks (defect 8) ----

@@ -32,7 +32,7 @@ def _dispatch(core: Any, cmd: int, p: Any) -> int:
 
 def _node(limit_chunks: int) -> tuple[Any, Any]:
     core = ffi.new("huvm_core_t *")
-    lib.huvm_core_init(core, lib.HUVM_BACKEND_KTEST, lib.HUVM_PRESET_HUVM)
+    lib.huvm_core_init(core, lib.HUVM_BACKEND_CORE, lib.HUVM_PRESET_HUVM)
     node = _params("HUVM_TEST_SET_NODE_PARAMS")
     node.gpu_count = N
     for i in range(N):

@@ -495,3 +495,25 @@ def test_softgpu_exports_equal_the_branch_interface(version: str) -> None:
     exported = _softgpu_exports(SG_BRANCHES[version])
     assert exported == declared, (f"{version}: missing {sorted(declared - exported)}, "
                                   f"not in the header {sorted(exported - declared)}")
+
+
+def test_test_commands_are_apart_from_production_dispatch() -> None:
+    """Issue 27 item 3: TEST_SET_NODE/TEST_EVENT live in huvm_dispatch_test.c (as NVIDIA's uvm_*_test.c),
+    reached from huvm_dispatch() only through huvm_dispatch_test(), after the test gate (allow_test)."""
+    prod = _strip_c_comments((CORE / "huvm_dispatch.c").read_text(encoding="utf-8"))
+    test = _strip_c_comments((CORE / "huvm_dispatch_test.c").read_text(encoding="utf-8"))
+    # no test command's body in production dispatch: its params appear only in the size table
+    for name in ("HUVM_TEST_SET_NODE_PARAMS", "HUVM_TEST_EVENT_PARAMS"):
+        assert re.findall(rf"\b{name}\b[^)]*\)?", prod) == [f"{name})"], name
+        assert f"{name} *" in test, name
+    assert not re.search(r"\bcmd_test_\w+|\btest_run_t\b|huvm_decide_|huvm_account_(evict|fetch|giveback)", prod)
+    # the one call into the test file comes after the gate that refuses without allow_test
+    calls = [m.start() for m in re.finditer(r"\bhuvm_dispatch_test\s*\(", prod)]
+    gate = prod.find("if (!caller->allow_test)")
+    assert len(calls) == 1 and 0 <= gate < calls[0]
+    assert re.search(r"^huvm_status_t huvm_dispatch_test\(", test, re.M)
+    # nothing else calls into it: the glue and the simulator reach test commands through huvm_dispatch()
+    others = [p for p in DRIVER.rglob("*.c") if p.name not in ("huvm_dispatch.c", "huvm_dispatch_test.c")]
+    assert [p.name for p in others if "huvm_dispatch_test" in p.read_text(encoding="utf-8")] == []
+    # the kernel's gate is NVIDIA's uvm_enable_builtin_tests
+    assert "caller.allow_test = uvm_enable_builtin_tests" in (UVM / "uvm_huvm.c").read_text(encoding="utf-8")

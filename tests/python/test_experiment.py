@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from huvm import experiment
 from huvm.errors import ConfigError, PolicyError
-from huvm.experiment.spec import load
+from huvmlab import experiment
+from huvmlab.experiment.spec import load
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "pyctl" / "huvm" / "examples"
 

@@ -11,9 +11,9 @@ import pytest
 from huvm import jsonout
 from huvm.cli import main
 from huvm.errors import ConfigError
-from huvm.experiment.compare import compare, format_rel, rel_error
-from huvm.experiment.output import write
-from huvm.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult, TenantRow, TrafficRow
+from huvmlab.experiment.compare import compare, format_rel, rel_error
+from huvmlab.experiment.output import write
+from huvmlab.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult, TenantRow, TrafficRow
 
 
 def folder(tmp_path: Path, name: str, counts: dict[str, dict[str, list[int]]], *, kind: str = "sim",

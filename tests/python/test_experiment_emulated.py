@@ -17,16 +17,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from huvm import abi, errors, traces
+from huvm import abi, errors
 from huvm.errors import ConfigError, DeviceUnavailable, HuvmError
-from huvm.experiment import emulated, emulated_guest
-from huvm.experiment.emulated import (
-    EmulatedExecutor,
-    emulated_tenant_values,
-    guest_script,
-    residency_check,
-)
-from huvm.experiment.emulated_guest import (
+from huvmlab import traces
+from huvmlab.experiment import emulated, emulated_guest
+from huvmlab.experiment.emulated import EmulatedExecutor, emulated_tenant_values, guest_script, residency_check
+from huvmlab.experiment.emulated_guest import (
     PAGE,
     REGION_BASE,
     Accesses,
@@ -41,11 +37,11 @@ from huvm.experiment.emulated_guest import (
     plan_accesses,
     replay,
 )
-from huvm.experiment.executor import plan as plan_runs
-from huvm.experiment.recording import counters_vs_events
-from huvm.experiment.resultio import dumps
-from huvm.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult, TenantRow
-from huvm.experiment.spec import load
+from huvmlab.experiment.executor import plan as plan_runs
+from huvmlab.experiment.recording import counters_vs_events
+from huvmlab.experiment.resultio import dumps
+from huvmlab.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult, TenantRow
+from huvmlab.experiment.spec import load
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "pyctl" / "huvm" / "examples" / "consolidation-emulated.toml"
@@ -262,7 +258,7 @@ def test_residency_check_agrees_and_names_disagreements() -> None:
 
 
 def test_counters_vs_events_hook() -> None:
-    """The guest test's hook (re-exported from huvm.experiment.recording): rows of recorded events against the
+    """The guest test's hook (huvmlab.experiment.recording.counters_vs_events): rows of recorded events against the
     run's counters; giveback counts on the lender (the event's gpu)."""
     key = RunKey("huvm", None, 0)
     r = RunResult(key, 1, counters=[CounterRow(key, "gpu", 0, -1, "evict_to_peer", 5),
@@ -293,14 +289,14 @@ def example_spec(tmp_path: Path, *, trace: str | None = None) -> Any:
 def host(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     """Outside the guest, as root, qemu found, the test bed's preflight passing."""
     monkeypatch.delenv("HUVM_UVM_VARIANT", raising=False)
-    monkeypatch.setattr(emulated.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(emulated.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
 
     def preflight(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         assert "--preflight" in cmd
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(emulated.subprocess, "run", preflight)
+    monkeypatch.setattr(subprocess, "run", preflight)
     return monkeypatch
 
 
@@ -319,14 +315,14 @@ def test_example_plans_three_runs_without_ideal_and_scales_by_its_factor(tmp_pat
 
 
 def test_host_refuses_without_root(tmp_path: Path, host: pytest.MonkeyPatch) -> None:
-    host.setattr(emulated.os, "geteuid", lambda: 1000)
+    host.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(DeviceUnavailable) as info:
         EmulatedExecutor(load(EXAMPLE)).check()
     assert info.value.reason == "root" and "needs root" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_host_refuses_without_qemu(host: pytest.MonkeyPatch) -> None:
-    host.setattr(emulated.shutil, "which", lambda name: None)
+    host.setattr(shutil, "which", lambda name: None)
     with pytest.raises(DeviceUnavailable, match="qemu-system-x86_64"):
         EmulatedExecutor(load(EXAMPLE)).check()
 
@@ -335,7 +331,7 @@ def test_host_refuses_when_the_test_bed_cannot_run(host: pytest.MonkeyPatch) -> 
     def preflight(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(cmd, 77, "SKIP: vm-test: linux-headers-amd64 is not installed\n", "")
 
-    host.setattr(emulated.subprocess, "run", preflight)
+    host.setattr(subprocess, "run", preflight)
     with pytest.raises(DeviceUnavailable) as info:
         EmulatedExecutor(load(EXAMPLE)).check()
     assert str(info.value) == "the qemu test bed cannot run: linux-headers-amd64 is not installed"
@@ -377,7 +373,7 @@ def test_guest_script_recreates_a_hidden_file_and_runs_the_guest(tmp_path: Path)
     script = guest_script(spec, ROOT, "/venv/bin/python", "/run/huvm-out/r.json", "/run/huvm-out/e.txt")
     assert str(tmp_path).startswith("/tmp/")  # pytest's tmp_path: hidden in the guest
     assert f"cat > {tmp_path / 'emu.toml'} <<'HUVM_EXPERIMENT_EOF'" in script
-    assert script.rstrip().endswith(f"/venv/bin/python -m huvm.experiment.emulated guest {tmp_path / 'emu.toml'} "
+    assert script.rstrip().endswith(f"/venv/bin/python -m huvmlab.experiment.emulated guest {tmp_path / 'emu.toml'} "
                                     "--result /run/huvm-out/r.json --error /run/huvm-out/e.txt")
     # the heredoc gives back the file byte for byte (run it with the path moved)
     moved = tmp_path / "copy" / "emu.toml"
@@ -406,10 +402,10 @@ def test_guest_script_terminator_never_in_the_text(tmp_path: Path) -> None:
 def test_guest_entry_point_outside_the_guest_is_one_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "HUVM_UVM_VARIANT"}
     err = tmp_path / "err.txt"
-    p = subprocess.run([sys.executable, "-m", "huvm.experiment.emulated", "guest", str(EXAMPLE), "--result",
+    p = subprocess.run([sys.executable, "-m", "huvmlab.experiment.emulated", "guest", str(EXAMPLE), "--result",
                         str(tmp_path / "r.json"), "--error", str(err)], capture_output=True, text=True, env=env)
     assert p.returncode == 1
-    # (matplotlib, imported with huvm.experiment, announces a font-cache rebuild on stderr: not ours)
+    # (matplotlib, imported with huvmlab.experiment, announces a font-cache rebuild on stderr: not ours)
     lines = [ln for ln in p.stderr.strip().splitlines() if not ln.startswith("Matplotlib ")]
     assert len(lines) == 1 and "not inside the test bed's guest" in lines[0]
     assert "Traceback" not in p.stderr and err.read_text().strip() in p.stderr
@@ -480,7 +476,7 @@ def test_host_boots_the_test_bed_once_and_loads_the_guests_results(fake_testbed:
     assert "--phases" in args and "softgpu" in args and "VM_GPUS=3" in args and "VM_FB_MIB=128" in args
     assert any(a.startswith("patched-release=") and a.endswith("build/module/patched-release/nvidia-uvm.ko")
                for a in args)
-    assert f"-m huvm.experiment.emulated guest {EXAMPLE}" in (fake_testbed / "args.cmd").read_text()
+    assert f"-m huvmlab.experiment.emulated guest {EXAMPLE}" in (fake_testbed / "args.cmd").read_text()
     assert str(fake_testbed / "checkout" / "build" / "vm-emulated") in args  # its own work dir, not vm-test's
 
 
@@ -550,8 +546,8 @@ def test_census_samples_every_block_first_and_last_and_at_most_per_block() -> No
 def test_plan_of_a_trace_with_a_cpu_phase_and_a_freed_buffer(tmp_path: Path) -> None:
     """The guest test's mixed trace (tests/vm/softgpu/test_experiment.py): the CPU op is flagged, the freed
     scratch buffer's pages are freed after its op, and nothing else is."""
-    from huvm.traces.builder import Builder
-    from huvm.traces.schema import MODE_READ, MODE_WRITE_NEW, write_tables
+    from huvmlab.traces.builder import Builder
+    from huvmlab.traces.schema import MODE_READ, MODE_WRITE_NEW, write_tables
 
     b = Builder()
     a = b.storage(512 * MIB, "param", "float32", "A", before_op=-1)
@@ -593,7 +589,7 @@ def test_two_harvesters_twin_matches_the_sim_example() -> None:
     """two-harvesters-emulated.toml is the twin of two-harvesters.toml (the second sim-vs-emulated cross-check):
     the same tenants (GPU, trace, role, background or not), the same policies and custom policy tables; its
     UVM memory per GPU at trace scale (96 MiB / scale) is within 10 % of the simulated example's usable memory."""
-    examples = Path(emulated.__file__).resolve().parents[1] / "examples"
+    examples = ROOT / "pyctl" / "huvm" / "examples"
     sim, twin = load(examples / "two-harvesters.toml"), load(examples / "two-harvesters-emulated.toml")
     assert twin.node_kind == "emulated" and twin.emulated is not None
     assert [(t.name, t.gpu, t.trace, t.steps > 0) for t in sim.tenants] == \

@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from huvm import abi, experiment
+from huvm import abi
 from huvm.backend import KernelBackend
 from huvm.errors import ConfigError, DeviceUnavailable, HuvmError, Timeout
-from huvm.experiment import local
-from huvm.experiment.local import LocalExecutor, has_cap_sys_admin
-from huvm.experiment.spec import load
 from huvm.info import NodeInfo
 from huvm_testing import CoreNode
+from huvmlab import experiment
+from huvmlab.experiment import local
+from huvmlab.experiment.local import LocalExecutor, has_cap_sys_admin
+from huvmlab.experiment.spec import load
 
 PY = sys.executable
 
@@ -210,7 +211,7 @@ steps = 0
     t0 = time.monotonic()
     with executor(spec, FakeDevice(2), tmp_path / "out") as ex:
         ex.check()
-        ex.supports_alone = False
+        ex.supports_alone = False  # type: ignore[misc]  # this run only: no alone baselines
         res = ex.execute(ex.planned())
     took = time.monotonic() - t0
     row = next(t for t in res.runs[0].tenants if t.tenant == "stubborn")
@@ -391,7 +392,7 @@ def test_a_background_tenant_due_after_the_foreground_never_starts(tmp_path: Pat
     t0 = time.monotonic()
     with executor(spec, FakeDevice(2), None) as ex:
         ex.check()
-        ex.supports_alone = False
+        ex.supports_alone = False  # type: ignore[misc]  # this run only: no alone baselines
         res = ex.execute(ex.planned())
     assert time.monotonic() - t0 < 30
     assert [t.tenant for t in res.runs[0].tenants] == ["fg"]

@@ -4,18 +4,17 @@ every run; and node sweeps (issue 14 item 6): GPU memory, node preset and GPU co
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from huvm import experiment
-from huvm.errors import ConfigError, DeviceUnavailable
-from huvm.experiment.executor import Executor, NodeRecord, scale_bytes, scale_text
-from huvm.experiment.resultio import dumps, loads
-from huvm.experiment.runner import Runner, executor_for
-from huvm.experiment.spec import load
+from huvm.errors import ConfigError
+from huvmlab import experiment
+from huvmlab.experiment.executor import Executor, NodeRecord, scale_bytes, scale_text
+from huvmlab.experiment.resultio import dumps, loads
+from huvmlab.experiment.runner import Runner, executor_for
+from huvmlab.experiment.spec import load
 
 NODE = """[node]
 preset = "aws-p3.8xlarge"
@@ -200,15 +199,17 @@ def test_every_run_records_its_node(tmp_path: Path) -> None:
     assert summary["node_record"]["node_kind"] == "sim" and summary["node_record"]["module"] == rec["module"]
 
 
-def test_emulated_kind_without_its_module_refuses_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                               ) -> None:
-    monkeypatch.setitem(sys.modules, "huvm.experiment.emulated", None)  # as if not installed
+def test_node_kinds_find_their_executors_by_table_not_by_name(tmp_path: Path) -> None:
+    """runner.py names neither the emulated executor nor the twin (no import cycle): they add themselves."""
+    from huvmlab.experiment.emulated import EmulatedExecutor
+    from huvmlab.experiment.twin import SimTwin
+
     node = '[node]\nkind = "emulated"\npreset = "aws-p3.8xlarge"\ngpus = 2\nfb_mib = 128\n'
     spec = load(write(tmp_path, exp_text(node=node)))
-    with pytest.raises(DeviceUnavailable) as info:
-        experiment.run(spec)
-    msg = str(info.value)
-    assert "node.kind = 'emulated'" in msg and "not available" in msg and "\n" not in msg
+    assert type(executor_for(spec)) is EmulatedExecutor
+    assert type(executor_for(spec, node="sim-twin")) is SimTwin
+    with pytest.raises(ConfigError, match=r"unknown node 'qemu' \(one of: sim-twin;"):
+        executor_for(spec, node="qemu")
 
 
 class _Fake(Executor):

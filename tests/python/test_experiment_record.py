@@ -1,4 +1,4 @@
-"""``[record] events`` in experiment files (huvm.experiment.recording): the table is validated (one-line errors
+"""``[record] events`` in experiment files (huvmlab.experiment.recording): the table is validated (one-line errors
 with the file's line), a simulated experiment records the simulator's USDT probes per run through the tracer of
 ``huvmctl trace record`` and writes each run's events as the trace schema's event table, the counters equal the
 events (counters_vs_events, which mirrors huvm_account_*), the results carry the events across the emulated
@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 from conftest import require_or_skip
-from huvm import bpf, experiment
+from huvm import bpf
 from huvm.cli import main
 from huvm.errors import ConfigError
-from huvm.experiment import recording, resultio
-from huvm.experiment.results import CounterRow, ExperimentResult, RunEvents, RunKey, RunResult
-from huvm.traces.events import read_events
+from huvmlab import experiment
+from huvmlab.experiment import recording, resultio
+from huvmlab.experiment.results import CounterRow, ExperimentResult, RunEvents, RunKey, RunResult
+from huvmlab.traces.events import read_events
 
 HOST = 16
 MIB = 1 << 20
@@ -243,7 +244,7 @@ def test_uvm_events_refused_without_module(monkeypatch: pytest.MonkeyPatch, tmp_
 
 def test_uvm_record_rows() -> None:
     """A kprobe record becomes a row with no huvm GPU and UVM's cause named."""
-    from huvm import tracerec
+    from huvmlab import tracerec
 
     rec = bpf.Record(5, "uvm_make_resident", -1, -1, 4, 8192, 0, 9, "kworker", 1, None)
     (row,) = tracerec.rows_of([rec])

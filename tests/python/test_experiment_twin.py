@@ -1,5 +1,5 @@
 """The simulated twin of an emulated experiment (``huvmctl experiment run FILE --node sim-twin``,
-huvm.experiment.twin): the emulated [node] run on the simulator at its granularity, k trace chunks per 2 MiB
+huvmlab.experiment.twin): the emulated [node] run on the simulator at its granularity, k trace chunks per 2 MiB
 block at scale 1/k, counts in chunk equivalents; no VM."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from huvm import experiment
 from huvm.cli import main
 from huvm.errors import ConfigError
-from huvm.experiment.compare import compare
-from huvm.experiment.output import write
-from huvm.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult
-from huvm.experiment.spec import EMULATED_RESERVED_BYTES
-from huvm.experiment.twin import granularity, twin_node
-from huvm.sim import NodeConfig, TenantSpec, run_scenario, workloads
+from huvmlab import experiment
+from huvmlab.experiment.compare import compare
+from huvmlab.experiment.output import write
+from huvmlab.experiment.results import CounterRow, ExperimentResult, RunKey, RunResult
+from huvmlab.experiment.spec import EMULATED_RESERVED_BYTES
+from huvmlab.experiment.twin import granularity, twin_node
+from huvmlab.sim import NodeConfig, TenantSpec, run_scenario, workloads
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "pyctl" / "huvm" / "examples" / "two-harvesters-emulated.toml"
@@ -122,7 +122,7 @@ def test_only_an_emulated_node_has_a_twin(tmp_path: Path, capsys: pytest.Capture
 def _coarse_reference(k: int, policy: str) -> dict[str, int]:
     """The small file's run by hand, with the simulator's API: the trace coarsened by k on 64 MiB GPUs with
     the software GPU's reserve, the static footprint scaled by 1/k; GPU counters summed, times k."""
-    import huvm.traces as traces
+    import huvmlab.traces as traces
 
     node = NodeConfig.preset("aws-p3.8xlarge").subset(2).with_gpu_memory(64 * MIB, EMULATED_RESERVED_BYTES)
     trace = workloads.coarsen(traces.load(traces.bundled("llama-tiny")).to_sim_events(node.gpu_preset), k)
@@ -156,7 +156,7 @@ def test_a_twin_run_counts_chunk_equivalents(tmp_path: Path, capsys: pytest.Capt
     assert stock["evict_to_host"] > 0 and stock["evict_to_peer"] == 0
     assert huvm["evict_to_peer"] > 0 and huvm["fetch_from_peer"] > 0
     # without the coarsening (the fine trace on the same GPUs) the counts differ: the test can tell
-    import huvm.traces as traces
+    import huvmlab.traces as traces
 
     node = NodeConfig.preset("aws-p3.8xlarge").subset(2).with_gpu_memory(64 * MIB, EMULATED_RESERVED_BYTES)
     fine = run_scenario(node, [TenantSpec(0, traces.load(traces.bundled("llama-tiny")).to_sim_events("v100"))],

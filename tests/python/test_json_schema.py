@@ -12,14 +12,15 @@ from typing import Any
 
 import jsonschema
 import pytest
-from huvm import jsonout
+from huvm import abi, jsonout
 from huvm.cli import main
 from huvm_testing import small_experiment
 from pydantic import ValidationError
 
 SIM = ("--sim",)
 EXAMPLE = str(Path(jsonout.__file__).parent / "examples" / "consolidation.toml")
-CLI = Path(jsonout.__file__).parent / "cli"
+#: huvmctl's subcommands: the control plane's (huvm/cli) and the lab's (huvmlab/cli)
+CLIS = (Path(jsonout.__file__).parent / "cli", Path(jsonout.__file__).parents[1] / "huvmlab" / "cli")
 RECORD = str(Path(jsonout.__file__).parent / "data" / "calibration" / "h200-580.159.04.json")
 SMALL = small_experiment("bundled:lender-idle")
 
@@ -92,7 +93,7 @@ def test_schema_rules(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_a_wrong_document_is_refused() -> None:
     """The check can fail: a positional array, a size as text and a missing schema_version are refused."""
-    good = {"schema_version": 1, "kind": "va-spaces",
+    good: dict[str, Any] = {"schema_version": 1, "kind": "va-spaces",
             "va_spaces": [{"id": 1, "pid": 2, "uid": 0, "comm": "python", "gpus": [0, 1], "counters": {}}]}
     validate(good)
     change = {"schema_version": 1, "kind": "policy-diff", "file": "p.toml",
@@ -147,10 +148,10 @@ def test_policy_changes_carry_typed_values(capsys: pytest.CaptureFixture[str]) -
     (keys,) = docs(capsys, "policy", "keys")
     by_key = {k["key"]: k for k in keys["keys"]}
     assert by_key["gpu.N.lend_limit_bytes"]["type"] == "size" and by_key["gpu.N.lend_limit_bytes"]["max"] is None
-    assert by_key["preevict_chunks"]["max"] == jsonout.abi.lib.HUVM_PREEVICT_MAX_CHUNKS
+    assert by_key["preevict_chunks"]["max"] == abi.lib.HUVM_PREEVICT_MAX_CHUNKS
     traffic = by_key["gpu.N.lend_traffic_mbyte_per_s"]
     assert (traffic["type"], traffic["min"], traffic["max"], traffic["off_allowed"]) == (
-        "rate", jsonout.abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S, jsonout.abi.lib.HUVM_MAX_MBYTE_PER_S, True)
+        "rate", abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S, abi.lib.HUVM_MAX_MBYTE_PER_S, True)
     assert not by_key["gpu.N.lend_limit_bytes"]["off_allowed"]
 
 
@@ -160,7 +161,9 @@ def test_every_kind_is_tested_and_every_verb_prints_through_the_models() -> None
     text = Path(__file__).read_text()
     kinds = {cls.model_fields["kind"].json_schema_extra["const"] for cls in jsonout.DOCUMENTS}  # type: ignore[index]
     assert {k for k in kinds if f'"{k}"' not in text} == set()
-    for path in CLI.glob("*.py"):
+    paths = [p for cli in CLIS for p in cli.glob("*.py")]
+    assert {"experiment.py", "stats.py", "trace.py", "calibrate.py"} <= {p.name for p in paths}
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("print_json", "print_jsonl"):
                 arg = node.args[0]
@@ -198,8 +201,7 @@ def test_host_reasons_are_named_in_every_document() -> None:
     """host_reason[] is an object of the reasons an eviction to host can have, in the snapshot (counts)
     and in an interval (rates, by huvm.stats' rule): never summed under a key that does not say so, and
     without ``peer``, which is not a reason to go to host (the exporter's label values are the same)."""
-    from huvm.exporter import host_reasons
-    from huvm.metrics import GPU_METRICS, REASON_NAMES
+    from huvm.metrics import GPU_METRICS, REASON_NAMES, host_reasons
     from huvm.stats import GpuCounters, StatsSnapshot
 
     def snap(t_ns: int, no_peer: int) -> StatsSnapshot:

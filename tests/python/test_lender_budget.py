@@ -14,7 +14,7 @@ from huvm.cli import main
 from huvm.client import Node
 from huvm.errors import PolicyError
 from huvm.jsonout import validate
-from huvm.simbackend import SimBackend
+from huvmlab.simbackend import SimBackend
 
 SIM = ["--backend", "sim"]
 V100_MB_S = 4096 * 877 * 2 // 8        # NVML's bus width x max memory clock of a V100 SXM2

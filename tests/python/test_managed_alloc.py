@@ -1,4 +1,4 @@
-"""PyTorch on RMM's managed-memory pool (issue 25; huvm.experiment.managed_alloc): the RMM package per CUDA
+"""PyTorch on RMM's managed-memory pool (issue 25; huvmlab.experiment.managed_alloc): the RMM package per CUDA
 major, the refusals (CPU-only PyTorch, no CUDA, RMM missing, memory already allocated), the pool and its
 advice, and ``run``, all against fake torch / rmm / cuda-python modules (no GPU here)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from huvm.errors import UsageError
-from huvm.experiment import managed_alloc as ma
+from huvmlab.experiment import managed_alloc as ma
 
 
 class FakeTorch(types.SimpleNamespace):
@@ -159,7 +159,11 @@ def test_run_installs_before_the_script_and_refuses_in_one_line(tmp_path: Path, 
     script = tmp_path / "train.py"
     script.write_text("import sys, json\nprint(json.dumps(sys.argv))\n")
     calls: list[ma.PoolConfig] = []
-    monkeypatch.setattr(ma, "enable", lambda config: calls.append(config) or "rmm-cu13")
+    def enable(config: ma.PoolConfig) -> str:
+        calls.append(config)
+        return "rmm-cu13"
+
+    monkeypatch.setattr(ma, "enable", enable)
     monkeypatch.setenv("HUVM_POOL_INITIAL", "1GiB")
     argv = sys.argv[:]
     try:

@@ -55,16 +55,25 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path: Path) -> None:
     assert module.is_relative_to(venv), module  # the wheel's huvm, not the checkout's
     assert header == module.parent / "data" / "uvm_huvm_ioctl.h"  # shipped as package data
     assert (module.parent / "data" / "huvm_events.h").is_file()
-    assert (module.parent / "calibration" / "huvm_calibrate.cu").is_file()  # huvmctl calibrate builds it on the target
+    lab = module.parent.parent / "huvmlab"  # the lab ships in the same wheel
+    assert (lab / "calibration" / "huvm_calibrate.cu").is_file()  # huvmctl calibrate builds it on the target
 
     # the test doubles stay in the tests: no huvm.testing in the wheel (nor any module left in a reused build
     # directory after it left the source tree)
-    shipped = {p.relative_to(module.parent).as_posix() for p in module.parent.rglob("*.py")}
-    sources = {p.relative_to(ROOT / "pyctl" / "huvm").as_posix() for p in (ROOT / "pyctl" / "huvm").rglob("*.py")}
-    assert "testing.py" not in shipped and shipped <= sources, sorted(shipped - sources)
+    for pkg in (module.parent, lab):
+        shipped = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*.py")}
+        src = ROOT / "pyctl" / pkg.name
+        sources = {p.relative_to(src).as_posix() for p in src.rglob("*.py")}
+        assert shipped and "testing.py" not in shipped and shipped <= sources, sorted(shipped - sources)
     r = _run(py, "-c", "import huvm.testing", cwd=tmp_path, env=env)
     assert r.returncode != 0 and "No module named 'huvm.testing'" in r.stderr
 
     r = _run(venv / "bin" / "huvmctl", "--sim", "status", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert "on simulated aws-p3.8xlarge" in r.stdout and "preset huvm" in r.stdout and r.stderr == ""
+    # the lab comes in by entry point: its subcommands and its old names under huvm work from the wheel too
+    r = _run(venv / "bin" / "huvmctl", "sim", "calibrate", "--help", cwd=tmp_path, env=env)
+    assert r.returncode == 0 and "--markdown" in r.stdout, r.stderr
+    r = _run(py, "-m", "huvm.sim.calibrate", "--help", cwd=tmp_path, env=env)
+    assert r.returncode == 0 and "--markdown" in r.stdout, r.stderr
+    assert r.stderr.startswith("huvm: `python -m huvm.sim.calibrate` is deprecated") and r.stderr.count("\n") == 1

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from huvm import abi, errors, jsonout, policyfile
 from huvm import policy as hp
+from huvm.errors import PolicyError
 
 ffi, lib = abi.ffi, abi.lib
 UAPI = Path(__file__).resolve().parents[2] / "driver" / "include" / "uapi"
@@ -80,7 +81,7 @@ def test_models_have_the_table_fields() -> None:
 
 def _node_core() -> Any:
     core = ffi.new("huvm_core_t *")
-    lib.huvm_core_init(core, lib.HUVM_BACKEND_KTEST, lib.HUVM_PRESET_HUVM)
+    lib.huvm_core_init(core, lib.HUVM_BACKEND_CORE, lib.HUVM_PRESET_HUVM)
     info = ffi.new("huvm_gpu_info_t *")
     info.uuid = bytes(range(1, 17))
     info.memory_bytes, info.free_bytes, info.flags = 16 * GIB, 16 * GIB, lib.HUVM_GPU_FLAG_PRESENT
@@ -169,7 +170,7 @@ def test_zero_off_is_the_rows_for_any_unit() -> None:
     on the command line and in a file; the rest of the range holds."""
     spec = dataclasses.replace(hp.KEYS["peer_usage_max_pct"], off=True)
     assert [hp.parse_value(spec, v, spec.name) for v in ("off", "none", "0", "1", "100")] == [0, 0, 0, 1, 100]
-    with pytest.raises(hp.PolicyError, match="must be <= 100"):
+    with pytest.raises(PolicyError, match="must be <= 100"):
         hp.parse_value(spec, "101", spec.name)
     from pydantic import TypeAdapter, ValidationError
 

@@ -1,7 +1,7 @@
 """The `huvm` preset (the default) is not slower than the prototype's `huvm-atc22` in the simulator (by more
-than huvm.sim.matrix.NOISE, 1 %).
+than huvmlab.sim.matrix.NOISE, 1 %).
 
-docs/policy.md ("Measurements behind the `huvm` values", "Evaluation") has the numbers; these tests keep them
+docs/policy.md ("Measurements behind the `huvm` values") and docs/evaluation.md have the numbers; these tests keep them
 from regressing: the shipped consolidation scenarios (pyctl/huvm/examples) and the calibration's Fig 9 runs.
 """
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from huvm.abi import lib
-from huvm.experiment import run as run_experiment
-from huvm.experiment.spec import load as load_spec
-from huvm.sim import NodeConfig, SimNode, TenantSpec, calibrate, run_scenario, workloads
-from huvm.sim.config import MIB
-from huvm.sim.matrix import NOISE
-from huvm.sim.replicate import fig9_node
+from huvmlab.experiment import run as run_experiment
+from huvmlab.experiment.spec import load as load_spec
+from huvmlab.sim import NodeConfig, SimNode, TenantSpec, calibrate, run_scenario, workloads
+from huvmlab.sim.config import MIB
+from huvmlab.sim.matrix import NOISE
+from huvmlab.sim.replicate import fig9_node
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "pyctl" / "huvm" / "examples"
 PAIR = ("huvm-atc22", "huvm")

@@ -99,7 +99,7 @@ def test_lend_traffic_rates(node: Node) -> None:
 def test_lend_traffic_round_trip_on_the_simulated_node() -> None:
     """`huvmctl policy set gpu.1.lend_traffic_mbyte_per_s=18GB/s` on the simulator: the C simulator's own policy holds
     18000 MB/s for GPU 1, and reading the policy back shows 18GB/s."""
-    from huvm.simbackend import SimBackend
+    from huvmlab.simbackend import SimBackend
 
     backend = SimBackend.from_config("aws-p3.8xlarge")
     with Node(backend) as n:

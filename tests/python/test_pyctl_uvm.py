@@ -8,6 +8,7 @@ No nvidia-uvm runs here: the qemu test bed runs the real one (tests/vm/softgpu).
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import re
 import shutil
@@ -275,9 +276,7 @@ def _guest_suite() -> Any:
     path = str(ROOT / "tests" / "vm" / "softgpu")
     if path not in sys.path:
         sys.path.insert(0, path)
-    import test_builtin  # the guest suite's module, by path
-
-    return test_builtin
+    return importlib.import_module("test_builtin")  # the guest suite's module, by path
 
 
 def _fake_gpu(i: int, n: int) -> softgpu.GpuInfo:
@@ -289,7 +288,7 @@ def test_guest_builtin_table_matches_the_binding(binding: Path) -> None:
     """Every built-in test the guest suite runs exists, in stage order, and every params dict it builds
     fills real fields (new_params refuses unknown ones)."""
     tb = _guest_suite()
-    import sglib
+    sglib = importlib.import_module("sglib")
 
     names = uvm.test_names()
     stages = [b.stage for b in tb.BUILTINS]
@@ -309,7 +308,7 @@ def test_guest_builtin_table_matches_the_binding(binding: Path) -> None:
         client = 0xC1
 
     gpus = tuple(_fake_gpu(i, 2) for i in range(2))
-    session = sglib.Session(FakeSg(), None, gpus)  # type: ignore[arg-type]
+    session = sglib.Session(FakeSg(), None, gpus)
     ctx = tb.Ctx(None, FakeSg(), session)
     for b in tb.BUILTINS:
         if b.params is None:

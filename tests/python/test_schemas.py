@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from huvm import abi, policyfile
 from huvm.errors import ConfigError, PolicyError
-from huvm.experiment.spec import load
 from huvm.policy import KEYS
-from huvm.simbackend import SimBackend
 from huvm.tomlpos import TomlDoc
+from huvmlab.experiment.spec import load
+from huvmlab.simbackend import SimBackend
 
 # Text that line patterns misread: header- and key-like lines inside multi-line strings, a quoted key
 # with a dot, a table written in two parts, an array of tables nested in another, values on several lines.
@@ -237,8 +237,9 @@ def _core_verdict(**values: int) -> int:
     return int(err[0])
 
 
-@pytest.mark.parametrize("key", [k for k, s in KEYS.items() if s.kind == "int"])
+@pytest.mark.parametrize("key", [k for k, s in KEYS.items() if s.kind == "int" and s.scope == "node"])
 def test_policy_key_ranges_are_the_cores(key: str) -> None:
+    """The node's integer keys (a GPU entry's ranges: tests/c/test_policy.c, policy_gpu_entries)."""
     spec = KEYS[key]
     field = getattr(abi.lib, f"HUVM_FIELD_{spec.field.upper()}")
     # the other fields of a prefetch window kept small, so that only this one can be refused
@@ -267,9 +268,9 @@ def test_policy_key_bounds_are_not_hand_copies() -> None:
 
 
 def test_tenant_limits_are_the_simulators() -> None:
-    from huvm.experiment.spec import MAX_STATIC_BYTES, MAX_STEPS
-    from huvm.sim import NodeConfig, SimNode, TenantSpec
-    from huvm.sim.errors import SimConfigError
+    from huvmlab.experiment.spec import MAX_STATIC_BYTES, MAX_STEPS
+    from huvmlab.sim import NodeConfig, SimNode, TenantSpec
+    from huvmlab.sim.errors import SimConfigError
 
     def refused(**kw: int) -> bool:
         sim = SimNode(NodeConfig.preset("aws-p3.8xlarge"))

@@ -1,4 +1,4 @@
-"""The simulated node: determinism, conservation, policy behaviour, ioctl surface (huvm.sim, driver/sim)."""
+"""The simulated node: determinism, conservation, policy behaviour, ioctl surface (huvmlab.sim, driver/sim)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 from huvm import abi, errors
-from huvm.sim import GIB, MIB, NodeConfig, SimNode, SimResult, TenantSpec, run_comparison, run_scenario, workloads
+from huvmlab.sim import GIB, MIB, NodeConfig, SimNode, SimResult, TenantSpec, run_comparison, run_scenario, workloads
 
 CHUNK = 2 * MIB
 
@@ -194,7 +194,7 @@ def test_ioctl_through_simnode() -> None:
 
 
 def test_bundled_traces_run() -> None:
-    traces = pytest.importorskip("huvm.traces")
+    from huvmlab import traces  # part of the lab: always there
     h = traces.load(traces.bundled("llama-tiny")).to_sim_events("v100")
     lender = traces.load(traces.bundled("lender-rising")).to_sim_events("v100")
     node = NodeConfig.preset("aws-p3.8xlarge").subset(2).with_gpu_memory(1 * GIB, 0, gpus=[0])
@@ -224,7 +224,7 @@ def _dict_roundtrip(d: dict[str, Any]) -> NodeConfig:
 
 
 def test_from_dict_and_topology() -> None:
-    from huvm.sim import parse_topo
+    from huvmlab.sim import parse_topo
 
     cfg = _dict_roundtrip({"preset": "dgx-a100", "gpu_count": 2, "gpu_memory_bytes": GIB})
     assert cfg.gpu_count == 2 and cfg.gpus[1].memory_bytes == GIB and cfg.nvswitch

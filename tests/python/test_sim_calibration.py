@@ -6,7 +6,7 @@ starts once the peer has room."""
 
 from __future__ import annotations
 
-from huvm.sim import calibrate
+from huvmlab.sim import calibrate
 
 
 def test_stock_slowdown_grows_with_oversubscription() -> None:

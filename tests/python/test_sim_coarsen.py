@@ -1,4 +1,4 @@
-"""huvm.sim.workloads.coarsen: a trace at the emulated node's granularity (k trace chunks per 2 MiB UVM block),
+"""huvmlab.sim.workloads.coarsen: a trace at the emulated node's granularity (k trace chunks per 2 MiB UVM block),
 used to compare the simulator with the emulated node at the same granularity (docs/simulator.md, "Cross-check
 against the emulated node")."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from huvm.sim import NodeConfig, TenantSpec, run_scenario, workloads
-from huvm.sim.config import GIB, MIB
-from huvm.sim.errors import SimConfigError
-from huvm.traces.trace import SimTrace
+from huvmlab.sim import NodeConfig, TenantSpec, run_scenario, workloads
+from huvmlab.sim.config import GIB, MIB
+from huvmlab.sim.errors import SimConfigError
+from huvmlab.traces.trace import SimTrace
 
 
 def _trace() -> SimTrace:

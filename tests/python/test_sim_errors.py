@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from huvm import errors
-from huvm.sim import (
+from huvmlab.sim import (
     MIB,
     GpuSpec,
     NodeConfig,

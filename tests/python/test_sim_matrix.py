@@ -1,16 +1,17 @@
-"""The scenario matrix of `make eval` (huvm.sim.matrix): the split, a smoke run, the CLI's refusals, and
-the table in docs/policy.md being the measured one."""
+"""The scenario matrix of `make eval` (huvmlab.sim.matrix): the split, a smoke run, the CLI's refusals, and
+the table in docs/evaluation.md being the measured one."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from huvm.sim import matrix as M
-from huvm.sim.errors import SimConfigError
+from huvm import budget
+from huvmlab.sim import matrix as M
+from huvmlab.sim.errors import SimConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "policy.md"
+DOC = ROOT / "docs" / "evaluation.md"
 CHUNK = 2 << 20
 
 
@@ -136,7 +137,8 @@ def test_cli_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     plain.write_text("no markers here\n")
     assert M.main(["--only", "p3/bert-base/fit-32", "-q", "--update-doc", str(plain)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    refusal = "error: update_doc: --update-doc takes one whole half, the presets only, at lender timing 1"
+    refusal = ("error: update_doc: --update-doc takes one whole half, the presets only, at lender timing 1 and the "
+               "default spike cadence")
     assert err == [refusal]
     assert M.main(["-q", "--lender-timing", "1.1", "--update-doc", str(plain)]) == 2     # the whole half, timed
     assert capsys.readouterr().err.strip().splitlines() == [refusal]
@@ -149,16 +151,16 @@ def test_cli_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_docs_hold_the_measured_evaluation_table() -> None:
-    """docs/policy.md's table is the evaluation half as measured now (`make eval-doc` regenerates it)."""
+    """docs/evaluation.md's table is the evaluation half as measured now (`make eval-doc` regenerates it)."""
     text = DOC.read_text()
     assert M.DOC_BEGIN in text and M.DOC_END in text
     block = text.split(M.DOC_BEGIN, 1)[1].split(M.DOC_END, 1)[0]
     ev = M.evaluate(M.scenarios("evaluation"), half="evaluation")
-    assert block == "\n" + M.doc_block(ev), "docs/policy.md's evaluation table is stale: run `make eval-doc`"
+    assert block == "\n" + M.doc_block(ev), "docs/evaluation.md's evaluation table is stale: run `make eval-doc`"
     # the criteria the issue sets, on the half nothing was tuned on
     s = ev.summary("huvm")
     assert s["speedup_worst"] >= 1 - M.NOISE                    # never slower than stock
-    # lenders pay at most 2 %, apart from the modelled HBM time of guests' copies (docs/policy.md reports
+    # lenders pay at most 2 %, apart from the modelled HBM time of guests' copies (docs/evaluation.md reports
     # the scenarios where that takes a lender over the target)
     for sc in ev.scenarios:
         for t in ev.outcome(sc.name, "huvm").tenants:
@@ -179,8 +181,8 @@ def test_lend_traffic_for_a_slowdown_target() -> None:
     never below the ABI's smallest budget."""
     from huvm import abi
 
-    assert M.lend_traffic_for(900_000, 0.02) == int(900_000 * (1 - 1 / 1.02)) == 17_647
-    assert M.lend_traffic_for(1_000, 0.02) == abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
+    assert budget.lend_traffic_for(900_000, 0.02) == int(900_000 * (1 - 1 / 1.02)) == 17_647
+    assert budget.lend_traffic_for(1_000, 0.02) == abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S
     assert M._hbm_mbyte_per_s(M.scenarios("evaluation")[0].node) in range(899_000, 901_000)   # V100: 900 GB/s
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from huvm.sim import fidelity
-from huvm.sim.config import CHUNK_BYTES, Costs, NodeConfig, node_from_measurement
-from huvm.sim.errors import SimConfigError
-from huvm.sim.measured import (
+from huvmlab.sim import fidelity
+from huvmlab.sim.config import CHUNK_BYTES, Costs, NodeConfig, node_from_measurement
+from huvmlab.sim.errors import SimConfigError
+from huvmlab.sim.measured import (
     REFERENCE_COSTS,
     REFERENCE_RECORD,
     CalibrationRecordError,
@@ -22,10 +22,10 @@ from huvm.sim.measured import (
     copy_ns,
     derive,
 )
-from huvm.sim.node import SimNode
-from huvm.sim.scenario import run_scenario
-from huvm.sim.tenants import TenantSpec
-from huvm.sim.workloads import make_trace
+from huvmlab.sim.node import SimNode
+from huvmlab.sim.scenario import run_scenario
+from huvmlab.sim.tenants import TenantSpec
+from huvmlab.sim.workloads import make_trace
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "simulator.md"
 
@@ -209,6 +209,6 @@ def test_doc_holds_the_generated_calibration_table() -> None:
 
 
 def test_chunk_size_is_the_records() -> None:
-    from huvm.sim import measured
+    from huvmlab.sim import measured
 
     assert measured.CHUNK_BYTES == CHUNK_BYTES

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from huvm.sim import NodeConfig, TenantSpec, run_scenario, workloads
-from huvm.sim.config import GIB, MIB, Costs, GpuSpec
-from huvm.sim.errors import SimConfigError
+from huvmlab.sim import NodeConfig, TenantSpec, run_scenario, workloads
+from huvmlab.sim.config import GIB, MIB, Costs, GpuSpec
+from huvmlab.sim.errors import SimConfigError
 
 
 def _pair(memory: int, switch: int = 0, **costs: int) -> NodeConfig:
@@ -96,7 +96,7 @@ def test_lender_below_its_reserve_gives_back_in_the_background() -> None:
     """The kernel's worker (issue 12 item 9, uvm_huvm_preevict.c): a lender whose own allocation takes its
     free memory below its lend reserve gives guests' chunks back at once, in the background, until the
     reserve is free again (huvm_giveback_need), not only when a later allocation finds no free memory."""
-    from huvm.sim import SimNode
+    from huvmlab.sim import SimNode
 
     usable = 512 * MIB
     node = _pair(usable)

@@ -6,7 +6,7 @@
 * a lender whose footprint spikes keeps the memory it used lately (lending costs it nothing after that);
 * prefetch puts data on a peer only under memory pressure on the faulting GPU (issue 12, defect 3).
 
-Each scenario below lost under the previous core (numbers in docs/policy.md, "Evaluation").
+Each scenario below lost under the previous core (numbers in docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from huvm import traces
-from huvm.sim import MIB, NodeConfig, SimNode, TenantSpec, run_scenario, workloads
-from huvm.sim.matrix import NOISE
+from huvmlab import traces
+from huvmlab.sim import MIB, NodeConfig, SimNode, TenantSpec, run_scenario, workloads
+from huvmlab.sim.matrix import NOISE
 
 GIB = 1 << 30
 
@@ -160,7 +160,7 @@ def test_fastest_link_shares_equal_links_by_fewest_lent() -> None:
     """Two streaming harvesters on an NVSwitch node (all links equal) that lend to each other: choosing the
     peer with the most free memory put data on the other harvester just before it needed the room back (9 %
     behind the prototype); among equal links the peer lending least (the prototype's rule) does not."""
-    from huvm.sim import matrix
+    from huvmlab.sim import matrix
 
     sc = next(s for s in matrix.scenarios("tuning") if s.name == "h100/streaming/1.5/rising/2h")
     ms = {p: max(run_scenario(sc.node, sc.tenants, p, sample_interval_ns=0).tenants[i].runtime_ns

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from huvm.sim import MIB, NodeConfig, SimNode, TenantSpec, run_scenario, workloads
+from huvmlab.sim import MIB, NodeConfig, SimNode, TenantSpec, run_scenario, workloads
 
 CHUNK = 2 * MIB
 N = 192                       # 384 MiB on a 256 MiB GPU: part of it ends up on the peer
@@ -76,7 +76,7 @@ def test_core_release_direct() -> None:
     from huvm._huvm_cffi import ffi, lib
 
     core = ffi.new("huvm_core_t *")
-    lib.huvm_core_init(core, lib.HUVM_BACKEND_KTEST, lib.HUVM_PRESET_HUVM)
+    lib.huvm_core_init(core, lib.HUVM_BACKEND_CORE, lib.HUVM_PRESET_HUVM)
     for i in range(3):
         info = ffi.new("huvm_gpu_info_t *")
         info.uuid[0] = i + 1

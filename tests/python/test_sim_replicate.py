@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from huvm.sim import replicate
-from huvm.sim.config import LINK_NVLINK_2, MIB
-from huvm.sim.errors import SimConfigError
+from huvmlab.sim import replicate
+from huvmlab.sim.config import LINK_NVLINK_2, MIB
+from huvmlab.sim.errors import SimConfigError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "simulator.md"
 

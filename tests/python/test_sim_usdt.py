@@ -20,7 +20,7 @@ HOST = 16
 CHILD = textwrap.dedent(f"""
     import json, sys
     sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
-    from huvm.sim import run_scenario
+    from huvmlab.sim import run_scenario
     from huvm_testing import usdt_scenario
     node, tenants = usdt_scenario()
     print("ready", flush=True)

@@ -1,4 +1,4 @@
-"""Verdicts at a lender bound T (docs/policy.md, "Verdicts at a lender bound T"): Pareto dominance by the
+"""Verdicts at a lender bound T (docs/evaluation.md, "Verdicts at a lender bound T"): Pareto dominance by the
 prototype and the gap to the best point that keeps every lender within T, with noise from a perturbation
 ensemble."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from huvm.sim import verdict as V
+from huvmlab.sim import verdict as V
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "policy.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "evaluation.md"
 
 
 def _v(h: tuple[float, float], p: tuple[float, float], best: tuple[float, float] | None = None,

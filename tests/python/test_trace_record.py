@@ -1,4 +1,4 @@
-"""huvm.tracerec / `huvmctl trace record`: bcc on the USDT probes of the in-process simulator writes one Parquet
+"""huvmlab.tracerec / `huvmctl trace record`: bcc on the USDT probes of the in-process simulator writes one Parquet
 row per event, and the rows counted per event (and per GPU pair) equal the simulator's counters (the mapping of
 tests/vm/guest/test_tracepoints.py); the event schema and metadata; the refusal paths. Root and bcc
 (python3-bpfcc) are needed for the recording tests (a failure, not a skip, in CI)."""
@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from conftest import require_or_skip
-from huvm import bpf, tracerec
+from huvm import bpf
 from huvm.cli import main
-from huvm.traces.events import EVENT_SCHEMA, read_events
+from huvmlab import tracerec
+from huvmlab.traces.events import EVENT_SCHEMA, read_events
 
 HOST = 16
 CHUNK = 2 << 20
@@ -27,8 +28,8 @@ def _require_bpf() -> None:
 
 def _scenario() -> dict[str, Any]:
     """The scenario of test_sim_usdt.py (every kind of movement), run in this process."""
-    from huvm.sim import run_scenario
     from huvm_testing import usdt_scenario
+    from huvmlab.sim import run_scenario
 
     node, tenants = usdt_scenario()
     stats: dict[str, Any] = run_scenario(node, tenants, "huvm").stats
@@ -185,9 +186,66 @@ def test_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_read_events_rejects_other_parquet(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from huvm.traces import TraceFormatError
+    from huvmlab.traces import TraceFormatError
 
     p = tmp_path / "other.parquet"
     pq.write_table(pa.table({"a": [1]}), p)
     with pytest.raises(TraceFormatError, match="not a huvm event table"):
         read_events(p)
+
+
+_BUSY = """
+import sys
+from huvm import bpf
+from huvmlab.sim import run_scenario
+from huvm_testing import usdt_scenario
+bpf.default_library()             # the probes are mapped before the parent attaches
+print("ready", flush=True)
+sys.stdin.readline()
+for _ in range(int(sys.argv[1])):
+    node, tenants = usdt_scenario()
+    run_scenario(node, tenants, "huvm")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_cuts_mid_stream_split_every_event_once() -> None:
+    """RunRecorder.cut while the node is busy (an experiment's runs end while give-backs and fetches are still
+    firing; here another process runs scenarios while this one cuts): each segment's kernel counts equal its
+    rows (nothing dropped), and the segments together hold every event exactly once. A cut that drains first
+    and reads the counts after (or the reverse) puts an event that fires between the two on one side only."""
+    _require_bpf()
+    import subprocess
+    import sys
+
+    names = ("evict", "preevict", "fetch", "giveback", "prefetch")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    child = subprocess.Popen([sys.executable, "-c", _BUSY, "12"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env)
+    assert child.stdout is not None and child.stdin is not None
+    assert child.stdout.readline().strip() == "ready"
+    rec = tracerec.RunRecorder(names, "usdt")
+    rec.tracer = bpf.Tracer("usdt", child.pid, None, names, page_cnt=1024)
+    segments = []
+    try:
+        rec.start()
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        while child.poll() is None:
+            segments.append(rec.cut())
+        segments.append(rec.cut())
+        total = rec.tracer.counts()
+    finally:
+        rec.close()
+        child.kill()
+        child.wait()
+    assert child.returncode == 0
+    busy_cuts = [s for s in segments if s.rows]
+    assert len(busy_cuts) >= 3, f"only {len(busy_cuts)} cuts saw events: the test cut nothing mid-stream"
+    for i, s in enumerate(segments):
+        rows: dict[str, int] = {}
+        for r in s.rows:
+            rows[r["event"]] = rows.get(r["event"], 0) + 1
+        assert s.lost == 0, f"segment {i}: {s.lost} dropped"
+        assert {k: v for k, v in s.counts.items() if v} == rows, f"segment {i}: counts {s.counts} rows {rows}"
+    assert sum(len(s.rows) for s in segments) == sum(total.values()) > 0

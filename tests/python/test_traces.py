@@ -7,13 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import huvm.traces as T
+import huvmlab.traces as T
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from huvm.traces import chunks, graph, lenders, roofline, schema
-from huvm.traces.builder import Builder
+from huvmlab.traces import chunks, graph, lenders, roofline, schema
+from huvmlab.traces.builder import Builder
 
 MiB = 1 << 20
 
@@ -285,7 +285,7 @@ def test_bundled_traces_load_and_fit() -> None:
 def test_imports_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-        "import huvm.traces as T\n"
+        "import huvmlab.traces as T\n"
         "print(T.info(T.bundled('bfs-small')).n_ops)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import huvm.traces as T
+import huvmlab.traces as T
 import numpy as np
 import pytest
 from conftest import require_or_skip  # type: ignore[import-not-found, unused-ignore]
-from huvm.traces.schema import Tables
 from huvm_testing import dnn_tables, traces_available  # type: ignore[import-not-found, unused-ignore]
+from huvmlab.traces.schema import Tables
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +50,7 @@ def _lm_expected(t: Tables, nonmatmul: int) -> float:
 
 
 def test_flops_gpt2_match_6nt_plus_attention() -> None:
-    from huvm.traces.models import MODELS
+    from huvmlab.traces.models import MODELS
 
     t = tables("gpt2-tiny")
     cfg = MODELS["gpt2-tiny"].config
@@ -60,7 +60,7 @@ def test_flops_gpt2_match_6nt_plus_attention() -> None:
 
 
 def test_flops_llama_match_6nt_plus_attention() -> None:
-    from huvm.traces.models import MODELS
+    from huvmlab.traces.models import MODELS
 
     t = tables("llama-test")
     cfg = MODELS["llama-test"].config
@@ -110,10 +110,10 @@ def test_dnn_deterministic_and_cli(tmp_path: Path) -> None:
     b = T.generate("resnet-test", tmp_path / "b.trace")
     assert {f.name: f.read_bytes() for f in a.iterdir()} == {f.name: f.read_bytes() for f in b.iterdir()}
     out = tmp_path / "c.trace"
-    from huvm.traces.cli import main
+    from huvmlab.traces.cli import main
 
     assert main(["gen", "gpt2-tiny", str(out), "--batch", "1", "--seq", "64"]) == 0  # with the progress bar
-    r = subprocess.run([sys.executable, "-m", "huvm.traces", "info", str(out), "--json"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "huvmlab.traces", "info", str(out), "--json"], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

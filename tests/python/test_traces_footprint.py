@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import require_or_skip  # type: ignore[import-not-found, unused-ignore]
-from huvm.traces.chunks import CachingAllocator
-from huvm.traces.schema import Tables
 from huvm_testing import dnn_tables, traces_available  # type: ignore[import-not-found, unused-ignore]
+from huvmlab.traces.chunks import CachingAllocator
+from huvmlab.traces.schema import Tables
 
 MIB = 1 << 20
 #: measured peaks (bytes), fp32 and bf16 autocast
@@ -52,7 +52,7 @@ def test_autocast_weight_cache_casts_a_weight_once() -> None:
     """torch.autocast caches the low-precision copy of a leaf weight for its region: a weight used twice in the
     forward is cast once (and that one copy lives until backward has used it)."""
     import torch
-    from huvm.traces.dnn import EmulatedAutocast, MemTracer
+    from huvmlab.traces.dnn import EmulatedAutocast, MemTracer
 
     lin = torch.nn.Linear(64, 64, bias=False, device="meta")
     x = torch.empty(4, 64, device="meta")
@@ -80,7 +80,7 @@ def test_hf_default_kv_cache_copies_keys_and_values() -> None:
     """A training script's ``model(input_ids=x, labels=x)`` gets HF's ``use_cache=True``: DynamicCache's
     torch.cat copies each layer's keys and values, SDPA saves the copies, and the step's peak grows by exactly
     2 x layers x batch x seq x hidden elements (models.kv_cache_bytes)."""
-    from huvm.traces.models import MODELS, kv_cache_bytes
+    from huvmlab.traces.models import MODELS, kv_cache_bytes
 
     on, off = tables("gpt2-tiny", gpu=None), tables("gpt2-tiny", gpu=None, kv_cache=False)
     b, s = on.meta["batch"], on.meta["seq"]
@@ -116,7 +116,7 @@ def test_cublas_workspaces_per_thread(gpu: str, cublas: int) -> None:
 
 
 def test_workspaces_follow_the_ops() -> None:
-    from huvm.traces.workspaces import workspaces
+    from huvmlab.traces.workspaces import workspaces
 
     assert workspaces(["aten.mm.default", "aten.add.Tensor"], ["fwd", "bwd"], "h100") == [("cublas-python", 32 * MIB)]
     assert workspaces(["aten.addmm.default"], ["bwd"], "V100") == [("cublas-autograd", 8 * MIB + (128 << 10)),
@@ -143,8 +143,8 @@ def test_allocator_counts_rounded_and_unsplit_blocks() -> None:
 
 def test_trace_info_shows_allocator_peak_next_to_live_peak(tmp_path: Any, capsys: pytest.CaptureFixture[str],
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import huvm.traces as T
-    from huvm.traces.cli import print_info
+    import huvmlab.traces as T
+    from huvmlab.traces.cli import print_info
 
     i = T.info(T.generate("gpt2-tiny", tmp_path / "g.trace"))
     assert i.allocator_peak_bytes >= i.peak_live_bytes > 0
@@ -161,7 +161,7 @@ def test_gpt2_medium_within_5_percent_of_the_h200(amp: str) -> None:
     """The measured configurations, as trace gen makes them: ``gpt2-medium --batch 8 --seq 1024 [--amp bf16]
     --gpu H200``. Each mechanism above was sized from its source, none fitted to these numbers."""
     t = tables("gpt2-medium", batch=8, seq=1024, amp=False if amp == "fp32" else amp, gpu="H200")
-    from huvm.traces.chunks import allocated_bytes
+    from huvmlab.traces.chunks import allocated_bytes
 
     predicted = int(allocated_bytes(t).max())
     assert abs(predicted / MEASURED[amp] - 1) <= 0.05, (amp, predicted, MEASURED[amp])

@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from huvm import traces
-from huvm.sim import NodeConfig, TenantSpec, run_scenario
-from huvm.traces.builder import Builder
-from huvm.traces.schema import MODE_READ, MODE_WRITE_NEW, TraceFormatError, read_tables, write_tables
+from huvmlab import traces
+from huvmlab.sim import NodeConfig, TenantSpec, run_scenario
+from huvmlab.traces.builder import Builder
+from huvmlab.traces.schema import MODE_READ, MODE_WRITE_NEW, TraceFormatError, read_tables, write_tables
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -80,7 +80,7 @@ def test_bundled_lender_spiky_rises_and_falls_on_the_node() -> None:
     assert "lender-spiky" in {g.name for g in traces.BUNDLED}
     t = traces.load(traces.bundled("lender-spiky")).to_sim_events("v100")
     assert int(t.op_time_ns.sum()) == 1_000_000_000
-    from huvm.sim.workloads import horizon_trace
+    from huvmlab.sim.workloads import horizon_trace
 
     node = NodeConfig.preset("aws-p3.8xlarge").subset(1)
     res = run_scenario(node, [TenantSpec(0, t, background=True, managed=False),

@@ -24,7 +24,7 @@ def test_program_has_one_probe_per_event() -> None:
         assert f"return record(ctx, {i}," in usdt
     for n in range(1, 6):  # five arguments: gpu, peer, reason, bytes, va
         assert f"bpf_usdt_readarg({n}, ctx" in usdt
-    assert f"BPF_ARRAY(counts, u64, {len(abi.event_names())})" in usdt
+    assert f"BPF_PERCPU_ARRAY(counts, u64, {len(abi.event_names())})" in usdt
     assert "k.slot = bpf_log2l(bytes);" in tp and "args->va" in tp
 
 

@@ -1,4 +1,4 @@
-"""huvm-top's sources over the huvm library: LiveSource on the real policy core (huvm.corenode.CoreNode),
+"""huvm-top's sources over the huvm library: LiveSource on the real policy core (huvmlab.corenode.CoreNode),
 SimSource (a node under load), and the FakeSource's own contract."""
 
 from __future__ import annotations

@@ -67,6 +67,7 @@ class GpuPolicy:
     lend_reserve_bytes: int
     flags: int = 0  # HUVM_GPU_POLICY_* (set by presets; not edited here)
     lend_traffic_mbyte_per_s: int = 0  # guests' traffic budget, MB/s; 0: none
+    lend_slowdown_max_pct: int = 0  # the lender's slowdown bound T, %; 0: none
 
 
 @dataclass

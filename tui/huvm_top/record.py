@@ -10,6 +10,7 @@ screens, one snapshot per refresh (``--interval`` sets the pace; space pauses). 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -41,9 +42,7 @@ def _node(info: NodeInfo) -> dict[str, Any]:
 
 def _policy(p: PolicyState) -> dict[str, Any]:
     return {"generation": p.generation, "node": p.node,
-            "gpus": [{"uuid": g.uuid, "role": g.role, "lend_limit_bytes": g.lend_limit_bytes,
-                      "lend_reserve_bytes": g.lend_reserve_bytes, "flags": g.flags,
-                      "lend_traffic_mbyte_per_s": g.lend_traffic_mbyte_per_s} for g in p.gpus]}
+            "gpus": [dataclasses.asdict(g) for g in p.gpus]}   # uuid and the header table's GPU fields
 
 
 def _snap(s: Snapshot) -> dict[str, Any]:

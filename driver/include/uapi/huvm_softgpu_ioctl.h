@@ -28,65 +28,65 @@
 
 /* SOFTGPU_ABI_BEGIN */
 
-#define SOFTGPU_ABI_VERSION             0x00010000
-#define SOFTGPU_MAX_GPUS                8
-#define SOFTGPU_UUID_LEN                16
-#define SOFTGPU_NAME_LEN                32
-#define SOFTGPU_MAX_ACCESSES            4096
+#define SOFTGPU_ABI_VERSION  0x00010000
+#define SOFTGPU_MAX_GPUS     8
+#define SOFTGPU_UUID_LEN     16
+#define SOFTGPU_NAME_LEN     32
+#define SOFTGPU_MAX_ACCESSES 4096
 
 /* Commands (raw numbers). */
-#define SOFTGPU_IOCTL_GET_INFO          1901
-#define SOFTGPU_IOCTL_CREATE_VASPACE    1902
-#define SOFTGPU_IOCTL_CREATE_CHANNEL    1903
-#define SOFTGPU_IOCTL_DESTROY_OBJECT    1904
-#define SOFTGPU_IOCTL_SM_ACCESS         1905
-#define SOFTGPU_IOCTL_FOREIGN_ALLOC     1906
-#define SOFTGPU_IOCTL_FOREIGN_FREE      1907
-#define SOFTGPU_IOCTL_SET_KNOB          1908
-#define SOFTGPU_IOCTL_GET_COUNTERS      1909
+#define SOFTGPU_IOCTL_GET_INFO       1901
+#define SOFTGPU_IOCTL_CREATE_VASPACE 1902
+#define SOFTGPU_IOCTL_CREATE_CHANNEL 1903
+#define SOFTGPU_IOCTL_DESTROY_OBJECT 1904
+#define SOFTGPU_IOCTL_SM_ACCESS      1905
+#define SOFTGPU_IOCTL_FOREIGN_ALLOC  1906
+#define SOFTGPU_IOCTL_FOREIGN_FREE   1907
+#define SOFTGPU_IOCTL_SET_KNOB       1908
+#define SOFTGPU_IOCTL_GET_COUNTERS   1909
 
 /* Link between two emulated GPUs (SOFTGPU_GET_INFO_PARAMS.link_type). */
-#define SOFTGPU_LINK_NONE               0
-#define SOFTGPU_LINK_PCIE               1
-#define SOFTGPU_LINK_NVLINK2            2
+#define SOFTGPU_LINK_NONE    0
+#define SOFTGPU_LINK_PCIE    1
+#define SOFTGPU_LINK_NVLINK2 2
 
 /* SM access types (softgpu_access_t.type). */
-#define SOFTGPU_ACCESS_READ             0   /* read size bytes: into data (if set) and/or verified against seed */
-#define SOFTGPU_ACCESS_WRITE            1   /* write size bytes: from data (if set), else the seed pattern */
-#define SOFTGPU_ACCESS_ATOMIC_INC       2   /* 32-bit atomic increment at va (size must be 4) */
-#define SOFTGPU_ACCESS_PREFETCH         3   /* translate only; faults are prefetch faults */
+#define SOFTGPU_ACCESS_READ       0   /* read size bytes: into data (if set) and/or verified against seed */
+#define SOFTGPU_ACCESS_WRITE      1   /* write size bytes: from data (if set), else the seed pattern */
+#define SOFTGPU_ACCESS_ATOMIC_INC 2   /* 32-bit atomic increment at va (size must be 4) */
+#define SOFTGPU_ACCESS_PREFETCH   3   /* translate only; faults are prefetch faults */
 
 /* softgpu_access_t.flags */
-#define SOFTGPU_ACCESS_FLAG_VERIFY      1   /* READ: compare every 8-byte word w at VA a with (seed ^ a) */
-#define SOFTGPU_ACCESS_FLAG_NO_WAIT     2   /* do not wait for a replay: report the first fault and stop */
+#define SOFTGPU_ACCESS_FLAG_VERIFY  1   /* READ: compare every 8-byte word w at VA a with (seed ^ a) */
+#define SOFTGPU_ACCESS_FLAG_NO_WAIT 2   /* do not wait for a replay: report the first fault and stop */
 
 /* Knobs (SOFTGPU_SET_KNOB_PARAMS.knob); per GPU unless noted. */
-#define SOFTGPU_KNOB_COPY_MBPS          1   /* CE bandwidth throttle in MB/s, 0 = off */
-#define SOFTGPU_KNOB_LINK_LATENCY_US    2   /* extra latency per peer CE launch, 0 = off */
-#define SOFTGPU_KNOB_FAIL_PMA_ALLOC     3   /* fail the next N PMA allocations of this GPU with NO_MEMORY */
+#define SOFTGPU_KNOB_COPY_MBPS       1   /* CE bandwidth throttle in MB/s, 0 = off */
+#define SOFTGPU_KNOB_LINK_LATENCY_US 2   /* extra latency per peer CE launch, 0 = off */
+#define SOFTGPU_KNOB_FAIL_PMA_ALLOC  3   /* fail the next N PMA allocations of this GPU with NO_MEMORY */
 
 /* Counters (SOFTGPU_GET_COUNTERS_PARAMS.gpus[g].counters[i]). */
-#define SOFTGPU_CTR_GPFIFO_ENTRIES      0   /* GPFIFO entries executed */
-#define SOFTGPU_CTR_METHODS             1   /* methods executed */
-#define SOFTGPU_CTR_CE_LAUNCHES         2   /* CE LAUNCH_DMA executed */
-#define SOFTGPU_CTR_CE_BYTES            3   /* bytes copied or set by the CE */
-#define SOFTGPU_CTR_PEER_BYTES          4   /* CE bytes that went to or came from a peer FB */
-#define SOFTGPU_CTR_SEM_RELEASES        5   /* semaphore releases (host + CE) */
-#define SOFTGPU_CTR_ACQUIRE_PARKS       6   /* times a channel parked on an unsatisfied acquire */
-#define SOFTGPU_CTR_FAULTS              7   /* replayable fault entries written */
-#define SOFTGPU_CTR_REPLAYS             8   /* replay methods executed */
-#define SOFTGPU_CTR_CANCELS             9   /* cancel methods executed */
-#define SOFTGPU_CTR_INTERRUPTS          10  /* top-half calls into UVM */
-#define SOFTGPU_CTR_RC_ERRORS           11  /* channels stopped with an RC error */
-#define SOFTGPU_CTR_UNEMULATED          12  /* methods / calls refused as not emulated */
-#define SOFTGPU_CTR_PMA_ALLOC_PAGES     13  /* PMA pages allocated */
-#define SOFTGPU_CTR_PMA_EVICTIONS       14  /* evictPages/evictRange callbacks made into UVM */
-#define SOFTGPU_CTR_SM_ACCESSES         15  /* SM accesses completed */
-#define SOFTGPU_CTR_COUNT               16
+#define SOFTGPU_CTR_GPFIFO_ENTRIES  0   /* GPFIFO entries executed */
+#define SOFTGPU_CTR_METHODS         1   /* methods executed */
+#define SOFTGPU_CTR_CE_LAUNCHES     2   /* CE LAUNCH_DMA executed */
+#define SOFTGPU_CTR_CE_BYTES        3   /* bytes copied or set by the CE */
+#define SOFTGPU_CTR_PEER_BYTES      4   /* CE bytes that went to or came from a peer FB */
+#define SOFTGPU_CTR_SEM_RELEASES    5   /* semaphore releases (host + CE) */
+#define SOFTGPU_CTR_ACQUIRE_PARKS   6   /* times a channel parked on an unsatisfied acquire */
+#define SOFTGPU_CTR_FAULTS          7   /* replayable fault entries written */
+#define SOFTGPU_CTR_REPLAYS         8   /* replay methods executed */
+#define SOFTGPU_CTR_CANCELS         9   /* cancel methods executed */
+#define SOFTGPU_CTR_INTERRUPTS      10  /* top-half calls into UVM */
+#define SOFTGPU_CTR_RC_ERRORS       11  /* channels stopped with an RC error */
+#define SOFTGPU_CTR_UNEMULATED      12  /* methods / calls refused as not emulated */
+#define SOFTGPU_CTR_PMA_ALLOC_PAGES 13  /* PMA pages allocated */
+#define SOFTGPU_CTR_PMA_EVICTIONS   14  /* evictPages/evictRange callbacks made into UVM */
+#define SOFTGPU_CTR_SM_ACCESSES     15  /* SM accesses completed */
+#define SOFTGPU_CTR_COUNT           16
 
 typedef struct {
-    uint8_t  uuid[SOFTGPU_UUID_LEN];
-    char     name[SOFTGPU_NAME_LEN];
+    uint8_t uuid[SOFTGPU_UUID_LEN];
+    char name[SOFTGPU_NAME_LEN];
     uint64_t fb_bytes;            /* whole framebuffer */
     uint64_t pma_bytes;           /* the part PMA (UVM) manages: [0, pma_bytes) */
     uint32_t pci_domain;

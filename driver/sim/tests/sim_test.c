@@ -10,11 +10,12 @@
 
 static int failures;
 
-#define CHECK(cond) do {                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);        \
-            failures++;                                                                     \
-        }                                                                                   \
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                              \
+        }                                                                            \
     } while (0)
 
 #define MIB (1024ull * 1024ull)
@@ -24,8 +25,8 @@ static int failures;
 typedef struct {
     uint64_t *op_time;
     uint32_t *first, *touch;
-    uint8_t  *mode;
-    int32_t  *aop, *fop;
+    uint8_t *mode;
+    int32_t *aop, *fop;
     uint32_t n_ops, n_chunks, n_touches;
 } trace_t;
 
@@ -207,7 +208,8 @@ static void test_policies(void)
     CHECK(memcmp(&huvm, &again, sizeof(huvm)) == 0);
     /* Conservation: what GPU 0 evicted to peer 1 minus what came back (or was given back) is held there. */
     CHECK((huvm.stats.pairs[0][1].evict_chunks + huvm.stats.pairs[0][1].prefetch_chunks -
-           huvm.stats.pairs[0][1].fetch_chunks - huvm.stats.pairs[0][1].giveback_chunks) * SIM_CHUNK ==
+           huvm.stats.pairs[0][1].fetch_chunks - huvm.stats.pairs[0][1].giveback_chunks) *
+              SIM_CHUNK ==
           huvm.stats.pairs[0][1].held_bytes);
     CHECK(huvm.stats.gpus[1].lent_bytes == huvm.stats.pairs[0][1].held_bytes);
     /* Give-back: a lender that cudaMallocs 48 MiB mid-run takes its memory back. */
@@ -517,8 +519,11 @@ static void test_lender_keeps_own(uint32_t preset)
     CHECK(stats.gpus[1].evict_to_host == 0);        /* and never evicted its own data for them */
     CHECK(stats.gpus[1].preevict_to_host == 0);
     if (stats.gpus[1].evict_to_host)
-        fprintf(stderr, "preset %u: lender evicted %llu own chunks (%llu pre-evicted), gave back %llu\n", preset,
-                (unsigned long long)stats.gpus[1].evict_to_host, (unsigned long long)stats.gpus[1].preevict_to_host,
+        fprintf(stderr,
+                "preset %u: lender evicted %llu own chunks (%llu pre-evicted), gave back %llu\n",
+                preset,
+                (unsigned long long)stats.gpus[1].evict_to_host,
+                (unsigned long long)stats.gpus[1].preevict_to_host,
                 (unsigned long long)stats.gpus[1].giveback);
     huvm_sim_destroy(sim);
     trace_free(&t);
@@ -526,8 +531,12 @@ static void test_lender_keeps_own(uint32_t preset)
 }
 
 /* Run one tenant per trace (tenant i on GPU i, all foreground) on cfg; results in r[]. */
-static void run_cfg(const huvm_sim_config_t *cfg, uint32_t preset, trace_t *const *t, uint32_t n,
-                    huvm_sim_tenant_result_t *r, HUVM_GET_STATS_PARAMS *stats)
+static void run_cfg(const huvm_sim_config_t *cfg,
+                    uint32_t preset,
+                    trace_t *const *t,
+                    uint32_t n,
+                    huvm_sim_tenant_result_t *r,
+                    HUVM_GET_STATS_PARAMS *stats)
 {
     huvm_sim_error_t err;
     huvm_sim_tenant_spec_t s;
@@ -579,7 +588,7 @@ static void test_pcie_switch(void)
 {
     huvm_sim_config_t cfg;
     huvm_sim_tenant_result_t own[2], shared[2];
-    trace_t a, b, *tp[2] = {&a, &b};
+    trace_t a, b, *tp[2] = { &a, &b };
 
     node2(&cfg, 64 * MIB);
     trace_stream(&a, 64, 256, 4, 10000);    /* 2x each GPU */
@@ -605,7 +614,7 @@ static void test_lend_and_peer_fault_costs(void)
     huvm_sim_config_t cfg;
     huvm_sim_tenant_result_t r0[2], r1[2];
     HUVM_GET_STATS_PARAMS st;
-    trace_t h, l, *tp[2] = {&h, &l};
+    trace_t h, l, *tp[2] = { &h, &l };
 
     node2(&cfg, 64 * MIB);
     trace_stream(&h, 48, 192, 4, 20000);    /* 1.5x GPU 0: the overflow goes to GPU 1 and back */

@@ -1,5 +1,9 @@
 """huvmctl: the huvm command line (thin: argument parsing and printing over the huvm library).
 
+The control plane's subcommands are here (status, topology, va-spaces, policy, stats, export, watch); the lab's
+(experiment, sim, trace, calibrate, gpu-check) come from :mod:`huvmlab` through :func:`huvm.registry.commands`
+(entry points), so this package never imports the lab.
+
 Exit status: 0 success; 1 runtime error (device, module refusal, simulation failure); 2 usage error (bad
 arguments, bad key/value, bad file, found before anything was sent). Errors are one line on stderr:
 ``huvmctl: error: ...``; so is an unexpected exception (a bug: "internal error ... please report it", exit
@@ -12,10 +16,10 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from .. import errors
+from .. import errors, registry
 
 EPILOG = """examples:
   huvmctl status                              # the patched module on /dev/nvidia-uvm
@@ -45,7 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from ..client import BACKENDS
-    from . import calibrate, experiment, export, gpucheck, policy, stats, status, trace, watch
+    from . import export, policy, stats, status, watch
 
     # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
     # from overriding a value given globally.
@@ -71,16 +75,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     parents = [common]
-    status.register(sub, parents)
-    policy.register(sub, parents)
-    stats.register(sub, parents)
-    experiment.register(sub, parents)
-    trace.register(sub, parents)
-    export.register(sub, parents)
-    watch.register(sub, parents)
-    calibrate.register(sub, parents)
-    gpucheck.register(sub, parents)
+    for register in (status.register, policy.register, stats.register, export.register, watch.register,
+                     *registry.commands().values()):
+        register(sub, parents)
     return parser
+
+
+def _tool(parser: argparse.ArgumentParser, words: Sequence[str]) -> tuple[Callable[[Sequence[str]], int],
+                                                                          list[str]] | None:
+    """A tool subcommand (``huvmctl sim fidelity ...``: a parser with a ``tool`` default) named by words, and the
+    words after its name, which go to the tool unparsed (its own options, its own --help); else None."""
+    p, i = parser, 0
+    while True:
+        while i < len(words) and words[i].startswith("-"):  # global options before the subcommand
+            action = p._option_string_actions.get(words[i].split("=", 1)[0])
+            i += 2 if action is not None and action.nargs is None and "=" not in words[i] else 1
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or i >= len(words) or words[i] not in subs[0].choices:
+            return None
+        p = subs[0].choices[words[i]]
+        i += 1
+        tool = p.get_default("tool")
+        if tool is not None:
+            return tool, list(words[i:])
 
 
 def _version() -> str:
@@ -100,7 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in words  # known before parsing: the parser itself may be what fails
     try:
         # Inside the try: building the parser imports the package, which reads the ABI header.
-        args = build_parser().parse_args(words)
+        parser = build_parser()
+        tool = _tool(parser, words)
+        if tool is not None:
+            return tool[0](tool[1])
+        args = parser.parse_args(words)
         for k, v in _DEFAULTS.items():
             if not hasattr(args, k):
                 setattr(args, k, v)

@@ -89,12 +89,12 @@ TENANTS_TITLE = ("Tenants: harvesters' runtime (speedup over stock), lenders' ru
                  "against running alone)")
 
 
-def tenant_figures_of_experiment(spec: Any) -> list[TenantFigures]:
-    """Run an experiment (every policy, ideal and the alone baselines) and return its tenant figures."""
-    from ..experiment.output import tenant_dicts
-    from ..experiment.runner import run
-
-    return tenant_figures(tenant_dicts(run(spec)))
+def tenant_figures_of_backend(backend: Any) -> list[TenantFigures] | None:
+    """The tenant figures of the experiment a backend runs (the lab's simulated node from an experiment file:
+    its ``tenant_dicts()``), else None."""
+    tenants = getattr(backend, "tenant_dicts", None)
+    dicts = tenants() if callable(tenants) else None
+    return None if dicts is None else tenant_figures(dicts)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -131,8 +131,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         snap = node.stats()
         if args.watch is None:
             # a simulated node from an experiment file: its tenants under every policy of the experiment
-            spec = getattr(node.backend, "experiment", None)
-            figs = tenant_figures_of_experiment(spec) if spec is not None else None
+            figs = tenant_figures_of_backend(node.backend)
             if args.json:
                 print_json(jsonout.dump(jsonout.StatsDoc.make(
                     stats=jsonout.stats(snap), tenants=None if figs is None else jsonout.tenant_figures(figs))))

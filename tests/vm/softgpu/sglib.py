@@ -6,8 +6,10 @@ Everything here runs inside the qemu guest, on NVIDIA's real nvidia-uvm loaded o
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import provoked
 from huvm import errors, softgpu, uvm
 
 MIB = 1 << 20
@@ -24,6 +27,54 @@ PAGE = uvm.PAGE_SIZE
 
 
 # ---- environment (set by tests/vm/guest/run-guest.sh) --------------------------------------------------------
+
+# ---- the kernel log ------------------------------------------------------------------------------------------
+
+#: what must not appear in the kernel log during a test (UVM's asserts, kernel reports)
+KMSG_BAD = ("Assert failed", "Call Trace", "WARNING:", "BUG:", "Oops", "circular locking", "recursive locking")
+
+PROVOKED_ASSERTS = provoked.PROVOKED_ASSERTS
+
+
+class Kmsg:
+    """Kernel log records written after open(), read from /dev/kmsg (root in the guest)."""
+
+    def __init__(self) -> None:
+        self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(self.fd, 0, os.SEEK_END)
+
+    def read(self) -> list[str]:
+        out: list[str] = []
+        while True:
+            try:
+                rec = os.read(self.fd, 8192)
+            except BlockingIOError:
+                return out
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:    # overwritten records: go on with the next one
+                    continue
+                raise
+            text = rec.decode(errors="replace")
+            out.append(text.split(";", 1)[1].rstrip("\n") if ";" in text else text.rstrip("\n"))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def bad_lines(lines: list[str], provoked: re.Pattern[str] | None = None) -> list[str]:
+    """The lines that report an assert or a kernel problem, less those ``provoked`` matches."""
+    return [ln for ln in lines if any(p in ln for p in KMSG_BAD) and not (provoked and provoked.search(ln))]
+
+
+@contextmanager
+def kmsg_window() -> Iterator[Kmsg]:
+    """A :class:`Kmsg` open for the block's duration."""
+    k = Kmsg()
+    try:
+        yield k
+    finally:
+        k.close()
+
 
 def env_int(name: str, default: int) -> int:
     value = os.environ.get(name, "")

@@ -468,6 +468,7 @@ def test_builtin(builtin: Builtin, request: pytest.FixtureRequest) -> None:
         ctx = Ctx(s.uvm, s.sg, s)
         if len(s.gpus) < builtin.min_gpus:
             pytest.skip(f"needs >= {builtin.min_gpus} GPUs, the software GPU has {len(s.gpus)}")
+    kmsg = sglib.Kmsg()
     try:
         if builtin.run is not None:
             builtin.run(ctx)
@@ -477,8 +478,19 @@ def test_builtin(builtin: Builtin, request: pytest.FixtureRequest) -> None:
                 params = ctx.run(builtin.name, **fields)
                 if builtin.check is not None:
                     builtin.check(ctx, fields, params)
+        log = kmsg.read()
     finally:
+        kmsg.close()
         for r in ctx.managed:
             r.close()
         if ctx.details:
             sglib.BUILTIN_RESULTS[builtin.name].details = ctx.details
+    # No UVM assert or kernel report during a built-in test, except the asserts NVIDIA's test provokes on
+    # purpose (sglib.PROVOKED_ASSERTS), which must then be there: a provoked assert that no longer shows means
+    # the list is stale.
+    provoked = sglib.PROVOKED_ASSERTS.get(builtin.name)
+    bad = sglib.bad_lines(log, provoked)
+    assert not bad, f"{builtin.name}: {len(bad)} kernel log lines of asserts/reports: " + " | ".join(bad[:4])
+    if provoked is not None:
+        assert any(provoked.search(ln) for ln in log), \
+            f"{builtin.name}: the asserts it provokes on purpose did not show ({provoked.pattern[:60]}...)"

@@ -21,7 +21,6 @@ headless pilot, the kernel source and bcc) while an experiment runs in another p
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -30,29 +29,7 @@ import pytest
 import sglib
 
 EXAMPLE = Path(sglib.__file__).resolve().parents[3] / "pyctl" / "huvm" / "examples" / "consolidation-emulated.toml"
-KMSG_BAD = ("Assert failed", "Call Trace", "WARNING:", "BUG:", "Oops", "circular locking", "recursive locking")
 MIB = sglib.MIB
-
-
-def _kmsg_open() -> int:
-    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-    os.lseek(fd, 0, os.SEEK_END)
-    return fd
-
-
-def _kmsg_bad(fd: int) -> list[str]:
-    out: list[str] = []
-    while True:
-        try:
-            rec = os.read(fd, 8192)
-        except BlockingIOError:
-            return [ln for ln in out if any(p in ln for p in KMSG_BAD)]
-        except OSError as exc:
-            if exc.errno == errno.EPIPE:
-                continue
-            raise
-        text = rec.decode(errors="replace")
-        out.append(text.split(";", 1)[1].rstrip("\n") if ";" in text else text.rstrip("\n"))
 
 
 def _metric(run: Any, scope: str, gpu: int, metric: str, peer: int = -1) -> int:
@@ -63,8 +40,9 @@ def _metric(run: Any, scope: str, gpu: int, metric: str, peer: int = -1) -> int:
 @pytest.mark.scenario("experiment-emulated")
 @pytest.mark.timeout(1200)
 def test_consolidation_emulated_example(tmp_path: Path) -> None:
-    from huvm import experiment
-    from huvm.experiment.emulated import counters_vs_events, residency_check
+    from huvmlab import experiment
+    from huvmlab.experiment.emulated import residency_check
+    from huvmlab.experiment.recording import counters_vs_events
 
     spec = experiment.load(EXAMPLE)
     em = spec.emulated
@@ -74,13 +52,10 @@ def test_consolidation_emulated_example(tmp_path: Path) -> None:
     assert sglib.GPUS_EXPECTED == 0 or sglib.GPUS_EXPECTED >= em.gpus, \
         f"the example needs {em.gpus} GPUs; the test bed has {sglib.GPUS_EXPECTED} (VM_GPUS)"
     out = Path(sglib.OUT) / "experiment-emulated" if sglib.OUT and os.path.isdir(sglib.OUT) else tmp_path / "out"
-    kmsg = _kmsg_open()
-    try:
+    with sglib.kmsg_window() as kmsg:
         with sglib.timed() as took:
             res, files = experiment.run_to(spec, out)
-        bad = _kmsg_bad(kmsg)
-    finally:
-        os.close(kmsg)
+        bad = sglib.bad_lines(kmsg.read())
     for row in experiment.policy_rows(res):
         print(f"experiment: {row.policy}: runtime {row.runtime_s:.2f} s, evict->peer {row.evict_to_peer}, "
               f"evict->host {row.evict_to_host}, fetch<-peer {row.fetch_from_peer}, NVLink {row.nvlink_bytes >> 20} "
@@ -153,7 +128,7 @@ def test_consolidation_emulated_example(tmp_path: Path) -> None:
 
     # the recorded trace events ([record] events: the tracer of huvmctl trace record on the module's tracepoints,
     # in this guest): one event table per run, nothing dropped, and the counters equal the events
-    from huvm.traces.events import read_events
+    from huvmlab.traces.events import read_events
 
     assert spec.record_events == ("evict", "preevict", "fetch", "giveback", "prefetch")
     for r in res.runs:
@@ -176,7 +151,7 @@ _PLANS: dict[str, Any] = {}
 def _plan(spec: Any, tenant: str) -> Any:
     """The tenant's replay plan as the executor builds it (pages per trace pass)."""
     if tenant not in _PLANS:
-        from huvm.experiment.emulated import EmulatedExecutor
+        from huvmlab.experiment.emulated import EmulatedExecutor
 
         ex = EmulatedExecutor(spec)
         for t in spec.tenants:
@@ -215,8 +190,8 @@ static = "4GiB"
 def _mixed_trace(path: Path) -> None:
     """A (512 MiB of trace, 4 MiB here) written by the GPU, read by the CPU (phase cpu.load), read by the GPU
     again; B (256 MiB, 2 MiB here) allocated, written and freed with empty_cache; A read once more."""
-    from huvm.traces.builder import Builder
-    from huvm.traces.schema import MODE_READ, MODE_WRITE_NEW, write_tables
+    from huvmlab.traces.builder import Builder
+    from huvmlab.traces.schema import MODE_READ, MODE_WRITE_NEW, write_tables
 
     b = Builder()
     a = b.storage(512 * MIB, "param", "float32", "A", before_op=-1)
@@ -239,8 +214,8 @@ def _mixed_trace(path: Path) -> None:
 @pytest.mark.scenario("experiment-replay-paths")
 @pytest.mark.timeout(600)
 def test_replay_paths_on_the_module(tmp_path: Path) -> None:
-    from huvm import experiment
-    from huvm.experiment.emulated import EmulatedExecutor, residency_check
+    from huvmlab import experiment
+    from huvmlab.experiment.emulated import EmulatedExecutor, residency_check
 
     _mixed_trace(tmp_path / "mixed.trace")
     exp = tmp_path / "replay.toml"
@@ -249,12 +224,9 @@ def test_replay_paths_on_the_module(tmp_path: Path) -> None:
     plan = EmulatedExecutor(spec).plan_of(spec.tenants[0])
     assert plan is not None and plan.cpu_op.tolist() == [False, True, False, False, False]
     assert plan.op_frees(3), "the trace frees nothing after its scratch op"
-    kmsg = _kmsg_open()
-    try:
+    with sglib.kmsg_window() as kmsg:
         res = experiment.run(spec)
-        bad = _kmsg_bad(kmsg)
-    finally:
-        os.close(kmsg)
+        bad = sglib.bad_lines(kmsg.read())
     assert not bad, f"{len(bad)} kernel log lines of asserts/reports: " + " | ".join(bad[:6])
     (run,) = res.runs
     mixed = next(t for t in run.tenants if t.tenant == "mixed")
@@ -307,12 +279,13 @@ events = ["uvm_fault", "uvm_make_resident"]
 @pytest.mark.timeout(600)
 def test_uvm_kprobe_events(tmp_path: Path) -> None:
     """The mixed trace (GPU writes A, the CPU reads it, the GPU reads it again, ...) on one GPU under stock,
-    recorded twice: by the experiment's [record] (per run) and by huvm.tracerec.record around the whole
+    recorded twice: by the experiment's [record] (per run) and by huvmlab.tracerec.record around the whole
     experiment (what ``huvmctl trace record --events uvm_fault,uvm_make_resident`` runs). UVM serviced faults of
     the GPU (nvidia-uvm's id 1) and of the CPU (id 0) and made A's pages resident on both, with causes of
     uvm_make_resident_cause_t."""
-    from huvm import bpf, experiment, tracerec
-    from huvm.traces.events import read_events
+    from huvm import bpf
+    from huvmlab import experiment, tracerec
+    from huvmlab.traces.events import read_events
 
     _mixed_trace(tmp_path / "mixed.trace")
     exp = tmp_path / "kprobes.toml"
@@ -427,7 +400,7 @@ def test_huvm_top_live(tmp_path: Path) -> None:
                 state["note"] = str(app.event_log.border_subtitle)
                 assert state["note"].startswith("bcc"), f"huvm-top: {state['note']}"
                 with log_path.open("w") as log:
-                    workload = subprocess.Popen([sys.executable, "-m", "huvm.experiment.emulated", "guest", str(exp),
+                    workload = subprocess.Popen([sys.executable, "-m", "huvmlab.experiment.emulated", "guest", str(exp),
                                                  "--result", str(result)], stdout=log, stderr=subprocess.STDOUT,
                                                 cwd=str(EXAMPLE.parents[3]))
                 end = time.monotonic() + 600

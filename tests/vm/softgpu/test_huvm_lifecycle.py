@@ -54,7 +54,8 @@ import huvm
 import pytest
 import sglib
 from huvm import abi, metrics, softgpu, uvm
-from test_huvm_scenarios import KMSG_BAD, Kmsg, _oversubscribe, _scenario, _settled_stats, _slots
+from sglib import KMSG_BAD, Kmsg
+from test_huvm_scenarios import _oversubscribe, _scenario, _settled_stats, _slots
 
 # Collected only on the patched variants (conftest.py's collect_ignore).
 

@@ -34,7 +34,6 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import subprocess
@@ -52,46 +51,11 @@ CHUNK = sglib.CHUNK
 # Collected only on the patched variants (conftest.py's collect_ignore).
 
 
-# ---- the kernel log ------------------------------------------------------------------------------------------
-
-#: what must not appear in the kernel log during a scenario (UVM's asserts, kernel reports)
-KMSG_BAD = ("Assert failed", "Call Trace", "WARNING:", "BUG:", "Oops", "circular locking", "recursive locking")
-
-
-class Kmsg:
-    """Kernel log records written after open(), read from /dev/kmsg (root in the guest)."""
-
-    def __init__(self) -> None:
-        self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
-        os.lseek(self.fd, 0, os.SEEK_END)
-
-    def read(self) -> list[str]:
-        out: list[str] = []
-        while True:
-            try:
-                rec = os.read(self.fd, 8192)
-            except BlockingIOError:
-                return out
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:    # overwritten records: go on with the next one
-                    continue
-                raise
-            text = rec.decode(errors="replace")
-            out.append(text.split(";", 1)[1].rstrip("\n") if ";" in text else text.rstrip("\n"))
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-def _bad_lines(lines: list[str]) -> list[str]:
-    return [ln for ln in lines if any(p in ln for p in KMSG_BAD)]
-
-
 # ---- fixtures ------------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def kmsg() -> Iterator[Kmsg]:
-    k = Kmsg()
+def kmsg() -> Iterator[sglib.Kmsg]:
+    k = sglib.Kmsg()
     try:
         yield k
     finally:
@@ -157,7 +121,7 @@ def _scenario(name: str) -> pytest.MarkDecorator:
 # ---- evict-to-peer ---------------------------------------------------------------------------------------------
 
 @_scenario("evict-to-peer")
-def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     s, node = session, huvm_node
     g0 = s.gpus[0]
     lenders = s.gpus[1:]
@@ -212,7 +176,7 @@ def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kms
     sglib.perf("evict_to_peer_counted", g["evict_to_peer"], "chunks", preevict=g["preevict_to_peer"],
                to_host=g["evict_to_host"], test_evict_chunk=test_evicted)
 
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports during the evictions, first: " \
         + " | ".join(bad_log[:6])
     assert st1.gpus[owner].scalar("evict_to_peer") == st2.gpus[owner].scalar("evict_to_peer"), \
@@ -255,14 +219,14 @@ def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kms
           f"{st3.gpus[owner].scalar('harvested_bytes') >> 20} MiB, giveback {giveback}")
     assert counts_after == {"cpu": blocks}, f"after CPU reads: {counts_after}"
     assert st3.gpus[owner].scalar("harvested_bytes") == 0, "harvested gauge not back to 0 after the data left"
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
 
 
 # ---- lend-traffic -----------------------------------------------------------------------------------------------
 
 @_scenario("lend-traffic")
-def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """A lender's guest-traffic budget on the patched module: the huvm preset with GPU1 the only lender and its
     budget the smallest the ABI takes (105 MB/s: one 2 MiB chunk per 20 ms window), then the evict-to-peer
     workload. GPU1 takes guests' chunks at most one per window: consecutive evictions onto it are a window or
@@ -316,7 +280,7 @@ def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: An
           f"{len(events)} ({len(onto)} onto {lender.name}), smallest gap {min(gaps, default=0) / 1e6:.1f} ms")
     sglib.perf("lend_traffic_lender_busy", busy, "chunks", to_peer=g["evict_to_peer"], to_host=g["evict_to_host"])
 
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert not odd, f"blocks split between processors: {odd[:8]}"
     assert lost == 0, f"the trace buffer dropped {lost} events"
@@ -360,7 +324,7 @@ def _own_va_space_counters(node: Any) -> dict[int, dict[str, int]]:
 # ---- giveback --------------------------------------------------------------------------------------------------
 
 @_scenario("giveback")
-def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     s, node = session, huvm_node
     assert len(s.gpus) >= 2, "giveback needs at least 2 GPUs"
     g0, lender = s.gpus[0], s.gpus[1]
@@ -386,7 +350,7 @@ def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Km
     print(f"giveback: {blocks} blocks of {g0.name} ({size >> 20} MiB): residency {counts1}; "
           f"{lender.name} holds {guest} guest chunks, held_bytes {held1 >> 20} MiB, lent_bytes "
           f"{st1.gpus[holder].scalar('lent_bytes') >> 20} MiB")
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports during the setup, first: " \
         + " | ".join(bad_log[:6])
     assert not odd1, f"blocks split between processors: {odd1[:8]}"
@@ -443,7 +407,7 @@ def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Km
         sglib.perf("giveback_chunks", gb_pair, "chunks", guest_chunks=guest, to_cpu=counts2.get("cpu", 0),
                    foreign_mib=fa.allocated >> 20)
 
-        bad_log = _bad_lines(kmsg.read())
+        bad_log = sglib.bad_lines(kmsg.read())
         assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports during the give-back, first: " \
             + " | ".join(bad_log[:6])
         assert fa.allocated == want, f"the foreign allocation got {fa.allocated} of {want} bytes"
@@ -482,7 +446,7 @@ def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Km
     assert n_bad == 0, f"{n_bad} words of the lender's own data differ, first at 0x{first:x}"
     st3 = _settled_stats(node, owner)
     assert st3.gpus[owner].scalar("harvested_bytes") == 0, "harvested gauge not back to 0 after the data left"
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
 
 
@@ -549,7 +513,7 @@ def _trace_lines(inst: str) -> list[str]:
 
 
 @_scenario("readers-shared")
-def test_glue_readers_shared(session: sglib.Session, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_glue_readers_shared(session: sglib.Session, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     node = huvm_node
     inst = os.path.join(sglib.TRACEFS, "instances", KPROBE_GROUP)
     event = f"{KPROBE_GROUP}/free_bytes"
@@ -577,7 +541,7 @@ def test_glue_readers_shared(session: sglib.Session, huvm_node: Any, kmsg: Kmsg)
     unlocked = [w for w in words if not w & QW_LOCKED and (w >> QR_SHIFT) == 0]
     print(f"readers-shared: {rounds} rounds, {len(info.gpus)} GPUs: {len(words)} free-memory walks, "
           f"{len(exclusive)} under the lock held exclusively, {len(unlocked)} unlocked")
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert len(words) >= rounds, f"GET_INFO walked the free memory {len(words)} times in {rounds} calls"
     assert not exclusive, f"{len(exclusive)} of {len(words)} walks ran under the huvm lock held for write: " \
@@ -586,7 +550,7 @@ def test_glue_readers_shared(session: sglib.Session, huvm_node: Any, kmsg: Kmsg)
 
 
 @_scenario("stock-fault-path")
-def test_glue_stock_fault_path(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_glue_stock_fault_path(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     s, node = session, huvm_node
     owner = _slots(node, s)[s.gpus[0].index]
 
@@ -606,7 +570,7 @@ def test_glue_stock_fault_path(session: sglib.Session, managed: Any, huvm_node: 
     batches = d.gpus[owner]["fault_batches"]
     print(f"stock-fault-path: stock: {d.gpus[owner]['faults']} faults in {batches} batches, "
           f"huvm_decide_prefetch {stock_hits}x; huvm preset: {huvm_hits}x")
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert batches > 0, "no fault batch was counted: the workload did not fault"
     assert stock_hits == 0, f"stock: the fault path gathered the node's state {stock_hits} times ({batches} batches)"
@@ -616,7 +580,7 @@ def test_glue_stock_fault_path(session: sglib.Session, managed: Any, huvm_node: 
 # ---- stock-equals-upstream -------------------------------------------------------------------------------------
 
 @_scenario("stock-equals-upstream")
-def test_stock_equals_upstream(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_stock_equals_upstream(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     s, node = session, huvm_node
     g0 = s.gpus[0]
     slot = _slots(node, s)
@@ -641,7 +605,7 @@ def test_stock_equals_upstream(session: sglib.Session, managed: Any, huvm_node: 
     sglib.perf("stock_blocks_on_cpu", counts.get("cpu", 0), "blocks", on_gpu0=counts.get(f"GPU{g0.index}", 0),
                evict_to_host=g["evict_to_host"], blocks=blocks)
 
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert not odd, f"blocks split between processors: {odd[:8]}"
     assert all(counts.get(f"GPU{p.index}", 0) == 0 for p in peers), f"blocks landed on peers: {counts}"
@@ -661,14 +625,14 @@ def test_stock_equals_upstream(session: sglib.Session, managed: Any, huvm_node: 
 
     n_bad, first = sglib.pattern_mismatches(r, seed)
     assert n_bad == 0, f"{n_bad} words differ after eviction to host, first at 0x{first:x}"
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
 
 
 # ---- unused-chunks (defect 1: no phantom peer evictions) ----------------------------------------------------------
 
 @_scenario("unused-chunks")
-def test_unused_chunks(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_unused_chunks(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """Blocks that went to GPU0 and back to the CPU leave their 2 MiB chunks on GPU0 with nothing resident in
     them (PMM's "unused" list, evicted before any used chunk). Evicting such a chunk moves nothing: no peer
     chunk may be taken for it, no eviction counted, no gauge moved. Then the evict-to-peer workload: the
@@ -709,7 +673,7 @@ def test_unused_chunks(session: sglib.Session, managed: Any, huvm_node: Any, kms
     sglib.perf("unused_chunks_phantom_evictions", g["evict_to_peer"] + g["evict_to_host"] - on_peers
                - counts.get("cpu", 0), "chunks", unused=visit_size // CHUNK, on_peers=on_peers)
 
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert not odd, f"blocks split between processors: {odd[:8]}"
     assert vcounts_after == vcounts, f"the visiting blocks moved: {vcounts} -> {vcounts_after}"
@@ -727,6 +691,53 @@ def test_unused_chunks(session: sglib.Session, managed: Any, huvm_node: Any, kms
     assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
     n_bad, first = sglib.pattern_mismatches(visit, visit_seed)
     assert n_bad == 0, f"{n_bad} words of the visiting blocks differ, first at 0x{first:x}"
+
+
+# ---- read-duplicated (issue 26: pages the CPU also holds are dropped, not copied to a peer) --------------------
+
+@_scenario("read-duplicated")
+def test_read_duplicated_blocks_are_dropped_not_copied(session: sglib.Session, managed: Any, huvm_node: Any,
+                                                       kmsg: sglib.Kmsg) -> None:
+    """Read-duplicated data (cudaMemAdviseSetReadMostly: GPU reads copy the pages and the CPU keeps its own)
+    evicted from GPU0 loses only GPU0's copy, as under stock UVM: nothing is copied to a peer (which would also
+    revoke the CPU's copy), nothing is harvested. The GPU reads 1.5x its PMA region of such data, so UVM evicts
+    duplicated blocks while lenders with room are registered."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    assert len(s.gpus) >= 2, "read-duplicated needs a lender"
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=off"])
+    assert policy.preevict_chunks == 0 and policy.gpus[owner].role_name in ("harvester", "both")
+
+    size = -(-g0.pma_bytes * 3 // 2 // CHUNK) * CHUNK
+    r = managed(size)
+    seed = 0x2EAD_D0
+    sglib.fill_pattern(r, seed)                     # the CPU writes: every page resident on the CPU
+    s.uvm.enable_read_duplication(r.base, size)
+    st0 = _settled_stats(node, owner)
+    for off in range(0, size, CHUNK):                # GPU0 reads every block: read faults duplicate them
+        s.sg.sm_access(s.channels[g0.index], [sglib.softgpu.Access.read(r.base + off, CHUNK, seed=seed)],
+                       check=True, timeout_ms=60_000)
+    st1 = _settled_stats(node, owner)
+    counts, _ = sglib.blocks_by_place(s, r.base, size)
+    g = st1.delta(st0).gpus[owner]
+    lenders = [p for p in s.gpus if p.index != g0.index]
+    on_peers = {k: v for k, v in counts.items() if any(f"GPU{p.index}" in k.split("+") for p in lenders)}
+    print(f"read-duplicated: {size // CHUNK} blocks read by {g0.name} (PMA {g0.pma_bytes >> 20} MiB): residency "
+          f"{counts}; evict_to_peer +{g['evict_to_peer']} evict_to_host +{g['evict_to_host']} "
+          f"host_reason +{g['host_reason']} harvested {st1.gpus[owner].scalar('harvested_bytes') >> 20} MiB")
+
+    bad_log = sglib.bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert counts.get(f"GPU{g0.index}+cpu", 0) > 0, f"no block is read-duplicated on {g0.name}: {counts}"
+    assert not on_peers, f"read-duplicated blocks were copied to peers: {on_peers} (residency {counts})"
+    assert counts.get("cpu", 0) > 0, f"nothing was evicted from {g0.name} (not oversubscribed?): {counts}"
+    assert g["evict_to_peer"] == 0 and st1.gpus[owner].scalar("harvested_bytes") == 0, \
+        f"evict_to_peer +{g['evict_to_peer']}, harvested {st1.gpus[owner].scalar('harvested_bytes')} bytes"
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
 
 
 # ---- the test commands on a live node (defect 7) -------------------------------------------------------------------
@@ -771,7 +782,7 @@ def _huvm_free(node: Any, slot: int) -> int:
 
 
 @_scenario("lender-grows")
-def test_lender_grows(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_lender_grows(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """The lender (GPU1, lend reserve R) holds guest chunks; its own process then allocates until its free
     memory is R/2 below the reserve, without ever running out of memory (nothing has to evict). The lender's
     worker must give guest chunks back (to host) until its free memory is back at R, before its own work has
@@ -818,7 +829,7 @@ def test_lender_grows(session: sglib.Session, managed: Any, huvm_node: Any, kmsg
     sglib.perf("lender_grows_giveback_chunks", given, "chunks", guest_before=guest1, guest_after=guest2,
                free_after_mib=free2 >> 20)
 
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert not odd2, f"blocks split between processors: {odd2[:8]}"
     assert not own_bad, f"the lender's own data is not (all) on {lender.name}: {own_bad[:4]}"
@@ -847,7 +858,7 @@ def _munmap(addr: int, length: int) -> None:
 
 
 @_scenario("block-split")
-def test_block_split(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_block_split(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """munmap of the second half of a block harvested on a peer splits the block (UVM splits the range and
     its 2 MiB block). Before the split, the block's pages on the peer go to the host (a give-back): no piece
     of a split block stays harvested, the gauges equal the chunks UVM shows on peers, the first half's data
@@ -888,7 +899,7 @@ def test_block_split(session: sglib.Session, managed: Any, huvm_node: Any, kmsg:
           f"{[names[u].name if u in names else 'cpu' for u in first_half]}; "
           f"giveback +{d.gpus[holder]['giveback']}; held {held}; on peers {on_peers}")
 
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert not odd_a and not odd_b, f"blocks split between processors: {(odd_a + odd_b)[:8]}"
     assert holder_gpu.uuid not in first_half, f"the split block's first half stayed on {holder_gpu.name}"
@@ -921,7 +932,7 @@ def _fetched(events: list[sglib.HuvmEvent], lo: int, hi: int, reason: int) -> li
 
 
 @_scenario("fetch-back")
-def test_fetch_back(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_fetch_back(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """The evict-to-peer workload, then harvested data comes back to GPU0: 64 KiB of one block migrated (a
     partial fetch-back: the peer keeps the chunk), then another block read by GPU0's SMs (a fault: the whole
     block comes back and the chunk leaves the peer). Then, under
@@ -992,7 +1003,7 @@ def test_fetch_back(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: 
     print(f"fetch-back: peer {peer.name} (slot {holder}), blocks +{a >> 20} MiB (partial) and +{b >> 20} MiB "
           f"(whole); block a pages {pages_a}; block b pages {pages_b}; {len(ev)} events, {lost} lost")
     assert lost == 0, f"the trace buffer dropped {lost} events"
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
 
     # partial fetch-back: the pages now on GPU0 came from the peer, as events and as counters
@@ -1065,7 +1076,7 @@ def _evicted_in(events: list[sglib.HuvmEvent], gpu: int, *, into: bool) -> int:
 
 @_scenario("preevict")
 @pytest.mark.parametrize("flags", ["none", "huvm"])
-def test_preevict(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg, flags: str) -> None:
+def test_preevict(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg, flags: str) -> None:
     """The ``huvm`` preset with a pre-eviction reserve of 8 chunks on GPU0; the evict-to-peer workload makes
     GPU0 evict (memory pressure), and the pre-eviction worker moves GPU0's least recently used blocks to the
     peers in the background. Checked: pre-evictions were counted, every block on a peer was counted once
@@ -1108,7 +1119,7 @@ def test_preevict(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Km
     sglib.perf(f"preevict_free_mib_{flags}", free >> 20, "MiB", reserve_mib=reserve * CHUNK >> 20,
                target_mib=target >> 20, preevicted=g["preevict_to_peer"], evicted=g["evict_to_peer"])
 
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert not odd, f"blocks split between processors: {odd[:8]}"
     assert g["preevict_to_peer"] > 0, f"no pre-eviction under pressure with a reserve of {reserve} chunks"
@@ -1123,7 +1134,7 @@ def test_preevict(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Km
 # ---- two-stage prefetch: a fault brings the window's peer-held blocks back --------------------------------------
 
 @_scenario("two-stage-prefetch")
-def test_two_stage_prefetch(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_two_stage_prefetch(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """The ``huvm`` preset (prefetch two-stage: host-resident blocks of the window go to a peer, peer-held ones
     come back to the faulting GPU), pre-eviction off. GPU0's data is evicted to the peers, then 16 MiB of GPU0
     is freed (the region's tail unmapped), then GPU0's SMs read one block held by a peer: the fault fetches it back and the prefetch
@@ -1170,7 +1181,7 @@ def test_two_stage_prefetch(session: sglib.Session, managed: Any, huvm_node: Any
     d = st1.delta(st0)
     print(f"two-stage-prefetch: fault at +{start >> 20} MiB; window (stride {stride}) before {before}, after "
           f"{after}; came back without an access: {came_back}; fetch_from_peer +{d.gpus[owner]['fetch_from_peer']}")
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert place(start) == "GPU0", f"the faulted block is on {place(start)}"
     assert came_back, f"no block of the window came back from a peer: before {before}, after {after}"
@@ -1214,7 +1225,7 @@ def _prefetch_policy(node: Any, owner: int, mode: str, window: int, flags: str) 
 
 
 @_scenario("prefetch-pressure")
-def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """The ``huvm`` preset with ``MULTIPATH`` prefetch (a window of 4 blocks after each fault, split between
     host -> GPU0 and host -> a peer), pre-eviction off, GPU0's flags none (no feedback probe).
 
@@ -1270,7 +1281,7 @@ def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any,
     print(f"prefetch-pressure[full]: {free_b >> 20} MiB free before the fault; window {where_b}; evict_to_peer "
           f"+{d3['evict_to_peer']}, prefetch_local +{d3['prefetch_local']}, prefetch_to_peer "
           f"+{d3['prefetch_to_peer']}")
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert where_b[0] == "GPU0", f"the faulted block is on {where_b[0]}"
     assert d3["evict_to_peer"] >= 1, "the fault on a full GPU0 did not evict: no pressure"
@@ -1286,7 +1297,7 @@ def test_prefetch_pressure(session: sglib.Session, managed: Any, huvm_node: Any,
 # ---- prefetch-feedback: unused prefetches shrink the window, used ones restore it -------------------------------
 
 @_scenario("prefetch-feedback")
-def test_prefetch_feedback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: Kmsg) -> None:
+def test_prefetch_feedback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """The ``huvm`` preset with ``LOCAL`` prefetch (4 blocks after each fault, host -> GPU0, room on GPU0) and
     GPU0's flags ``prefetch-feedback`` only. The kernel keeps the core's feedback facts: a block huvm prefetched
     for GPU0 is *used* when GPU0 faults on it (it is resident but not mapped yet) and *unused* when it is
@@ -1330,7 +1341,7 @@ def test_prefetch_feedback(session: sglib.Session, managed: Any, huvm_node: Any,
     after = [read(b, k, seed_b) for k in range(1, window + 1)]
     print(f"prefetch-feedback: first fault prefetched {first} ({where_a}); after {first} unused, a fault "
           f"prefetched {probe} ({where_b}); reading the probed blocks 1..{window}: prefetched {after}")
-    bad_log = _bad_lines(kmsg.read())
+    bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
     assert first == window and where_a[1:window + 1] == ["GPU0"] * window, (first, where_a)
     assert probe == 1 and where_b[1] == "GPU0" and where_b[2] == "cpu", \

@@ -8,8 +8,8 @@
   ``huvmctl --sim-config`` takes): that node with a default load, GPU 0 streaming over 1.5 times its
   memory and the other GPUs lending.
 
-Everything is read through huvm's own loaders (:class:`huvm.tomlpos.TomlDoc`, :mod:`huvm.experiment.spec`,
-:mod:`huvm.simbackend`), so files mean the same here as for huvmctl, and a wrong one gets the same error:
+Everything is read through huvm's own loaders (:class:`huvm.tomlpos.TomlDoc`, :func:`huvmlab.parse_experiment`,
+:class:`huvmlab.SimBackend`), so files mean the same here as for huvmctl, and a wrong one gets the same error:
 ``file:line: key: message``.
 """
 
@@ -26,7 +26,7 @@ DEFAULT_EXAMPLE = "consolidation.toml"
 
 @dataclass
 class Scenario:
-    """A node config (huvm.sim.NodeConfig), its tenants (huvm.sim.TenantSpec) and its policy: a whole
+    """A node config (huvmlab.NodeConfig), its tenants (huvmlab.TenantSpec) and its policy: a whole
     huvm Policy (an experiment's), or per-GPU settings (``gpu.N.key=value`` words for huvm's policy parser)
     over the preset; named for the status line."""
 
@@ -46,13 +46,12 @@ def example_path(name: str = DEFAULT_EXAMPLE) -> Path:
 
 def from_experiment(doc: TomlDoc) -> Scenario:
     """The node and tenants of an experiment file under its policy "huvm" (else its first), set up exactly as
-    ``huvmctl --sim --sim-config FILE`` sets them up (:meth:`huvm.simbackend.SimBackend.from_experiment`:
+    ``huvmctl --sim --sim-config FILE`` sets them up (:meth:`huvmlab.SimBackend.from_experiment`:
     every table checked, traces loaded, footprints and the policy checked against the node), not yet run."""
     from huvm.client import Node
-    from huvm.experiment import spec as es
-    from huvm.simbackend import SimBackend
+    from huvmlab import SimBackend, parse_experiment
 
-    name = es.parse(doc).name
+    name = parse_experiment(doc).name
     backend = SimBackend.from_experiment(doc, run=False)
     node = Node(backend)
     try:
@@ -66,8 +65,7 @@ def from_experiment(doc: TomlDoc) -> Scenario:
 def default_load(config: Any) -> list[Any]:
     """GPU 0 streams over 1.5x its usable memory (a harvester under pressure); the others run a small
     steady job and lend the rest."""
-    from huvm.sim import workloads
-    from huvm.sim.tenants import TenantSpec
+    from huvmlab import TenantSpec, workloads
 
     usable = int(config.usable_bytes(0))
     tenants = [TenantSpec(gpu=0, trace=workloads.streaming(usable * 3 // 2, passes=4), name="streaming",
@@ -90,7 +88,7 @@ def load(sim_config: str | None) -> Scenario:
         doc = TomlDoc(path)  # huvm's TOML reading: errors as file:line (syntax, not UTF-8, not readable)
         if "tenant" in doc.data or "experiment" in doc.data:
             return from_experiment(doc)
-    from huvm.simbackend import SimBackend
+    from huvmlab import SimBackend
 
     backend = SimBackend.from_config(sim_config)  # node presets and [node] files, huvm's way
     try:

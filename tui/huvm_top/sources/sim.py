@@ -2,7 +2,7 @@
 
 A background thread drives the node while the app reads it like any live node (GET_STATS, GET_INFO and the
 policy commands go through the same dispatch as the kernel's), all under the LiveSource's one lock: a
-scenario (:mod:`huvm_top.sources.scenario`) runs on huvm's simulator (:mod:`huvm.sim`) in slices of simulated
+scenario (:mod:`huvm_top.sources.scenario`) runs on huvm's simulator (:mod:`huvmlab.sim`) in slices of simulated
 time paced to the wall clock (``speed`` simulated seconds per second); when it ends it starts again on a fresh
 node with the policy then in force (counters restart from zero).
 """
@@ -63,8 +63,7 @@ class SimSource(LiveSource):
         """A new simulated node with the scenario's tenants, and ``policy`` (a huvm Policy), else the
         scenario's policy or settings."""
         from huvm import policy as hp
-        from huvm.sim.node import SimNode
-        from huvm.simbackend import SimBackend
+        from huvmlab import SimBackend, SimNode
 
         sc = self._scenario
         sim = SimNode(sc.config, preset=sc.policy_preset)

@@ -1,0 +1,1 @@
+"""huvmctl subcommands of the lab."""

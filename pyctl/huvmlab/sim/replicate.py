@@ -1,0 +1,257 @@
+"""Replications of the HUVM prototype's evaluation (USENIX ATC'22) on the simulated node, next to the artifact.
+
+    huvmctl sim replicate                 # Fig 6, Fig 8 and Fig 9 tables
+    huvmctl sim replicate --update-doc docs/simulator.md
+
+* **Fig 6** (three consolidation cases on a p3.8xlarge): the artifact's result CSVs (``casys-kaist/HUVM``,
+  added in commit ``ecd4acb`` and deleted in ``f498084``; ``huvm/data/replication/huvm-atc22-fig6.csv``) per
+  workload: Base (stock UVM), pre-ef-host (pre-eviction and prefetch to host only) and Ours (HUVM), next to
+  the simulator's ``stock``, ``pre-ef-host`` (``huvm-atc22`` with the peer tier off and local prefetch) and
+  ``huvm-atc22``; speedups over Base for harvesters, slowdowns over Base for lenders.
+* **Fig 8** (prefetch size, on Fig 6 case 1 as the artifact's ``scripts/fig8/case1_pagerank.sh``):
+  ``prefetch_chunks`` 0, 1, 2, 4, 8, 16 at stride 2 (0-32 MB in the artifact's labels); chunks brought back
+  from peers ahead of their faults count in ``fetch_from_peer`` without a fault.
+* **Fig 9** (spare memory, as ``scripts/fig9/pagerank.sh``): the harvester on GPU 1, the neighbour on GPU 2
+  (NV2) cudaMallocs 15052/14244/12628/9396/6164 MiB (``manual_occupy.run`` counts MiB); Base: stock, 1000 MiB.
+
+How each case is modelled and what differs from the prototype's runs is in docs/simulator.md ("Replications").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from typing import Any, cast
+
+from .config import MIB, NodeConfig
+from .docblock import replace_block
+from .errors import SimConfigError
+from .scenario import SimResult, run_scenario
+from .tenants import SimTraceLike, TenantSpec
+
+#: the artifact's policies and ours: (artifact column, simulator policy, node-wide overrides)
+POLICY_COLUMNS: tuple[tuple[str, str, str, tuple[tuple[str, int], ...]], ...] = (
+    ("Base", "base_s", "stock", ()),
+    ("pre-ef-host", "pre_ef_host_s", "huvm-atc22", (("peer_usage_max_pct", 1), ("prefetch_mode", 1))),
+    ("Ours", "ours_s", "huvm-atc22", ()),
+)
+FIG8_CHUNKS: tuple[int, ...] = (0, 1, 2, 4, 8, 16)
+FIG9_SPARE_MIB: tuple[tuple[int, int], ...] = ((5, 15052), (10, 14244), (20, 12628), (40, 9396), (60, 6164))
+FIG9_BASE_MIB = 1000
+#: what the simulator's graph jobs are: the calibration's PageRank-like kernel (soc-twitter-2010 scale:
+#: 19 GiB, ~1.25x a V100's usable memory) with fewer sweeps for the traversals
+_GRAPH_ITERATIONS = {"pagerank": 6, "wcc": 4, "bfs": 2}
+
+
+@dataclass(frozen=True)
+class ArtifactRow:
+    case: int
+    workload: str
+    role: str
+    base_s: float
+    pre_ef_host_s: float
+    ours_s: float
+    csv_path: str
+
+
+def artifact_fig6() -> list[ArtifactRow]:
+    """The artifact's Fig 6 numbers, as committed in its history."""
+    text = resources.files("huvm.data").joinpath("replication/huvm-atc22-fig6.csv").read_text(encoding="utf-8")
+    rows = csv.DictReader(ln for ln in text.splitlines() if not ln.startswith("#"))
+    return [ArtifactRow(int(r["case"]), r["workload"], r["role"], float(r["base_s"]), float(r["pre_ef_host_s"]),
+                        float(r["ours_s"]), r["csv_path"]) for r in rows]
+
+
+@cache
+def _graph(kind: str) -> SimTraceLike:
+    from . import workloads
+
+    return cast(SimTraceLike, workloads.pagerank(vertices=41_652_230, edges=4_900_000_000,
+                                                 iterations=_GRAPH_ITERATIONS[kind], edge_chunks_per_op=32,
+                                                 gathers_per_op=32, name=f"{kind}-twitter-like"))
+
+
+def _node() -> NodeConfig:
+    return NodeConfig.preset("aws-p3.8xlarge")
+
+
+def _dnn_lender(gpu: int, name: str, horizon_ns: int) -> TenantSpec:
+    """A PyTorch training job as a lender: the caching allocator's steady cudaMalloc footprint."""
+    from . import workloads
+
+    usable = _node().usable_bytes(gpu)
+    return TenantSpec(gpu, workloads.lender("steady", usable, horizon_ns), name=name, background=True,
+                      managed=False, role="lender")
+
+
+def _graph_lender(gpu: int, name: str, horizon_ns: int) -> TenantSpec:
+    """A graph job that loops (cuGraph on managed memory) as a lender: a steady managed footprint."""
+    from . import workloads
+
+    usable = _node().usable_bytes(gpu)
+    return TenantSpec(gpu, workloads.lender("steady", usable, horizon_ns), name=name, background=True,
+                      managed=True, role="lender")
+
+
+def fig6_case(case: int) -> tuple[NodeConfig, list[TenantSpec], dict[str, list[int]]]:
+    """The node, tenants, and per artifact workload the simulator tenants that stand for it."""
+    horizon = 20 * 10**9
+    if case == 1:
+        tenants = [TenantSpec(0, _graph("pagerank"), name="pagerank@0", role="harvester"),
+                   _graph_lender(3, "wcc@3", horizon),
+                   _dnn_lender(1, "vgg16@1", horizon), _dnn_lender(2, "vgg16@2", horizon)]
+        return _node(), tenants, {"pagerank": [0], "wcc": [1], "vgg": [2, 3]}
+    if case == 2:
+        tenants = [TenantSpec(0, _graph("bfs"), name="bfs@0", role="harvester"),
+                   TenantSpec(1, _graph("bfs"), name="bfs@1", role="harvester"),
+                   _dnn_lender(2, "mobilenet@2", horizon), _dnn_lender(3, "resnet101@3", horizon)]
+        return _node(), tenants, {"bfs": [0, 1], "mobilenet": [2], "resnet": [3]}
+    if case == 3:
+        tenants = [TenantSpec(0, _graph("wcc"), name="wcc@0", role="harvester"),
+                   TenantSpec(1, _graph("bfs"), name="bfs@1", background=True, role="harvester"),
+                   _graph_lender(2, "pagerank@2", horizon), _graph_lender(3, "pagerank@3", horizon)]
+        return _node(), tenants, {"wcc": [0], "bfs": [1], "pagerank": [2, 3]}
+    raise SimConfigError(f"Fig 6 case {case} is not 1..3 (the artifact's case 4 CSVs are incomplete)",
+                         field="case")
+
+
+def _run(node: NodeConfig, tenants: Sequence[TenantSpec], policy: str,
+         overrides: tuple[tuple[str, int], ...] = ()) -> SimResult:
+    return run_scenario(node, list(tenants), policy, policy_overrides=dict(overrides) or None,
+                        sample_interval_ns=0)
+
+
+def _measure(res: SimResult, idx: Sequence[int], role: str = "harvester") -> float:
+    """A workload's time: a harvester's makespan (a looping one: its first run, as the artifact's case 3 reads
+    its first "Out:"); a lender's time per op (a looping job's iteration time: what the artifact's DNN and
+    graph lenders report)."""
+    ts = [res.tenants[i] for i in idx]
+    if role == "harvester":
+        return max(t.runtime_ns if not t.background else
+                   (t.step_end_ns[0] if t.step_end_ns else res.sim_time_ns) for t in ts) / 1e9
+    return max(t.runtime_ns / t.ops_done if t.ops_done else float("inf") for t in ts) / 1e9
+
+
+def fig6() -> list[dict[str, Any]]:
+    """Per case and workload: the artifact's times and the simulator's, each relative to its Base."""
+    out: list[dict[str, Any]] = []
+    arts = artifact_fig6()
+    for case in (1, 2, 3):
+        node, tenants, which = fig6_case(case)
+        results = {col: _run(node, tenants, pol, ov) for col, _, pol, ov in POLICY_COLUMNS}
+        for a in (r for r in arts if r.case == case):
+            sim = {col: _measure(results[col], which[a.workload], a.role) for col, *_ in POLICY_COLUMNS}
+            art = {col: getattr(a, key) for col, key, *_ in POLICY_COLUMNS}
+            out.append({"case": case, "workload": a.workload, "role": a.role, "artifact": art, "sim": sim,
+                        "tenants": [tenants[i].label for i in which[a.workload]]})
+    return out
+
+
+def fig8() -> list[dict[str, Any]]:
+    """huvm-atc22 on Fig 6 case 1 with prefetch_chunks swept (stride 2), the harvester's time."""
+    node, tenants, which = fig6_case(1)
+    base = _measure(_run(node, tenants, "stock"), which["pagerank"])
+    rows = []
+    for n in FIG8_CHUNKS:
+        over = (("prefetch_chunks", n), ("prefetch_stride", 2)) if n else (("prefetch_mode", 0),)
+        res = _run(node, tenants, "huvm-atc22", over)
+        t = _measure(res, which["pagerank"])
+        g0 = res.stats["gpus"][0]
+        rows.append({"prefetch": f"{n * 2} MiB ({n} chunks)", "runtime_s": t, "speedup_vs_base": base / t,
+                     "faults": g0["faults"], "fetch_from_peer": g0["fetch_from_peer"],
+                     "prefetch_to_peer": g0["prefetch_to_peer"]})
+    return rows
+
+
+def fig9_node() -> NodeConfig:
+    """GPUs 1 and 2 of the p3.8xlarge (NV2, each behind its own PCIe switch), as the artifact's script."""
+    p3 = _node()
+    return replace(p3, name="aws-p3.8xlarge[1,2]", gpus=(p3.gpus[1], p3.gpus[2]),
+                   topology=(("X", p3.topology[1][2]), (p3.topology[2][1], "X")))
+
+
+def fig9() -> list[dict[str, Any]]:
+    node = fig9_node()
+    h = TenantSpec(0, _graph("pagerank"), name="pagerank@1", role="harvester")
+    base = _run(node, [h, TenantSpec(1, static_bytes=FIG9_BASE_MIB * MIB, role="lender")], "stock")
+    t_base = base.tenant(0).runtime_ns
+    rows: list[dict[str, Any]] = [{"spare": f"Base (stock, {FIG9_BASE_MIB} MiB)", "policy": "stock",
+                                   "runtime_s": t_base / 1e9, "speedup_vs_base": 1.0, "evict_to_peer": 0}]
+    for pct, mib in FIG9_SPARE_MIB:
+        for pol in ("huvm-atc22", "huvm"):
+            res = _run(node, [h, TenantSpec(1, static_bytes=mib * MIB, role="lender")], pol)
+            t = res.tenant(0).runtime_ns
+            rows.append({"spare": f"{pct} % ({mib} MiB taken)", "policy": pol, "runtime_s": t / 1e9,
+                         "speedup_vs_base": t_base / t, "evict_to_peer": res.counter_total("evict_to_peer")})
+    return rows
+
+
+# ---- tables ----
+
+def _rel(role: str, base: float, t: float) -> str:
+    """Harvesters: speedup over Base (Base / t); lenders: slowdown over Base (t / Base - 1)."""
+    if role == "harvester":
+        return f"{base / t:.2f}x"
+    return f"{(t / base - 1) * 100:+.1f}%"
+
+
+def fig6_markdown(rows: list[dict[str, Any]]) -> str:
+    cols = [c for c, *_ in POLICY_COLUMNS]
+    head = ["case", "workload", "role"] + [f"artifact {c} (s)" for c in cols] + \
+        [f"artifact {c}" for c in cols[1:]] + [f"sim {c}" for c in cols[1:]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        a, s = r["artifact"], r["sim"]
+        cells = [str(r["case"]), r["workload"], r["role"]] + [f"{a[c]:.3g}" for c in cols] + \
+            [_rel(r["role"], a["Base"], a[c]) for c in cols[1:]] + [_rel(r["role"], s["Base"], s[c]) for c in cols[1:]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _plain_markdown(rows: list[dict[str, Any]]) -> str:
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in r.values()) + " |")
+    return "\n".join(lines)
+
+
+DOC_BEGIN = "<!-- replicate: begin (generated by huvmctl sim replicate --update-doc; do not edit) -->"
+DOC_END = "<!-- replicate: end -->"
+
+
+def doc_block() -> str:
+    return ("\n#### Fig 6: consolidation cases (harvesters: speedup over Base; lenders: slowdown over Base)\n\n"
+            + fig6_markdown(fig6()) +
+            "\n\n#### Fig 8: prefetch size on Fig 6 case 1 (`huvm-atc22`, stride 2; the artifact's Fig 8 results "
+            "were never committed)\n\n" + _plain_markdown(fig8()) +
+            "\n\n#### Fig 9: spare memory, GPUs 1-2 (NV2)\n\n" + _plain_markdown(fig9()) + "\n\n")
+
+
+def update_doc(path: str) -> bool:
+    return replace_block(path, DOC_BEGIN, DOC_END, doc_block())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="huvmctl sim replicate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--update-doc", metavar="FILE", help="replace the generated tables between FILE's markers")
+    args = ap.parse_args(argv)
+    try:
+        if args.update_doc:
+            changed = update_doc(args.update_doc)
+            print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
+        else:
+            print(doc_block())
+    except (OSError, SimConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,199 @@
+"""Verdicts against the prototype at a lender bound T (``make eval``'s verdict lines; docs/evaluation.md).
+
+An admin bounds how much a lender may be slowed down (T). For each scenario and T in :data:`BOUNDS`:
+
+* **huvm's point at T** is ``huvm`` with the bound T on every GPU (``lend_slowdown_max_pct``) and every working
+  lender's guest-traffic budget sized for T (:func:`huvm.budget.lend_traffic_for`; the core clamps it to T/2);
+  at T = none, plain ``huvm`` (its preset bound, 2 %). A point is (harvester speedup over
+  stock, worst lender slowdown).
+* **pareto**: huvm is *dominated* when the prototype (``huvm-atc22``) is faster beyond noise while its lenders
+  are no worse off (their worst slowdown at most huvm's, within noise); otherwise ``ok``.
+* **best-gap**: huvm's speedup over the best speedup among the points that keep every lender within T (the
+  prototype, the prototype with budgets, huvm at every T, and huvm's other knob settings: lend reserves, no
+  ``LEND_ABOVE_PEAK``); ``ok`` within noise, else ``behind``.
+* **noise** per scenario: a small perturbation ensemble, the same scenario with the working lenders' clocks
+  stretched by :data:`TIMINGS` (when their spikes fall, :func:`huvm.sim.matrix.scenarios`); the half-range of
+  huvm's and the prototype's speedups (and worst lender slowdowns) over it, at least :data:`NOISE_FLOOR`.
+
+    huvmctl sim verdict                 # the evaluation half's verdict lines and their summary
+    huvmctl sim verdict --half tuning --spike-period 1000   # with the spiky lenders spiking every second
+    huvmctl sim verdict --update-doc docs/evaluation.md   # the summary into docs/evaluation.md (make eval-doc)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .docblock import replace_block
+from .errors import SimConfigError
+from .matrix import HALVES, Evaluation, Scenario, Variant, evaluate, scenarios
+
+#: the lender bounds T an admin may pick (None: no bound)
+BOUNDS: tuple[float | None, ...] = (0.01, 0.02, 0.05, None)
+#: the perturbation ensemble: the working lenders' clocks stretched by these factors (1.0: the scenario)
+TIMINGS: tuple[float, ...] = (0.9, 1.0, 1.1)
+#: the least noise a verdict allows: relative for speedups, absolute (slowdown fraction) for lenders
+NOISE_FLOOR = 0.005
+LENDER_NOISE_FLOOR = 0.002
+
+
+def _t_name(t: float | None) -> str:
+    return "none" if t is None else f"{t * 100:g}%"
+
+
+def huvm_at(t: float | None) -> str:
+    """The name of huvm's point for bound t."""
+    return "huvm" if t is None else f"huvm@{_t_name(t)}"
+
+
+def variants() -> list[Variant]:
+    """Every point the verdicts compare: the presets, both with budgets for each T, and huvm's other knobs."""
+    vs = [Variant("stock", "stock"), Variant("huvm-atc22", "huvm-atc22"), Variant("huvm", "huvm")]
+    for t in BOUNDS:
+        if t is not None:
+            # the bound itself (lend_slowdown_max_pct, whole %) on every GPU, and the working lenders' budgets
+            vs.append(Variant(huvm_at(t), "huvm", overrides=(("gpu.lend_slowdown_max_pct", round(t * 100)),),
+                              lender_slowdown=t))
+            vs.append(Variant(f"huvm-atc22@{_t_name(t)}", "huvm-atc22", lender_slowdown=t))
+    vs += [Variant("huvm/reserve-25%", "huvm", lender_overrides=(("lend_reserve_bytes", 25, True),)),
+           Variant("huvm/reserve-50%", "huvm", lender_overrides=(("lend_reserve_bytes", 50, True),)),
+           Variant("huvm/no-peak", "huvm", overrides=(("gpu.flags", 5),))]
+    return vs
+
+
+@dataclass(frozen=True)
+class Point:
+    variant: str
+    speedup: float
+    lender: float           # worst lender slowdown as a fraction (0.02 = +2 %); 0 without a working lender
+
+
+@dataclass(frozen=True)
+class Verdict:
+    scenario: str
+    bound: float | None
+    huvm: Point
+    prototype: Point
+    best: Point
+    noise: float
+    lender_noise: float
+
+    @property
+    def dominated(self) -> bool:
+        return (self.prototype.speedup > self.huvm.speedup * (1 + self.noise)
+                and self.prototype.lender <= self.huvm.lender + self.lender_noise)
+
+    @property
+    def gap(self) -> float:
+        return self.huvm.speedup / self.best.speedup
+
+    @property
+    def behind(self) -> bool:
+        return self.gap < 1 - self.noise
+
+    def line(self) -> str:
+        return (f"verdict {self.scenario} T={_t_name(self.bound)}: pareto {'dominated' if self.dominated else 'ok'}, "
+                f"best-gap {self.gap:.3f} {'behind' if self.behind else 'ok'}")
+
+
+def _point(ev: Evaluation, sc: str, v: str) -> Point:
+    o = ev.outcome(sc, v)
+    return Point(v, o.harvester_speedup, (o.lender_slowdown - 1) if o.lender_slowdown is not None else 0.0)
+
+
+def _half_range(xs: Sequence[float], rel: bool) -> float:
+    lo, hi = min(xs), max(xs)
+    if rel:
+        return (hi - lo) / 2 / (sorted(xs)[len(xs) // 2] or 1.0)
+    return (hi - lo) / 2
+
+
+def judge(half: str, only: Sequence[str] = (), spike_period_ms: float | None = None) -> list[Verdict]:
+    """Run the half at every timing of the ensemble under :func:`variants` and judge every scenario and T;
+    ``spike_period_ms``: the spiky lenders' cadence (:func:`huvmlab.sim.matrix.scenarios`; None: the matrix's)."""
+    vs = variants()
+    evs: dict[float, Evaluation] = {}
+    base: list[Scenario] = []
+    for f in TIMINGS:
+        scs = [s for s in scenarios(half, lender_timing=f, spike_period_ms=spike_period_ms)
+               if not only or any(o in s.name for o in only)]
+        evs[f] = evaluate(scs, vs, half=half)
+        if f == 1.0:
+            base = scs
+    out: list[Verdict] = []
+    for sc in base:
+        keys = ["huvm-atc22"] + [huvm_at(t) for t in BOUNDS]
+        ens = {k: [_point(evs[f], sc.name, k) for f in TIMINGS] for k in keys}
+        noise = max(NOISE_FLOOR, *(_half_range([p.speedup for p in ps], True) for ps in ens.values()))
+        lnoise = max(LENDER_NOISE_FLOOR, *(_half_range([p.lender for p in ps], False) for ps in ens.values()))
+        ev = evs[1.0]
+        points = [_point(ev, sc.name, v.name) for v in vs if v.name != "stock"]
+        for t in BOUNDS:
+            ok_points = [p for p in points if t is None or p.lender <= t + lnoise]
+            best = max(ok_points, key=lambda p: p.speedup) if ok_points else _point(ev, sc.name, "stock")
+            out.append(Verdict(sc.name, t, _point(ev, sc.name, huvm_at(t)), _point(ev, sc.name, "huvm-atc22"),
+                               best, noise, lnoise))
+    return out
+
+
+def summary(verdicts: Sequence[Verdict]) -> list[str]:
+    lines = []
+    for t in BOUNDS:
+        vt = [v for v in verdicts if v.bound == t]
+        dom = [v.scenario for v in vt if v.dominated]
+        beh = [v for v in vt if v.behind]
+        over = [v.scenario for v in vt if t is not None and v.huvm.lender > t + v.lender_noise]
+        lines.append(f"T={_t_name(t)}: {len(vt)} scenarios, dominated in {len(dom)}"
+                     + (f" ({', '.join(dom)})" if dom else "")
+                     + f", behind the best T-respecting point in {len(beh)}"
+                     + (" (" + ", ".join(f"{v.scenario} {v.gap:.3f} of {v.best.variant}" for v in beh) + ")"
+                        if beh else "")
+                     + (f", huvm's own lenders over T in {len(over)} ({', '.join(over)})" if over else ""))
+    return lines
+
+
+DOC_BEGIN = "<!-- verdicts: begin (generated by huvmctl sim verdict --update-doc; do not edit) -->"
+DOC_END = "<!-- verdicts: end -->"
+
+
+def doc_block(verdicts: Sequence[Verdict]) -> str:
+    return "\n" + "\n".join(f"- {line}" for line in summary(verdicts)) + "\n\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="huvmctl sim verdict", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--half", choices=HALVES, default="evaluation")
+    ap.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
+                    help="only the scenarios whose name contains it (repeatable)")
+    ap.add_argument("--spike-period", type=float, default=None, metavar="MS",
+                    help="the spiky lenders spike every MS ms (1..60000; default: the matrix's cadence)")
+    ap.add_argument("--update-doc", metavar="FILE", help="write the summary between FILE's verdict markers")
+    args = ap.parse_args(argv)
+    try:
+        if args.update_doc and (args.only or args.half != "evaluation" or args.spike_period is not None):
+            raise SimConfigError("--update-doc takes the whole evaluation half at the matrix's cadence",
+                                 field="update_doc")
+        verdicts = judge(args.half, args.only, args.spike_period)
+        if args.update_doc and verdicts:
+            changed = replace_block(args.update_doc, DOC_BEGIN, DOC_END, doc_block(verdicts))
+            print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
+            return 0
+    except (OSError, SimConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not verdicts:
+        print("error: no scenario matches", file=sys.stderr)
+        return 2
+    for v in verdicts:
+        print(v.line())
+    print()
+    for line in summary(verdicts):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

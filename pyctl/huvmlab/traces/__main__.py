@@ -1,0 +1,7 @@
+"""``python -m huvmlab.traces``: huvmlab.traces.cli (``huvmctl trace large|bundled`` runs it)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
