@@ -37,7 +37,8 @@ demo: demo-experiment
 
 # huvm.uvm imports the module from here (HUVM_UVM_BINDING overrides); the qemu test bed's softgpu suites
 # need it built on the host, since the guest sees the checkout read-only.
-UVM_BINDING_DIR   := $(BUILD)/pyuvm
+# (UPSTREAM=580.142: $(BUILD)/pyuvm-580.142, from that tree's ioctl headers; the test bed's 580 variants use it)
+UVM_BINDING_DIR   := $(BUILD)/pyuvm$(HUVM_VSUFFIX)
 UVM_BINDING_STAMP := $(UVM_BINDING_DIR)/.huvm-uvm-binding
 uvm-binding: $(UVM_BINDING_STAMP)
 

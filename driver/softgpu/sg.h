@@ -50,6 +50,7 @@
 #include "nv_uvm_interface.h"
 #include "nv-modeset-interface.h"
 #include "huvm_softgpu_ioctl.h"
+#include "sg_compat.h"
 
 #define SG_MAX_GPUS             SOFTGPU_MAX_GPUS
 #define SG_MAX_PEER_IDS         8
@@ -76,6 +77,13 @@ enum sg_aperture {
 	SG_AP_PEER = 1,     /* a peer GPU's framebuffer (through the peer id) */
 	SG_AP_SYS  = 2,     /* system memory: a guest physical (= DMA) address */
 };
+
+/* PRF_FILTER of the page-fault control register UVM reads and writes through pPrefetchCtrl, and RM through
+ * TogglePrefetchFaults on 580 (hwref/pascal/gp100/dev_fb.h NV_PFB_PRI_MMU_PAGE_FAULT_CTRL_PRF_FILTER:
+ * 0 SEND_ALL, 3 SEND_NONE). */
+#define SG_PRF_FILTER_MASK      0x3u
+#define SG_PRF_FILTER_SEND_ALL  0x0u
+#define SG_PRF_FILTER_SEND_NONE 0x3u
 
 /* MMU access kinds. */
 enum sg_access {
@@ -232,6 +240,7 @@ struct sg_gpu {
 	/* nvUvmInterface state (sg_rm.c, under sg_node.lock) */
 	int registered;               /* RegisterGpu references */
 	struct uvmGpuDevice_tag *device;  /* the one device UVM created, or NULL */
+	NvBool nvlink_error_notifier; /* GetNvlinkInfo's notifier (580): never set, nothing is uncontained */
 
 	/* knobs */
 	u64 copy_mbps;

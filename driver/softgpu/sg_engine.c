@@ -46,9 +46,9 @@
 #define SG_FLD_MASK(f)          (0xffffffffu >> (31 - SG_FLD_HI(f) + SG_FLD_LO(f)))
 #define SG_FLD(f, v)            ((((u32)(v)) >> SG_FLD_LO(f)) & SG_FLD_MASK(f))
 
-/* Subchannels UVM uses (uvm_push_macros.h: NVA06F_SUBCHANNEL_COPY_ENGINE, UVM_SW_OBJ_SUBCHANNEL). */
+/* Subchannels UVM uses (uvm_push_macros.h: NVA06F_SUBCHANNEL_COPY_ENGINE, UVM_SUBCHANNEL_SW). */
 #define SG_SUBCH_CE             4
-#define SG_SUBCH_SW             UVM_SW_OBJ_SUBCHANNEL
+#define SG_SUBCH_SW             SG_UVM_SW_SUBCHANNEL
 
 /* RC error types written to the error notifier's info32 (NVIDIA's nverror.h, ROBUST_CHANNEL_*). */
 #define SG_RC_MMU_FAULT         31          /* ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT */

@@ -81,10 +81,6 @@
 #define SG_GET_OVERFLOW_CLEAR   (1u << SG_LO(NV_PFB_PRI_MMU_FAULT_BUFFER_GET_OVERFLOW))
 #define SG_PUT_OVERFLOW         (1u << SG_LO(NV_PFB_PRI_MMU_FAULT_BUFFER_PUT_OVERFLOW))
 
-/* PRF_FILTER of the page-fault control register UVM reads and writes through pPrefetchCtrl
- * (hwref/pascal/gp100/dev_fb.h NV_PFB_PRI_MMU_PAGE_FAULT_CTRL_PRF_FILTER: 0 SEND_ALL, 3 SEND_NONE). */
-#define SG_PRF_FILTER_MASK      0x3u
-#define SG_PRF_FILTER_SEND_NONE 0x3u
 
 /* The buffers handed to UVM (sg_rm.c fills UvmGpuFaultInfo / UvmGpuAccessCntrInfo from them). 1024
  * replayable packets: UVM batches min(256, entries) at a time. */

@@ -687,12 +687,15 @@ NV_STATUS nvUvmInterfacePmaPinPages(void *pPma, NvU64 *pPages, NvLength pageCoun
 }
 EXPORT_SYMBOL(nvUvmInterfacePmaPinPages);
 
+#if SG_NV_BRANCH < 580
+/* Removed from the interface in 580. */
 NV_STATUS nvUvmInterfacePmaUnpinPages(void *pPma, NvU64 *pPages, NvLength pageCount, NvU64 pageSize)
 {
 	/* Declared but unused by UVM 535; implemented as pmaUnpinPages: pinned -> unpinned, all or nothing. */
 	return sg_pma_repin(sg_pma_from(pPma), pPages, pageCount, pageSize, SG_PMA_PINNED, SG_PMA_UNPINNED);
 }
 EXPORT_SYMBOL(nvUvmInterfacePmaUnpinPages);
+#endif
 
 static void sg_pma_free(struct sg_pma *pma, const NvU64 *pages, u64 count, u64 page_size, u32 flags)
 {

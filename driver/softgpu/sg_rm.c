@@ -2,8 +2,8 @@
 /*
  * huvm-softgpu: the nvUvmInterface* layer, i.e. what nvidia.ko exports to nvidia-uvm (test hardware only).
  *
- * Every function nvidia-uvm 535.261.03 imports is exported here with the prototype of
- * kernel-open/common/inc/nv_uvm_interface.h. Semantics follow NVIDIA's public sources: the RM side in
+ * Every function nvidia-uvm 535.261.03 or 580.142 imports is exported here with the prototype of that
+ * branch's kernel-open/common/inc/nv_uvm_interface.h (SG_NV_BRANCH, sg_compat.h). Semantics follow NVIDIA's public sources: the RM side in
  * src/nvidia/src/kernel/rmapi/nv_gpu_ops.c (error codes, what is validated), nvidia.ko's wrappers in
  * kernel-open/nvidia/nv_uvm_interface.c, and the callers in kernel-open/nvidia-uvm/ (which fields are
  * read). The PMA exports live in sg_pma.c.
@@ -52,6 +52,11 @@
 #define SG_NVLINK2_LINK_MBPS        25000       /* per NVLink 2 link */
 #define SG_PCIE_P2P_MBPS            16000
 #define SG_DMA_LIMIT                ((1ULL << 47) - 1)
+/* NV2080_CTRL_CMD_GPU_GET_MAX_SUPPORTED_PAGE_SIZE on Volta: 2 MiB (512 MiB pages start with Ampere). */
+#define SG_MAX_VIDMEM_PAGE_SIZE     SG_PAGE_2M
+/* NV2080_CTRL_FB_INFO_INDEX_ACCESS_COUNTER_BUFFER_COUNT on GV100: one buffer (uvm_gpu_isr.c: "On Volta,
+ * accessCntrBufferCount is > 0"); 580's UVM then clears access_counters_supported in its Volta HAL. */
+#define SG_ACCESS_CNTR_BUFFERS      1
 
 /* Copy engines: CE0 is the GRCE (UVM skips it), CE1..CE3 are the usable async CEs. */
 #define SG_CE_COUNT                 4
@@ -69,7 +74,8 @@
 #define SG_CHID_MAX                 4095
 
 /* Handles UVM only checks for being non-zero. */
-#define SG_FAULT_BUFFER_HANDLE(g)   (0xC3690000u | ((g)->index + 1))
+#define SG_FAULT_BUFFER_HANDLE_BASE 0xC3690000u
+#define SG_FAULT_BUFFER_HANDLE(g)   (SG_FAULT_BUFFER_HANDLE_BASE | ((g)->index + 1))
 #define SG_ACCESS_CNTR_HANDLE(g)    (0xC3650000u | ((g)->index + 1))
 #define SG_P2P_HANDLE_BASE          0x50500000u
 #define SG_P2P_HANDLE(a, b)         (SG_P2P_HANDLE_BASE | ((a) << 4) | (b))
@@ -109,8 +115,30 @@ static void sg_rm_abi_check(void)
 {
 	/*
 	 * The structs come from the pinned nv_uvm_types.h, so these only catch our own #define games around
-	 * that header (packing, NvBool, NvLength). Values from the 535.261.03 header on x86-64.
+	 * that header (packing, NvBool, NvLength). Values from the 535.261.03 and 580.142 headers on x86-64:
+	 * UvmGpuInfo grew by 48 bytes (EGM, ATS, CDMM, direct-connect NVLink; accessCntrBufferCount moved
+	 * sysmemLink), UvmGpuChannelInfo gained keyRotationNotifier, UvmGpuFaultInfo lost
+	 * bUvmOwnsHwFaultBuffer and moved the non-replayable buffer address.
 	 */
+#if SG_NV_BRANCH >= 580
+	BUILD_BUG_ON(sizeof(UvmGpuInfo) != 240);
+	BUILD_BUG_ON(offsetof(UvmGpuInfo, gpuArch) != 80);
+	BUILD_BUG_ON(offsetof(UvmGpuInfo, gpcCount) != 116);
+	BUILD_BUG_ON(offsetof(UvmGpuInfo, accessCntrBufferCount) != 132);
+	BUILD_BUG_ON(offsetof(UvmGpuInfo, sysmemLink) != 156);
+	BUILD_BUG_ON(offsetof(UvmGpuInfo, nvswitchMemoryWindowStart) != 192);
+	BUILD_BUG_ON(sizeof(UvmGpuChannelInfo) != 120);
+	BUILD_BUG_ON(offsetof(UvmGpuChannelInfo, errorNotifier) != 32);
+	BUILD_BUG_ON(offsetof(UvmGpuChannelInfo, workSubmissionOffset) != 64);
+	BUILD_BUG_ON(offsetof(UvmGpuChannelInfo, pWorkSubmissionToken) != 80);
+	BUILD_BUG_ON(sizeof(UvmGpuFaultInfo) != 184);
+	BUILD_BUG_ON(offsetof(UvmGpuFaultInfo, replayable.bufferAddress) != 64);
+	BUILD_BUG_ON(offsetof(UvmGpuFaultInfo, nonReplayable.bufferSize) != 120);
+	BUILD_BUG_ON(offsetof(UvmGpuFaultInfo, faultBufferHandle) != 168);
+	BUILD_BUG_ON(sizeof(UvmGpuNvlinkInfo) != 32);
+	BUILD_BUG_ON(sizeof(UvmGpuFbInfo) != 64);
+	BUILD_BUG_ON(offsetof(UvmGpuFbInfo, maxVidmemPageSize) != 24);
+#else
 	BUILD_BUG_ON(sizeof(UvmGpuInfo) != 192);
 	BUILD_BUG_ON(offsetof(UvmGpuInfo, gpuArch) != 80);
 	BUILD_BUG_ON(offsetof(UvmGpuInfo, gpcCount) != 116);
@@ -124,6 +152,7 @@ static void sg_rm_abi_check(void)
 	BUILD_BUG_ON(offsetof(UvmGpuFaultInfo, replayable.bufferAddress) != 64);
 	BUILD_BUG_ON(offsetof(UvmGpuFaultInfo, nonReplayable.bufferSize) != 128);
 	BUILD_BUG_ON(offsetof(UvmGpuFaultInfo, faultBufferHandle) != 176);
+#endif
 	BUILD_BUG_ON(sizeof(UvmGpuChannelInstanceInfo) != 1120);
 	BUILD_BUG_ON(offsetof(UvmGpuChannelInstanceInfo, resourceCount) != 1080);
 	BUILD_BUG_ON(offsetof(UvmGpuChannelInstanceInfo, pChramChannelRegister) != 1096);
@@ -288,7 +317,15 @@ NV_STATUS nvUvmInterfaceGetGpuInfo(const NvProcessorUuid *gpuUuid, const UvmGpuC
 	pGpuInfo->maxTpcPerGpcCount = SG_MAX_TPC_PER_GPC;
 	pGpuInfo->smcEnabled = NV_FALSE;
 	pGpuInfo->smcSwizzId = 0;
+#if SG_NV_BRANCH >= 580
+	pGpuInfo->gpuConfComputeCaps.bConfComputingEnabled = NV_FALSE;
+	pGpuInfo->gpuConfComputeCaps.bKeyRotationEnabled = NV_FALSE;
+	pGpuInfo->accessCntrBufferCount = SG_ACCESS_CNTR_BUFFERS;
+	/* x86 PCIe GPUs: no EGM, no ATS, no coherent driver-managed memory (CDMM), no direct-connect NVLink
+	 * to the CPU (all left 0 by the memset). */
+#else
 	pGpuInfo->gpuConfComputeCaps.mode = UVM_GPU_CONF_COMPUTE_MODE_NONE;
+#endif
 	/* Sysmem is reached over PCIe; NVLINK here would mean a coherent P9-style CPU link. */
 	pGpuInfo->sysmemLink = UVM_LINK_TYPE_PCIE;
 	pGpuInfo->sysmemLinkRateMBps = SG_SYSMEM_LINK_MBPS;
@@ -412,6 +449,11 @@ NV_STATUS nvUvmInterfaceGetFbInfo(uvmGpuDeviceHandle device, UvmGpuFbInfo *fbInf
 	fbInfo->reservedHeapSize = (NvU32)((gpu->fb_size - gpu->pma_size) >> 10);
 	fbInfo->maxAllocatableAddress = gpu->pma_size - 1;
 	fbInfo->bZeroFb = NV_FALSE;
+#if SG_NV_BRANCH >= 580
+	/* The heap starts at physical 0 (heapStart is in KiB; not 0 only for MIG); no static BAR1 mapping. */
+	fbInfo->heapStart = 0;
+	fbInfo->maxVidmemPageSize = SG_MAX_VIDMEM_PAGE_SIZE;
+#endif
 	return NV_OK;
 }
 EXPORT_SYMBOL(nvUvmInterfaceGetFbInfo);
@@ -428,6 +470,30 @@ NV_STATUS nvUvmInterfaceGetEccInfo(uvmGpuDeviceHandle device, UvmGpuEccInfo *ecc
 	return NV_OK;
 }
 EXPORT_SYMBOL(nvUvmInterfaceGetEccInfo);
+
+#if SG_NV_BRANCH >= 580
+NV_STATUS nvUvmInterfaceGetNvlinkInfo(uvmGpuDeviceHandle device, UvmGpuNvlinkInfo *nvlinkInfo)
+{
+	struct sg_gpu *gpu = sg_dev_gpu(device);
+
+	if (!gpu || !nvlinkInfo)
+		return NV_ERR_INVALID_ARGUMENT;
+
+	/*
+	 * RM's answer for a Volta GPU (nv_gpu_ops.c: gpuDeviceRmSubDeviceInitNvlink, nvGpuOpsGetNvlinkInfo):
+	 * the NVLink state is initialised whether the GPU has links or not (no NVLink caps is "nothing to
+	 * do"), and uncontained-error recovery (NV2080_CTRL_NVLINK_CAPS_UNCONTAINED_ERROR_RECOVERY, a
+	 * Hopper+ capability) is off, so there is no interrupt-tree window to read: mask, offset and read
+	 * location stay 0 and UVM never polls. Every emulated GPU answers this way, linked (topology) or
+	 * PCIe-only; its links are what GetP2PCaps reports. The notifier is the GPU's own flag, never set.
+	 */
+	memset(nvlinkInfo, 0, sizeof(*nvlinkInfo));
+	nvlinkInfo->bNvlinkRecoveryEnabled = NV_FALSE;
+	nvlinkInfo->nvlinkErrorNotifier = &gpu->nvlink_error_notifier;
+	return NV_OK;
+}
+EXPORT_SYMBOL(nvUvmInterfaceGetNvlinkInfo);
+#endif
 
 NV_STATUS nvUvmInterfaceServiceDeviceInterruptsRM(uvmGpuDeviceHandle device)
 {
@@ -690,15 +756,27 @@ static void sg_fill_vaspace_info(struct sg_gpu *gpu, UvmGpuAddressSpaceInfo *inf
 	info->smcEnabled = NV_FALSE;
 }
 
+#if SG_NV_BRANCH >= 580
+NV_STATUS nvUvmInterfaceAddressSpaceCreate(uvmGpuDeviceHandle device, unsigned long long vaBase,
+                                           unsigned long long vaSize, NvBool enableAts,
+                                           uvmGpuAddressSpaceHandle *vaSpace,
+                                           UvmGpuAddressSpaceInfo *vaSpaceInfo)
+#else
 NV_STATUS nvUvmInterfaceAddressSpaceCreate(uvmGpuDeviceHandle device, unsigned long long vaBase,
                                            unsigned long long vaSize, uvmGpuAddressSpaceHandle *vaSpace,
                                            UvmGpuAddressSpaceInfo *vaSpaceInfo)
+#endif
 {
 	struct sg_gpu *gpu = sg_dev_gpu(device);
 	struct uvmGpuAddressSpace_tag *as;
 
 	if (!gpu || !vaSpace || !vaSpaceInfo || !vaSize)
 		return NV_ERR_INVALID_ARGUMENT;
+#if SG_NV_BRANCH >= 580
+	/* UVM asks for ATS only with an internal PASID (gpu_get_internal_pasid() != -1): never on x86. */
+	if (enableAts)
+		return sg_refuse(gpu, "AddressSpaceCreate with ATS");
+#endif
 
 	/* RM manages [vaBase, vaBase + vaSize) of this VA space (SHARED_MANAGEMENT); the MMU resolves VAs
 	 * below rm_va_size through our table, which needs the range to start at 0 and to cover the RM VA
@@ -777,8 +855,13 @@ void nvUvmInterfaceAddressSpaceDestroy(uvmGpuAddressSpaceHandle vaSpace)
 }
 EXPORT_SYMBOL(nvUvmInterfaceAddressSpaceDestroy);
 
+#if SG_NV_BRANCH >= 580
+NV_STATUS nvUvmInterfaceSetPageDirectory(uvmGpuAddressSpaceHandle vaSpace, NvU64 physAddress, unsigned numEntries,
+                                         NvBool bVidMemAperture, NvU32 pasid, NvU64 *dmaAddress)
+#else
 NV_STATUS nvUvmInterfaceSetPageDirectory(uvmGpuAddressSpaceHandle vaSpace, NvU64 physAddress, unsigned numEntries,
                                          NvBool bVidMemAperture, NvU32 pasid)
+#endif
 {
 	struct sg_vaspace *vas;
 	NV_STATUS status = NV_OK;
@@ -802,6 +885,13 @@ NV_STATUS nvUvmInterfaceSetPageDirectory(uvmGpuAddressSpaceHandle vaSpace, NvU64
 		vas->pdb_set = true;
 	}
 	spin_unlock(&vas->lock);
+#if SG_NV_BRANCH >= 580
+	/* 580 passes a sysmem PDB as a CPU physical address and RM returns the DMA address it mapped
+	 * (UVM keeps it as pdb_rm_dma_address); vidmem is returned as given. The test bed has no IOMMU
+	 * (the load-time check: DMA address == physical), so both are the address itself. */
+	if (status == NV_OK && dmaAddress)
+		*dmaAddress = physAddress;
+#endif
 	return status;
 }
 EXPORT_SYMBOL(nvUvmInterfaceSetPageDirectory);
@@ -1267,7 +1357,9 @@ NV_STATUS nvUvmInterfaceInitFaultInfo(uvmGpuDeviceHandle device, UvmGpuFaultInfo
 	pFaultInfo->replayable.bufferAddress = f->buffer;
 	pFaultInfo->replayable.bufferSize = f->entries * 32;
 	pFaultInfo->replayable.bufferMetadata = NULL;      /* confidential computing only */
+#if SG_NV_BRANCH < 580
 	pFaultInfo->replayable.bUvmOwnsHwFaultBuffer = NV_TRUE;
+#endif
 
 	/* Non-replayable faults are not emulated: the shadow buffer stays empty and Has/Get report none. */
 	pFaultInfo->nonReplayable.shadowBufferAddress = f->nr_shadow;
@@ -1331,6 +1423,45 @@ NV_STATUS nvUvmInterfaceGetNonReplayableFaults(UvmGpuFaultInfo *pFaultInfo, void
 }
 EXPORT_SYMBOL(nvUvmInterfaceGetNonReplayableFaults);
 
+#if SG_NV_BRANCH >= 580
+/* The GPU of a fault info InitFaultInfo filled (580's fault-buffer calls take it instead of the device). */
+static struct sg_gpu *sg_fault_info_gpu(const UvmGpuFaultInfo *pFaultInfo)
+{
+	u32 h = pFaultInfo ? pFaultInfo->faultBufferHandle : 0;
+	u32 index = (h & 0xffffu) - 1;
+
+	if ((h & 0xffff0000u) != SG_FAULT_BUFFER_HANDLE_BASE || index >= SG_MAX_GPUS)
+		return NULL;
+	return READ_ONCE(sg_node.gpus[index]);
+}
+
+NV_STATUS nvUvmInterfaceFlushReplayableFaultBuffer(UvmGpuFaultInfo *pFaultInfo, NvBool bCopyAndFlush)
+{
+	/* Confidential computing only (GSP-owned buffer mirrored into a shadow; UVM returns before the
+	 * call otherwise). With UVM owning the hardware buffer there is nothing RM-side to flush or copy. */
+	if (!sg_fault_info_gpu(pFaultInfo))
+		return NV_ERR_INVALID_ARGUMENT;
+	return NV_OK;
+}
+EXPORT_SYMBOL(nvUvmInterfaceFlushReplayableFaultBuffer);
+
+NV_STATUS nvUvmInterfaceTogglePrefetchFaults(UvmGpuFaultInfo *pFaultInfo, NvBool bEnable)
+{
+	struct sg_gpu *gpu = sg_fault_info_gpu(pFaultInfo);
+	u32 v;
+
+	/* RM writes PRF_FILTER of the fault control register (kgmmuToggleFaultOnPrefetch); UVM calls it
+	 * only when it has no pPrefetchCtrl mapping (confidential computing), but the effect is the
+	 * same register the fault unit reads. */
+	if (!gpu || !gpu->fault.regs)
+		return NV_ERR_INVALID_ARGUMENT;
+	v = READ_ONCE(gpu->fault.regs->prefetch_ctrl) & ~SG_PRF_FILTER_MASK;
+	v |= bEnable ? SG_PRF_FILTER_SEND_ALL : SG_PRF_FILTER_SEND_NONE;
+	WRITE_ONCE(gpu->fault.regs->prefetch_ctrl, v);
+	return NV_OK;
+}
+EXPORT_SYMBOL(nvUvmInterfaceTogglePrefetchFaults);
+#else
 NV_STATUS nvUvmInterfaceFlushReplayableFaultBuffer(uvmGpuDeviceHandle device)
 {
 	/* Confidential computing only (GSP-owned buffer mirrored into a shadow). With UVM owning the
@@ -1340,6 +1471,7 @@ NV_STATUS nvUvmInterfaceFlushReplayableFaultBuffer(uvmGpuDeviceHandle device)
 	return NV_OK;
 }
 EXPORT_SYMBOL(nvUvmInterfaceFlushReplayableFaultBuffer);
+#endif
 
 NV_STATUS nvUvmInterfaceInitAccessCntrInfo(uvmGpuDeviceHandle device, UvmGpuAccessCntrInfo *pAccessCntrInfo,
                                            NvU32 accessCntrIndex)
@@ -1403,8 +1535,15 @@ NV_STATUS nvUvmInterfaceDestroyAccessCntrInfo(uvmGpuDeviceHandle device, UvmGpuA
 }
 EXPORT_SYMBOL(nvUvmInterfaceDestroyAccessCntrInfo);
 
+#if SG_NV_BRANCH >= 580
+NV_STATUS nvUvmInterfaceEnableAccessCntr(uvmGpuDeviceHandle device, UvmGpuAccessCntrInfo *pAccessCntrInfo,
+                                         const UvmGpuAccessCntrConfig *pAccessCntrConfig)
+#define SG_ACCESS_CNTR_GRANULARITY(c)   ((c)->granularity)
+#else
 NV_STATUS nvUvmInterfaceEnableAccessCntr(uvmGpuDeviceHandle device, UvmGpuAccessCntrInfo *pAccessCntrInfo,
                                          UvmGpuAccessCntrConfig *pAccessCntrConfig)
+#define SG_ACCESS_CNTR_GRANULARITY(c)   ((c)->mimcGranularity)
+#endif
 {
 	struct sg_gpu *gpu = sg_dev_gpu(device);
 
@@ -1418,7 +1557,7 @@ NV_STATUS nvUvmInterfaceEnableAccessCntr(uvmGpuDeviceHandle device, UvmGpuAccess
 	 * a test relying on notifications knows why none arrive.
 	 */
 	sg_unemulated(gpu, "access-counter notifications (EnableAccessCntr)", pAccessCntrConfig->threshold,
-	              pAccessCntrConfig->mimcGranularity);
+	              SG_ACCESS_CNTR_GRANULARITY(pAccessCntrConfig));
 	return NV_OK;
 }
 EXPORT_SYMBOL(nvUvmInterfaceEnableAccessCntr);
@@ -1447,7 +1586,9 @@ NV_STATUS nvUvmInterfaceGetP2PCaps(uvmGpuDeviceHandle device1, uvmGpuDeviceHandl
 	p2pCapsParams->peerIds[0] = (NvU32)-1;
 	p2pCapsParams->peerIds[1] = (NvU32)-1;
 	p2pCapsParams->p2pLink = UVM_LINK_TYPE_NONE;
-	p2pCapsParams->indirectAccess = NV_FALSE;
+#if SG_NV_BRANCH < 580
+	p2pCapsParams->indirectAccess = NV_FALSE;     /* P9 NPUs only; gone in 570 */
+#endif
 
 	if (g1->link_type[g2->index] == SOFTGPU_LINK_NONE)
 		return NV_OK;
@@ -1680,6 +1821,34 @@ NV_STATUS nvUvmInterfaceGetExternalAllocPtes(uvmGpuAddressSpaceHandle vaSpace, N
 }
 EXPORT_SYMBOL(nvUvmInterfaceGetExternalAllocPtes);
 
+#if SG_NV_BRANCH >= 580
+NV_STATUS nvUvmInterfaceGetExternalAllocPhysAddrs(uvmGpuAddressSpaceHandle vaSpace, NvHandle hMemory, NvU64 offset,
+                                                  NvU64 size, UvmGpuExternalPhysAddrInfo *gpuExternalPhysAddrsInfo)
+{
+	/* Device P2P mappings of RM memory (uvm_va_range_device_p2p.c): there are no RM user memory objects. */
+	return sg_refuse(vaSpace ? vaSpace->vas->gpu : NULL, "GetExternalAllocPhysAddrs (external allocations)");
+}
+EXPORT_SYMBOL(nvUvmInterfaceGetExternalAllocPhysAddrs);
+
+void nvUvmInterfaceReportFatalError(NV_STATUS error)
+{
+	static atomic_t reports = ATOMIC_INIT(0);
+	static NV_STATUS last_error;
+
+	/*
+	 * RM logs it and marks the node for a reboot (nvGpuOpsReportFatalError). UVM calls this from every
+	 * uvm_global_set_fatal_error(), which its own built-in tests provoke (GPU_SEMAPHORE_SANITY's
+	 * semaphore jumps) and which it already logs each time: the emulator logs the first report of each
+	 * error code in a row with the running count, no flood. Any context (bottom halves): no lock, no sleep.
+	 */
+	atomic_inc(&reports);
+	if (xchg(&last_error, error) != error)
+		pr_err("huvm-softgpu: nvidia-uvm reported a global fatal error 0x%x (report %d): RM would require a reboot\n",
+		       error, atomic_read(&reports));
+}
+EXPORT_SYMBOL(nvUvmInterfaceReportFatalError);
+#endif
+
 NV_STATUS nvUvmInterfaceDupMemory(uvmGpuDeviceHandle device, NvHandle hClient, NvHandle hPhysMemory,
                                   NvHandle *hDupMemory, UvmGpuMemoryInfo *pGpuMemoryInfo)
 {
@@ -1763,9 +1932,15 @@ NV_STATUS nvUvmInterfaceCslEncrypt(UvmCslContext *uvmCslContext, NvU32 bufferSiz
 }
 EXPORT_SYMBOL(nvUvmInterfaceCslEncrypt);
 
+#if SG_NV_BRANCH >= 580
+NV_STATUS nvUvmInterfaceCslDecrypt(UvmCslContext *uvmCslContext, NvU32 bufferSize, NvU8 const *inputBuffer,
+                                   UvmCslIv const *decryptIv, NvU32 keyRotationId, NvU8 *outputBuffer,
+                                   NvU8 const *addAuthData, NvU32 addAuthDataSize, NvU8 const *authTagBuffer)
+#else
 NV_STATUS nvUvmInterfaceCslDecrypt(UvmCslContext *uvmCslContext, NvU32 bufferSize, NvU8 const *inputBuffer,
                                    UvmCslIv const *decryptIv, NvU8 *outputBuffer, NvU8 const *addAuthData,
                                    NvU32 addAuthDataSize, NvU8 const *authTagBuffer)
+#endif
 {
 	return sg_refuse(NULL, "CslDecrypt (confidential computing)");
 }
@@ -1791,3 +1966,19 @@ NV_STATUS nvUvmInterfaceCslIncrementIv(UvmCslContext *uvmCslContext, UvmCslOpera
 	return sg_refuse(NULL, "CslIncrementIv (confidential computing)");
 }
 EXPORT_SYMBOL(nvUvmInterfaceCslIncrementIv);
+
+#if SG_NV_BRANCH >= 580
+NV_STATUS nvUvmInterfaceCslRotateKey(UvmCslContext *contextList[], NvU32 contextListCount)
+{
+	if (!contextList || !contextListCount)
+		return NV_ERR_INVALID_ARGUMENT;
+	return sg_refuse(NULL, "CslRotateKey (confidential computing)");
+}
+EXPORT_SYMBOL(nvUvmInterfaceCslRotateKey);
+
+NV_STATUS nvUvmInterfaceCslLogEncryption(UvmCslContext *uvmCslContext, UvmCslOperation operation, NvU32 bufferSize)
+{
+	return sg_refuse(NULL, "CslLogEncryption (confidential computing)");
+}
+EXPORT_SYMBOL(nvUvmInterfaceCslLogEncryption);
+#endif

@@ -1,12 +1,13 @@
 # driver/softgpu/softgpu.mk: the emulated GPUs of the qemu test bed (included by the top Makefile).
 #
-#   make softgpu-module    build $(BUILD)/softgpu/huvm-softgpu.ko against Debian's linux-headers-amd64
+#   make softgpu-module    build $(BUILD)/softgpu/huvm-softgpu.ko against Debian's linux-headers-amd64, speaking
+#                          the nvUvmInterface ABI of the upstream's branch (UPSTREAM=580.142: $(BUILD)/softgpu-580.142)
 #
 # Test hardware only: the module is never installed on a lab server (docs/softgpu.md).
 # SOFTGPU_BUILD may point elsewhere to build a scratch variant (SOFTGPU_SRC: another copy of the sources).
 
 SOFTGPU_SRC   ?= $(ROOT)/driver/softgpu
-SOFTGPU_BUILD ?= $(BUILD)/softgpu
+SOFTGPU_BUILD ?= $(BUILD)/softgpu$(HUVM_VSUFFIX)
 SOFTGPU_KO    := $(SOFTGPU_BUILD)/huvm-softgpu.ko
 SOFTGPU_DEPS  := $(wildcard $(SOFTGPU_SRC)/*.c $(SOFTGPU_SRC)/*.h) $(SOFTGPU_SRC)/Kbuild \
                  $(ROOT)/driver/include/uapi/huvm_softgpu_ioctl.h

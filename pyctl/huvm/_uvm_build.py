@@ -1,7 +1,8 @@
 """cffi builder of the UVM binding ``_huvm_uvm_cffi`` (out-of-line API mode), used by :mod:`huvm.uvm`.
 
 NVIDIA's nvidia-uvm speaks raw-numbered ioctls whose params structs live in its own headers
-(``uvm_ioctl.h``, ``uvm_linux_ioctl.h``, ``uvm_test_ioctl.h`` of the pinned 535.261.03 tree). Those headers
+(``uvm_ioctl.h``, ``uvm_linux_ioctl.h``, ``uvm_test_ioctl.h`` of the pinned 535.261.03 tree, or of
+580.142 with ``make uvm-binding UPSTREAM=580.142``: ``build/pyuvm-580.142``). Those headers
 exist only after ``make source`` (``build/upstream/orig``), so this extension is not part of the pip
 install: ``make uvm-binding`` runs this file and leaves the module in ``build/pyuvm/``.
 
@@ -230,8 +231,11 @@ def parse(orig: Path) -> Parsed:
     macros: dict[str, str] = {}
     enumerators: list[str] = []
 
-    # UvmPmaStatistics (nv_uvm_types.h) is the one aggregate from outside the ioctl headers a test uses.
-    types_text = preprocess_types(orig / "common" / "inc" / "nv_uvm_types.h")
+    # UvmPmaStatistics (nv_uvm_types.h; nv_uvm_user_types.h since 570) is the one aggregate from outside
+    # the ioctl headers a test uses.
+    inc = orig / "common" / "inc"
+    types_text = "\n".join(preprocess_types(inc / h) for h in ("nv_uvm_user_types.h", "nv_uvm_types.h")
+                           if (inc / h).is_file())
     for body, name in _blocks(types_text, "struct"):
         if name == "UvmPmaStatistics":
             skipped[name] = []

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -430,15 +431,70 @@ def _added_lines_of(part: str) -> list[str]:
     return [line[1:] for line in part.splitlines() if line.startswith("+") and not line.startswith("+++")]
 
 
-def test_softgpu_export_count_matches_docs() -> None:
-    """The software GPU exports every nvUvmInterface* of 535's nv_uvm_interface.h (71; nvidia-uvm 535 imports 68
-    of them, which modpost checks in the test bed); every "N nvUvmInterface*" of the docs is that count."""
-    exported = {m for f in sorted((ROOT / "driver" / "softgpu").glob("*.c"))
-                for m in re.findall(r"EXPORT_SYMBOL(?:_GPL)?\(\s*(nvUvmInterface\w+)\s*\)", _read(f))}
-    assert len(exported) == 71, f"driver/softgpu exports {len(exported)} nvUvmInterface*: update the docs and this test"
+SOFTGPU = DRIVER / "softgpu"
+SG_BRANCHES = {DEFAULT_VERSION: 535, "580.142": 580}
+# nvUvmInterface* of each branch's nv_uvm_interface.h: 535.261.03 declares 71; 580.142 adds GetNvlinkInfo,
+# TogglePrefetchFaults, GetExternalAllocPhysAddrs, ReportFatalError, CslRotateKey and CslLogEncryption and
+# drops PmaUnpinPages.
+SG_EXPORT_COUNTS = {535: 71, 580: 76}
+_SG_IF = re.compile(r"#if\s+SG_NV_BRANCH\s*(>=|<|==|!=)\s*(\d+)\s*$")
+_SG_OPS: dict[str, Callable[[int, int], bool]] = {
+    ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+
+
+def _softgpu_exports(branch: int) -> set[str]:
+    """The nvUvmInterface* the software GPU exports when built for `branch`: the sources read with their
+    `#if SG_NV_BRANCH <op> N` / `#else` / `#endif` blocks resolved (other conditionals are kept as true)."""
+    exported: set[str] = set()
+    for f in sorted(SOFTGPU.glob("*.c")):
+        stack: list[tuple[bool, bool]] = []   # (this block's condition, is an SG_NV_BRANCH block)
+        for line in _read(f).splitlines():
+            stripped = line.strip()
+            m = _SG_IF.match(stripped)
+            if m:
+                stack.append((_SG_OPS[m.group(1)](branch, int(m.group(2))), True))
+            elif re.match(r"#\s*if(n?def)?\b", stripped):
+                stack.append((True, False))
+            elif re.match(r"#\s*elif\b", stripped):
+                assert not (stack and stack[-1][1]), f"{f.name}: #elif in an SG_NV_BRANCH block"
+            elif re.match(r"#\s*else\b", stripped):
+                cond, mine = stack.pop()
+                stack.append((not cond if mine else True, mine))
+            elif re.match(r"#\s*endif\b", stripped):
+                stack.pop()
+            elif all(cond for cond, _ in stack):
+                exported.update(re.findall(r"EXPORT_SYMBOL(?:_GPL)?\(\s*(nvUvmInterface\w+)\s*\)", line))
+        assert not stack, f"{f.name}: unbalanced #if"
+    return exported
+
+
+@pytest.mark.parametrize("branch", sorted(SG_EXPORT_COUNTS))
+def test_softgpu_export_count_matches_docs(branch: int) -> None:
+    """The software GPU built for each branch exports every nvUvmInterface* of that branch's
+    nv_uvm_interface.h (535: 71, nvidia-uvm 535 imports 68 of them; 580: 76; modpost checks the imports in
+    the test bed); every "N nvUvmInterface*" of the docs is one of those counts, and each count is stated."""
+    exported = _softgpu_exports(branch)
+    assert len(exported) == SG_EXPORT_COUNTS[branch], \
+        f"driver/softgpu exports {len(exported)} nvUvmInterface* for {branch}: update the docs and this test"
     for doc in ("softgpu.md", "testing.md"):
         stated = re.findall(r"(\d+) (?:exported )?`?nvUvmInterface\*", _read(ROOT / "docs" / doc))
-        assert stated and set(stated) == {str(len(exported))}, f"docs/{doc}: {stated} nvUvmInterface* exports"
+        assert stated and set(stated) <= {str(n) for n in SG_EXPORT_COUNTS.values()}, \
+            f"docs/{doc}: {stated} nvUvmInterface* exports"
+    stated_sg = re.findall(r"(\d+) (?:exported )?`?nvUvmInterface\*", _read(ROOT / "docs" / "softgpu.md"))
+    assert str(len(exported)) in stated_sg, f"docs/softgpu.md does not state the {branch} count"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_softgpu_exports_equal_the_branch_interface(version: str) -> None:
+    """For each pinned upstream, the exports of its branch's build are exactly the functions its
+    nv_uvm_interface.h declares: nothing missing (nvidia-uvm would not link), nothing stale."""
+    header = _upstream(version) / "common" / "inc" / "nv_uvm_interface.h"
+    require_or_skip(header.is_file(), f"{header} missing (make source UPSTREAM={version})")
+    declared = set(re.findall(r"^(?:NV_STATUS|void|NvBool|NvU32|NvU64)\s+(nvUvmInterface\w+)\s*\(",
+                              _read(header), flags=re.MULTILINE))
+    exported = _softgpu_exports(SG_BRANCHES[version])
+    assert exported == declared, (f"{version}: missing {sorted(declared - exported)}, "
+                                  f"not in the header {sorted(exported - declared)}")
 
 
 def test_test_commands_are_apart_from_production_dispatch() -> None:

@@ -12,7 +12,11 @@
 #                           [--python PY] [--pytest-args ARGS]
 #   --softgpu-ko  huvm-softgpu.ko (a host path; the guest sees host / read-only)
 #   --uvm     VARIANT=PATH: an nvidia-uvm.ko of the softgpu phase (linked against huvm-softgpu's symbols);
-#             repeat for several, run in the order given (e.g. stock-release=build/module/stock-release/nvidia-uvm.ko)
+#             repeat for several, run in the order given (e.g. stock-release=build/module/stock-release/nvidia-uvm.ko).
+#             A variant of another upstream than the default is named <version>-<kind> (e.g.
+#             580.142-patched-release=build/module-580.142/patched-release/nvidia-uvm.ko) and needs that
+#             version's software GPU (--softgpu-ko-for) and UVM binding ($BUILD/pyuvm-<version>)
+#   --softgpu-ko-for  VERSION=PATH: the huvm-softgpu.ko built against that upstream's headers
 #   --phases  the phases to run, comma-separated: guest, softgpu (default: guest,softgpu)
 #   --out     results: console.log, dmesg.log, junit-guest-root-<variant>.xml, junit-guest-user-<variant>.xml,
 #             junit-softgpu-<variant>.xml, dmesg-softgpu-<variant>.log, softgpu-results, summary, the .ko files
@@ -41,10 +45,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${BUILD:-$root/build}
 out=""; work=""; python=${PY:-$root/.venv/bin/python}; pytest_args=""; guest_cmd=""; preflight=0
-softgpu_ko=""; uvms=(); phases=""; softgpu_cmd=""; softgpu_pytest_args=""
+softgpu_ko=""; softgpu_kos_for=(); uvms=(); phases=""; softgpu_cmd=""; softgpu_pytest_args=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --softgpu-ko) softgpu_ko=$2; shift 2 ;;
+        --softgpu-ko-for) softgpu_kos_for+=("$2"); shift 2 ;;
         --uvm) uvms+=("$2"); shift 2 ;;
         --phases) phases=$2; shift 2 ;;
         --softgpu-cmd) softgpu_cmd=$2; shift 2 ;;
@@ -119,9 +124,20 @@ softgpu_ko=$(readlink -f "$softgpu_ko")
 [ ${#uvms[@]} -gt 0 ] || { echo "run-vm: at least one --uvm VARIANT=PATH is needed" >&2; exit 1; }
 case "$gpus" in [1-9]|[1-9][0-9]) ;; *) echo "run-vm: VM_GPUS=$gpus: expected 1-99" >&2; exit 1 ;; esac
 case "$fb_mib" in [1-9]*) ;; *) echo "run-vm: VM_FB_MIB=$fb_mib: expected a number of MiB" >&2; exit 1 ;; esac
+declare -A sg_for=()
+for s in "${softgpu_kos_for[@]}"; do
+    sv=${s%%=*}; sp=${s#*=}
+    case "$sv" in ''|*[!0-9.]*|"$s") echo "run-vm: --softgpu-ko-for $s: expected VERSION=PATH" >&2; exit 1 ;; esac
+    check_ko "software GPU module for $sv" "$sp" "make softgpu-module UPSTREAM=$sv"
+    sg_for[$sv]=$(readlink -f "$sp")
+done
 for u in "${uvms[@]}"; do
     v=${u%%=*}; p=${u#*=}
-    case "$v" in ''|*[!a-z0-9-]*|"$u") echo "run-vm: --uvm $u: expected VARIANT=PATH" >&2; exit 1 ;; esac
+    case "$v" in ''|*[!a-z0-9.-]*|"$u") echo "run-vm: --uvm $u: expected VARIANT=PATH" >&2; exit 1 ;; esac
+    case "$v" in
+        [0-9]*-*) [ -n "${sg_for[${v%%-*}]:-}" ] ||
+                      { echo "run-vm: --uvm $v: no --softgpu-ko-for ${v%%-*}=PATH" >&2; exit 1; } ;;
+    esac
     check_ko "nvidia-uvm.ko ($v)" "$p" "make uvm-stock-module / uvm-patched-module"
     # Its nvUvmInterface* imports must come from the software GPU (KBUILD_EXTRA_SYMBOLS), not nvidia.ko.
     case ",$(modinfo -F depends "$p")," in
@@ -129,7 +145,7 @@ for u in "${uvms[@]}"; do
         *) echo "run-vm: $p ($v) does not depend on huvm-softgpu (built without its Module.symvers?)" >&2; exit 1 ;;
     esac
     variants+=("$v")
-    case "$v" in patched-*) patched=$((patched + 1)) ;; esac
+    case "$v" in patched-*|[0-9]*-patched-*) patched=$((patched + 1)) ;; esac
 done
 if has_phase guest && [ "$patched" = 0 ]; then
     echo "vm-test: note: no patched-* variant, so the guest phase (tests/vm/guest) does not run"
@@ -179,6 +195,7 @@ mkdir -p "$out"
 chmod 755 "$out"
 # The guest loads these copies (host paths under /tmp are hidden by the guest's tmpfs).
 cp "$softgpu_ko" "$out/huvm-softgpu.ko"
+for sv in "${!sg_for[@]}"; do cp "${sg_for[$sv]}" "$out/huvm-softgpu-$sv.ko"; done
 for u in "${uvms[@]}"; do cp "${u#*=}" "$out/nvidia-uvm-${u%%=*}.ko"; done
 ird=$work/initramfs
 rm -rf "$ird"
@@ -205,6 +222,7 @@ HUVM_PY=$python
 CI=${CI:-}
 HUVM_PHASES=${phases// /,}
 HUVM_SOFTGPU_KO=/run/huvm-out/huvm-softgpu.ko
+HUVM_BUILD=$build
 HUVM_UVM_VARIANTS=$(IFS=,; echo "${variants[*]}")
 HUVM_SOFTGPU_GPUS=$gpus
 HUVM_SOFTGPU_FB_MIB=$fb_mib
@@ -362,7 +380,7 @@ if [ "$verdict" = 0 ] && [ -z "$guest_cmd" ]; then
         need+=("dmesg-softgpu-$v.log")
         if [ -z "$softgpu_cmd" ]; then
             if has_phase softgpu; then need+=("junit-softgpu-$v.xml"); fi
-            case "$v" in patched-*) if has_phase guest; then need+=("junit-guest-root-$v.xml" "junit-guest-user-$v.xml"); fi ;; esac
+            case "$v" in patched-*|[0-9]*-patched-*) if has_phase guest; then need+=("junit-guest-root-$v.xml" "junit-guest-user-$v.xml"); fi ;; esac
         fi
         grep -q "^$v " "$out/softgpu-results" 2>/dev/null || { verdict=2; why="guest left no result for variant $v"; }
     done

@@ -61,10 +61,11 @@ load_uvm() {  # ko
 
 # The guest suite on a patched variant's huvm ioctls. Sets guest= (passed or FAIL(...)); leaves nvidia-uvm
 # freshly loaded (the suite leaves a synthetic node and reloads the module itself), or sets load=.
-guest_suite() {  # variant ko
+guest_suite() {  # variant ko [uvm-binding]
     local v=$1 ko=$2 failed=() common env
     common=(-c tests/vm/guest/pytest.ini --rootdir=tests/vm/guest -p pytest_timeout)
     env=(env HUVM_DEVICE=/dev/nvidia-uvm "HUVM_UVM_VARIANT=$v" "HUVM_UVM_KO=$ko" "HUVM_UVM_PARAMS=${uvm_params[*]}")
+    [ -z "${3:-}" ] || env+=("HUVM_UVM_BINDING=$3")
     echo "[t=$(t)s] == guest suite [$v]: tracepoints: $(ls /sys/kernel/tracing/events/huvm 2>/dev/null | grep -v -e enable -e filter | tr '\n' ' ')"
     echo "[t=$(t)s] == guest suite [$v]: pytest as root (uid $(id -u), CAP_SYS_ADMIN)"
     # shellcheck disable=SC2086
@@ -95,16 +96,24 @@ guest_suite() {  # variant ko
     echo "[t=$(t)s] == guest suite [$v]: $guest"
 }
 
-softgpu_variant() {  # variant
+softgpu_variant() {  # variant: <kind> (the default upstream) or <version>-<kind> (run-vm.sh --uvm)
     local v=$1 ko=$out/nvidia-uvm-$1.ko load=ok guest=none tests=skipped unload=ok vrc=0 log
     local mark="huvm-vm: softgpu variant $v begins" taint0
+    # The kind (stock-release, patched-debug, ...) and, for another upstream than the default, its version,
+    # its software GPU (built against that version's nv_uvm_interface.h) and its UVM binding (that version's
+    # ioctl headers).
+    local kind=$v up="" sgko=$HUVM_SOFTGPU_KO binding=${HUVM_UVM_BINDING:-}
+    case $v in [0-9]*-*)
+        up=${v%%-*}; kind=${v#*-}
+        sgko=$out/huvm-softgpu-$up.ko; binding=$HUVM_BUILD/pyuvm-$up ;;
+    esac
     taint0=$(cat /proc/sys/kernel/tainted)
     log=$out/dmesg-softgpu-$v.log
     echo "$mark" > /dev/kmsg
-    echo "[t=$(t)s] == softgpu [$v]: insmod huvm-softgpu.ko gpus=$gpus fb_mib=$fb_mib; insmod $(basename "$ko")"
+    echo "[t=$(t)s] == softgpu [$v]: insmod $(basename "$sgko") gpus=$gpus fb_mib=$fb_mib; insmod $(basename "$ko")"
     if loaded huvm_softgpu || loaded nvidia_uvm; then
         load="FAIL(modules still loaded from before)"
-    elif ! insmod "$HUVM_SOFTGPU_KO" gpus="$gpus" fb_mib="$fb_mib"; then
+    elif ! insmod "$sgko" gpus="$gpus" fb_mib="$fb_mib"; then
         load="FAIL(insmod huvm-softgpu)"
     elif ! check_param huvm_softgpu gpus "$gpus" || ! check_param huvm_softgpu fb_mib "$fb_mib"; then
         load="FAIL(huvm-softgpu parameters)"
@@ -114,14 +123,18 @@ softgpu_variant() {  # variant
     [ "$load" = ok ] || { echo "== softgpu [$v]: load $load"; vrc=1; }
     # The upstream nvidia-uvm this variant is (its MODULE_VERSION), for the summary line.
     local upstream
-    upstream=$(cat /sys/module/nvidia_uvm/version 2>/dev/null || echo '?')
+    upstream=$(cat /sys/module/nvidia_uvm/version 2>/dev/null || echo "${up:-?}")
+    # The summary names the upstream and the kind: "== softgpu [580.142 patched-release]: PASS: ...".
+    local label="$upstream $kind"
     echo "[t=$(t)s] == softgpu [$v]: $(grep -E '^(huvm_softgpu|nvidia_uvm) ' /proc/modules | cut -d' ' -f1-4 | paste -sd';'); $(ls -l /dev/nvidia-uvm /dev/nvidia-uvm-tools 2>/dev/null | awk '{print $1, $5, $6, $NF}' | paste -sd';')"
 
-    local env=(env "HUVM_UVM_VARIANT=$v" "HUVM_SOFTGPU_GPUS=$gpus" "HUVM_SOFTGPU_FB_MIB=$fb_mib"
+    local env=(env "HUVM_UVM_VARIANT=$kind" "HUVM_UVM_VARIANT_ID=$v" "HUVM_UVM_UPSTREAM=$upstream"
+               "HUVM_SOFTGPU_GPUS=$gpus" "HUVM_SOFTGPU_FB_MIB=$fb_mib" "HUVM_SOFTGPU_KO=$sgko"
                "HUVM_UVM_KO=$ko" "HUVM_SOFTGPU_LONG=${HUVM_SOFTGPU_LONG:-}")
+    [ -z "$binding" ] || env+=("HUVM_UVM_BINDING=$binding")
     if [ ! -f "$sg_cmd" ] && [ "$load" = ok ] && has_part guest; then
-        case $v in patched-*)
-            guest_suite "$v" "$ko"
+        case $kind in patched-*)
+            guest_suite "$v" "$ko" "$binding"
             [ "$load" = ok ] || { echo "== softgpu [$v]: load $load"; vrc=1; }
             case $guest in passed) ;; *) vrc=1 ;; esac ;;
         esac
@@ -174,7 +187,7 @@ softgpu_variant() {  # variant
         taint="FAIL($taint)"; vrc=1
     fi
     echo "$v upstream=$upstream load=$load guest=$guest tests=$tests unload=$unload not_emulated=$ne uvm_asserts=$na taint=$taint" >> "$results"
-    echo "[t=$(t)s] == softgpu [$v]: $([ $vrc = 0 ] && echo PASS || echo FAIL): load=$load guest=$guest tests=$tests unload=$unload"
+    echo "[t=$(t)s] == softgpu [$label]: $([ $vrc = 0 ] && echo PASS || echo FAIL): load=$load guest=$guest tests=$tests unload=$unload"
     [ $vrc = 0 ] || [ $rc != 0 ] || rc=1
 }
 

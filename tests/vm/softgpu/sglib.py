@@ -84,6 +84,18 @@ def env_int(name: str, default: int) -> int:
 # The long suite (make vm-test VM_SOFTGPU_LONG=1): tests whose full modes take minutes under TCG.
 LONG = os.environ.get("HUVM_SOFTGPU_LONG", "") == "1"
 VARIANT = os.environ.get("HUVM_UVM_VARIANT", "unknown")       # stock-release, patched-release, patched-debug
+# The run's name for the variant: VARIANT on the default upstream, <version>-VARIANT on another (result files).
+VARIANT_ID = os.environ.get("HUVM_UVM_VARIANT_ID", VARIANT)
+# nvidia-uvm's version (its MODULE_VERSION) and branch (the major: 535, 580).
+UPSTREAM = os.environ.get("HUVM_UVM_UPSTREAM", "")
+BRANCH = int(UPSTREAM.split(".")[0]) if UPSTREAM.split(".")[0].isdigit() else 0
+
+
+def uvm_gpu_id(nth: int) -> int:
+    """nvidia-uvm's processor id of the nth GPU it registered (the CPU is 0). 535 numbers GPUs 1, 2, 3...;
+    since 570 every parent GPU has 8 sub-processor (MIG) ids (uvm_types.h UVM_PARENT_ID_MAX_SUB_PROCESSORS),
+    so 580 numbers them 1, 9, 17... (its log says "GPU ID 17: ... (softgpu 2)")."""
+    return 1 + nth * (8 if BRANCH >= 570 else 1)
 GPUS_EXPECTED = env_int("HUVM_SOFTGPU_GPUS", 0)                # 0: take what GET_INFO says
 FB_MIB = env_int("HUVM_SOFTGPU_FB_MIB", 0)
 OUT = os.environ.get("HUVM_OUT", "")

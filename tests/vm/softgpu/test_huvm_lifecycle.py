@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import stat
@@ -553,8 +554,10 @@ def _load_uvm(ko: str, *extra: str) -> None:
 
 def _fast_ko(ko: str) -> str:
     """A copy of nvidia-uvm.ko on the guest's tmpfs without debug sections (insmod reads the whole file; the
-    original lies on the 9p share). The kernel never loads debug sections, so the module is the same."""
-    out = "/tmp/nvidia-uvm-lifecycle.ko"
+    original lies on the 9p share). The kernel never loads debug sections, so the module is the same. One
+    copy per module file: the guest's /tmp outlives a variant, and a later variant must not load an earlier
+    one's module (the software GPU it was linked against differs between 535 and 580)."""
+    out = f"/tmp/lifecycle-{os.path.basename(ko)}"
     if not os.path.exists(out):
         p = subprocess.run(["objcopy", "--strip-debug", ko, out], capture_output=True, text=True, check=False)
         if p.returncode != 0:
@@ -591,7 +594,9 @@ def _module_caches(base: set[str]) -> tuple[dict[str, int], list[str]]:
     """The slab caches nvidia-uvm made (those in /sys/kernel/slab beyond ``base``, the listing without it):
     ({cache: objects in use after a shrink}, [caches merged into another one]). The counts are exact only for
     caches of their own: a merged cache (SLAB_MERGE_DEFAULT; the test bed boots with slab_nomerge) is a
-    symlink whose count includes every other user."""
+    symlink whose count includes every other user. A cache is named without the load-time suffix that
+    nvidia-uvm 580 adds on kernels whose sysfs slab entries outlive their cache (nv-linux.h
+    nv_kmem_cache_create: "<name>-<ns timestamp>"), so one load's caches compare with another's."""
     counts: dict[str, int] = {}
     merged: list[str] = []
     for name in sorted(set(os.listdir(SLAB_DIR)) - base):
@@ -605,7 +610,8 @@ def _module_caches(base: set[str]) -> tuple[dict[str, int], list[str]]:
         except OSError:
             pass
         with open(os.path.join(path, "objects")) as f:
-            counts[name] = int(f.read().split()[0])
+            key = re.sub(r"-\d+$", "", name)
+            counts[key] = counts.get(key, 0) + int(f.read().split()[0])
     return counts, merged
 
 

@@ -1050,8 +1050,8 @@ def test_fetch_back(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: 
         f"fetch_from_host +{d4.gpus[owner]['fetch_from_host']} bytes_from_host +{d4.gpus[owner]['bytes_from_host']}"
 
     # nvidia-uvm's ids: the CPU is 0; sglib.open_session registered the GPUs in index order, so UVM numbered
-    # them from 1 in that order (its log says "GPU ID 1: ... (softgpu 0)")
-    uvm_id = {g.index: g.index + 1 for g in s.gpus}
+    # them in that order (its log says "GPU ID 1: ... (softgpu 0)"; on 580 GPU ids step by 8)
+    uvm_id = {g.index: sglib.uvm_gpu_id(g.index) for g in s.gpus}
     for e in ev:
         if e.name == "policy":
             continue
