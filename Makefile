@@ -55,8 +55,7 @@ include $(ROOT)/tests/vm/vm.mk
 
 # C style of driver/ (driver/.clang-format, NVIDIA UVM's kernel style): `make format` applies it, `make lint`
 # fails on any difference (clang-format is pinned in pyctl's dev extras, so every machine formats alike).
-C_FORMAT_SRCS = $(shell find $(ROOT)/driver -name '*.[ch]' $(C_FORMAT_EXCLUDE) | sort)
-C_FORMAT_EXCLUDE = -not -path '$(ROOT)/driver/softgpu/*'
+C_FORMAT_SRCS = $(shell find $(ROOT)/driver -name '*.[ch]' | sort)
 .PHONY: format lint-c
 format: | venv
 	@$(VENV)/bin/clang-format -i $(C_FORMAT_SRCS)

@@ -52,30 +52,30 @@
 #include "huvm_softgpu_ioctl.h"
 #include "sg_compat.h"
 
-#define SG_MAX_GPUS             SOFTGPU_MAX_GPUS
-#define SG_MAX_PEER_IDS         8
-#define SG_PAGE_4K              0x1000ULL
-#define SG_PAGE_64K             0x10000ULL
-#define SG_PAGE_2M              0x200000ULL
+#define SG_MAX_GPUS     SOFTGPU_MAX_GPUS
+#define SG_MAX_PEER_IDS 8
+#define SG_PAGE_4K      0x1000ULL
+#define SG_PAGE_64K     0x10000ULL
+#define SG_PAGE_2M      0x200000ULL
 
 /* Emulated GV100 identity (uvm/ctrl2080mc.h, clc36f.h, clc3b5.h, clc076.h). */
-#define SG_ARCH_GV100           0x140
-#define SG_CLASS_HOST           0xC36F      /* VOLTA_CHANNEL_GPFIFO_A */
-#define SG_CLASS_CE             0xC3B5      /* VOLTA_DMA_COPY_A */
-#define SG_CLASS_COMPUTE        0xC3C0      /* VOLTA_COMPUTE_A (reported only) */
-#define SG_CLASS_UVM_SW         0xC076      /* GP100_UVM_SW */
+#define SG_ARCH_GV100    0x140
+#define SG_CLASS_HOST    0xC36F      /* VOLTA_CHANNEL_GPFIFO_A */
+#define SG_CLASS_CE      0xC3B5      /* VOLTA_DMA_COPY_A */
+#define SG_CLASS_COMPUTE 0xC3C0      /* VOLTA_COMPUTE_A (reported only) */
+#define SG_CLASS_UVM_SW  0xC076      /* GP100_UVM_SW */
 
 /* VA layout of an RM-managed (kernel) address space: RM hands out VAs in [SG_RM_VA_START, SG_RM_VA_END)
  * (below max_channel_va = 2^40, never 0). VAs below the RM range size (128 TB) are RM's; above, UVM's
  * own page tree, walked from the PDB. */
-#define SG_RM_VA_START          (4ULL << 30)
-#define SG_RM_VA_END            (1ULL << 40)
+#define SG_RM_VA_START (4ULL << 30)
+#define SG_RM_VA_END   (1ULL << 40)
 
 /* Apertures as the CE and MMU see them. */
 enum sg_aperture {
-	SG_AP_VID  = 0,     /* this GPU's framebuffer */
-	SG_AP_PEER = 1,     /* a peer GPU's framebuffer (through the peer id) */
-	SG_AP_SYS  = 2,     /* system memory: a guest physical (= DMA) address */
+    SG_AP_VID = 0,     /* this GPU's framebuffer */
+    SG_AP_PEER = 1,     /* a peer GPU's framebuffer (through the peer id) */
+    SG_AP_SYS = 2,     /* system memory: a guest physical (= DMA) address */
 };
 
 /* PRF_FILTER of the page-fault control register UVM reads and writes through pPrefetchCtrl, and RM through
@@ -87,22 +87,22 @@ enum sg_aperture {
 
 /* MMU access kinds. */
 enum sg_access {
-	SG_ACC_READ = 0,
-	SG_ACC_WRITE,
-	SG_ACC_ATOMIC,
-	SG_ACC_PREFETCH,
+    SG_ACC_READ = 0,
+    SG_ACC_WRITE,
+    SG_ACC_ATOMIC,
+    SG_ACC_PREFETCH,
 };
 
 /* Fault types as in the C369 fault packet (uvm/hwref/volta/gv100/dev_fault.h, uvm_fault_type_t). */
-#define SG_FAULT_NONE           (-1)
-#define SG_FAULT_PDE            0x0
-#define SG_FAULT_PDE_SIZE       0x1
-#define SG_FAULT_PTE            0x2
-#define SG_FAULT_VA_LIMIT       0x3
-#define SG_FAULT_PRIV           0x5
-#define SG_FAULT_RO             0x6
-#define SG_FAULT_APERTURE       0xa         /* UNSUPPORTED_APERTURE: no memory behind the PTE (fatal) */
-#define SG_FAULT_ATOMIC         0xf
+#define SG_FAULT_NONE     (-1)
+#define SG_FAULT_PDE      0x0
+#define SG_FAULT_PDE_SIZE 0x1
+#define SG_FAULT_PTE      0x2
+#define SG_FAULT_VA_LIMIT 0x3
+#define SG_FAULT_PRIV     0x5
+#define SG_FAULT_RO       0x6
+#define SG_FAULT_APERTURE 0xa         /* UNSUPPORTED_APERTURE: no memory behind the PTE (fatal) */
+#define SG_FAULT_ATOMIC   0xf
 
 struct sg_gpu;
 struct sg_vaspace;
@@ -125,51 +125,51 @@ void sg_pma_counters(struct sg_gpu *gpu, u64 *free_b, u64 *pinned_b, u64 *unpinn
 /* The interrupt bits UVM writes to pPmcIntrEnSet/EnClear (replayableFaultMask, set by InitFaultInfo) and
  * to pHubIntrEnSet/EnClear (accessCounterMask, set by InitAccessCntrInfo). Any distinct non-zero bits
  * work; these mirror the PMC/HUB interrupt positions of the real parts only loosely. */
-#define SG_INTR_REPLAYABLE_FAULT    (1u << 9)
-#define SG_INTR_ACCESS_CNTR         (1u << 27)
+#define SG_INTR_REPLAYABLE_FAULT (1u << 9)
+#define SG_INTR_ACCESS_CNTR      (1u << 27)
 
 /* The "registers" UVM reads and writes through pointers (UvmGpuFaultInfo, UvmGpuAccessCntrInfo,
  * AddressSpaceCreate's time offsets): plain words in one zeroed page per GPU. */
 struct sg_regs {
-	u32 fault_get;
-	u32 fault_put;
-	u32 fault_info;
-	u32 pmc_intr;
-	u32 pmc_intr_en_set;
-	u32 pmc_intr_en_clear;
-	u32 prefetch_ctrl;
-	u32 ac_get;
-	u32 ac_put;
-	u32 ac_full;
-	u32 ac_hub_intr;
-	u32 ac_en_set;
-	u32 ac_en_clear;
-	u32 pad;
-	u64 time;                     /* TIME_0 (low) / TIME_1 (high) */
+    u32 fault_get;
+    u32 fault_put;
+    u32 fault_info;
+    u32 pmc_intr;
+    u32 pmc_intr_en_set;
+    u32 pmc_intr_en_clear;
+    u32 prefetch_ctrl;
+    u32 ac_get;
+    u32 ac_put;
+    u32 ac_full;
+    u32 ac_hub_intr;
+    u32 ac_en_set;
+    u32 ac_en_clear;
+    u32 pad;
+    u64 time;                     /* TIME_0 (low) / TIME_1 (high) */
 };
 
 struct sg_fault_unit {
-	struct sg_regs *regs;         /* one page, vzalloc'd by sg_main.c */
-	void *buffer;                 /* replayable fault ring: entries * 32 bytes */
-	u32 entries;
-	void *nr_shadow;              /* non-replayable shadow buffer (never filled) */
-	u32 nr_size;
-	void *ac_buffer;              /* access-counter buffer (never filled) */
-	u32 ac_size;
-	bool info_initialised;        /* InitFaultInfo done */
-	bool uvm_owns_intr;           /* OwnPageFaultIntr(TRUE) */
-	bool ac_initialised;
-	raw_spinlock_t lock;          /* fault ring writes (entries, PUT) */
-	struct mutex sm_lock;         /* pending and the state of every parked SM access (sg_fault.c) */
-	struct list_head pending;     /* SM accesses parked on a fault (sg_fault.c), under sm_lock */
-	atomic_t replay_gen;          /* bumped by every replay method */
-	wait_queue_head_t wq;         /* parked SM accesses wait here */
-	struct irq_work irq;          /* calls UVM's isrTopHalf in hard-IRQ context */
-	u64 last_irq_ns;
-	struct timer_list timer;      /* re-raises the interrupt while the ring holds work; GET upkeep */
-	struct rw_semaphore tlb_sem;  /* SM page accesses in flight (read) vs TLB invalidates (write) */
-	bool regs_owned;              /* sg_fault_init allocated regs (sg_main.c had not) */
-	bool shutdown;                /* sg_fault_fini has begun: no more timers or interrupts */
+    struct sg_regs *regs;         /* one page, vzalloc'd by sg_main.c */
+    void *buffer;                 /* replayable fault ring: entries * 32 bytes */
+    u32 entries;
+    void *nr_shadow;              /* non-replayable shadow buffer (never filled) */
+    u32 nr_size;
+    void *ac_buffer;              /* access-counter buffer (never filled) */
+    u32 ac_size;
+    bool info_initialised;        /* InitFaultInfo done */
+    bool uvm_owns_intr;           /* OwnPageFaultIntr(TRUE) */
+    bool ac_initialised;
+    raw_spinlock_t lock;          /* fault ring writes (entries, PUT) */
+    struct mutex sm_lock;         /* pending and the state of every parked SM access (sg_fault.c) */
+    struct list_head pending;     /* SM accesses parked on a fault (sg_fault.c), under sm_lock */
+    atomic_t replay_gen;          /* bumped by every replay method */
+    wait_queue_head_t wq;         /* parked SM accesses wait here */
+    struct irq_work irq;          /* calls UVM's isrTopHalf in hard-IRQ context */
+    u64 last_irq_ns;
+    struct timer_list timer;      /* re-raises the interrupt while the ring holds work; GET upkeep */
+    struct rw_semaphore tlb_sem;  /* SM page accesses in flight (read) vs TLB invalidates (write) */
+    bool regs_owned;              /* sg_fault_init allocated regs (sg_main.c had not) */
+    bool shutdown;                /* sg_fault_fini has begun: no more timers or interrupts */
 };
 
 NV_STATUS sg_fault_init(struct sg_gpu *gpu);           /* at module load */
@@ -190,8 +190,7 @@ void sg_fault_replay(struct sg_gpu *gpu);
 void sg_fault_cancel_va(struct sg_gpu *gpu, u32 pdb_aperture, u64 pdb_pa, u64 va, u32 access_mode);
 void sg_fault_cancel_targeted(struct sg_gpu *gpu, u32 gpc, u32 client);
 void sg_fault_cancel_global(struct sg_gpu *gpu);
-void sg_fault_cancel_inst(struct sg_gpu *gpu, u32 inst_aperture, u64 inst_pa, bool global, u32 gpc,
-                          u32 client);
+void sg_fault_cancel_inst(struct sg_gpu *gpu, u32 inst_aperture, u64 inst_pa, bool global, u32 gpc, u32 client);
 /* MMU_TLB_INVALIDATE (MEM_OP 9/0xA; before acting on its REPLAY field): returns once no SM access still
  * uses a translation made before the call, so that UVM may reuse the memory an invalidated PTE mapped.
  * Process context (engine thread); takes no spinlock. There is no TLB to drop. */
@@ -210,49 +209,48 @@ void sg_fault_stop_channel(struct sg_gpu *gpu, struct sg_user_channel *uch);
  * NV_ERR_TIMEOUT (no replay within timeout_ms); NV_ERR_INVALID_CHANNEL (channel stopped);
  * NV_ERR_BUSY_RETRY (FLAG_NO_WAIT: the fault was reported, the access not retried);
  * NV_ERR_INVALID_ARGUMENT (bad type/flags/size/alignment or data pointer); NV_ERR_SIGNAL_PENDING. */
-NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 count, u32 timeout_ms,
-                    u32 *completed);
+NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 count, u32 timeout_ms, u32 *completed);
 
 /* ---- GPU --------------------------------------------------------------------------------------- */
 struct sg_gpu {
-	unsigned index;
-	NvProcessorUuid uuid;
-	char name[SOFTGPU_NAME_LEN];
-	struct pci_dev *pdev;         /* the qemu device this GPU is bound to (DMA API target) */
+    unsigned index;
+    NvProcessorUuid uuid;
+    char name[SOFTGPU_NAME_LEN];
+    struct pci_dev *pdev;         /* the qemu device this GPU is bound to (DMA API target) */
 
-	u64 fb_size;                  /* whole framebuffer */
-	u64 pma_size;                 /* PMA owns [0, pma_size); RM-reserved FB is [pma_size, fb_size) */
-	u8 *fb;                       /* vmalloc'd backing: VID physical address == offset */
+    u64 fb_size;                  /* whole framebuffer */
+    u64 pma_size;                 /* PMA owns [0, pma_size); RM-reserved FB is [pma_size, fb_size) */
+    u8 *fb;                       /* vmalloc'd backing: VID physical address == offset */
 
-	/* RM-reserved FB allocator (MemoryAllocFB backing), in [pma_size, fb_size): sg_rm.c */
-	struct mutex rm_fb_lock;
-	unsigned long *rm_fb_bitmap;  /* one bit per 4K page of the reserved part */
+        /* RM-reserved FB allocator (MemoryAllocFB backing), in [pma_size, fb_size): sg_rm.c */
+    struct mutex rm_fb_lock;
+    unsigned long *rm_fb_bitmap;  /* one bit per 4K page of the reserved part */
 
-	struct sg_pma *pma;
-	struct sg_fault_unit fault;
+    struct sg_pma *pma;
+    struct sg_fault_unit fault;
 
-	/* topology (sg_main.c at load) */
-	u32 link_type[SG_MAX_GPUS];   /* SOFTGPU_LINK_* */
-	u32 link_count[SG_MAX_GPUS];
-	int peer_id_of[SG_MAX_GPUS];  /* the 3-bit peer id this GPU uses for GPU j, -1 if none */
-	struct sg_gpu *peer_by_id[SG_MAX_PEER_IDS];
+        /* topology (sg_main.c at load) */
+    u32 link_type[SG_MAX_GPUS];   /* SOFTGPU_LINK_* */
+    u32 link_count[SG_MAX_GPUS];
+    int peer_id_of[SG_MAX_GPUS];  /* the 3-bit peer id this GPU uses for GPU j, -1 if none */
+    struct sg_gpu *peer_by_id[SG_MAX_PEER_IDS];
 
-	/* nvUvmInterface state (sg_rm.c, under sg_node.lock) */
-	int registered;               /* RegisterGpu references */
-	struct uvmGpuDevice_tag *device;  /* the one device UVM created, or NULL */
-	NvBool nvlink_error_notifier; /* GetNvlinkInfo's notifier (580): never set, nothing is uncontained */
+        /* nvUvmInterface state (sg_rm.c, under sg_node.lock) */
+    int registered;               /* RegisterGpu references */
+    struct uvmGpuDevice_tag *device;  /* the one device UVM created, or NULL */
+    NvBool nvlink_error_notifier; /* GetNvlinkInfo's notifier (580): never set, nothing is uncontained */
 
-	/* knobs */
-	u64 copy_mbps;
-	u64 link_latency_us;
-	atomic_t fail_pma_alloc;
+        /* knobs */
+    u64 copy_mbps;
+    u64 link_latency_us;
+    atomic_t fail_pma_alloc;
 
-	atomic64_t ctr[SOFTGPU_CTR_COUNT];
+    atomic64_t ctr[SOFTGPU_CTR_COUNT];
 };
 
 static inline void sg_count(struct sg_gpu *gpu, unsigned ctr, u64 n)
 {
-	atomic64_add(n, &gpu->ctr[ctr]);
+    atomic64_add(n, &gpu->ctr[ctr]);
 }
 
 /* Says once per (what) in dmesg that something is not emulated, and counts it. */
@@ -260,13 +258,13 @@ void sg_unemulated(struct sg_gpu *gpu, const char *what, u32 a, u32 b);
 
 /* ---- the node (sg_main.c) ---------------------------------------------------------------------- */
 struct sg_node {
-	struct mutex lock;
-	unsigned gpu_count;
-	struct sg_gpu *gpus[SG_MAX_GPUS];
-	struct UvmOpsUvmEvents *ops;  /* RegisterUvmCallbacks; read under RCU by the interrupt path */
-	bool session_open;
-	spinlock_t chan_lock;         /* the engine's channel list */
-	struct list_head channels;
+    struct mutex lock;
+    unsigned gpu_count;
+    struct sg_gpu *gpus[SG_MAX_GPUS];
+    struct UvmOpsUvmEvents *ops;  /* RegisterUvmCallbacks; read under RCU by the interrupt path */
+    bool session_open;
+    spinlock_t chan_lock;         /* the engine's channel list */
+    struct list_head channels;
 };
 extern struct sg_node sg_node;
 
@@ -275,52 +273,52 @@ struct sg_gpu *sg_gpu_by_uuid(const NvProcessorUuid *uuid);
 /* ---- address spaces ---------------------------------------------------------------------------- */
 /* Backing of an RM allocation (MemoryAllocSys/FB): shared by the owner mapping and its dups. */
 struct sg_rm_backing {
-	struct kref ref;
-	struct sg_gpu *gpu;           /* FB owner (vid) */
-	bool vid;
-	u64 fb_offset;                /* vid: VID physical address */
-	void *kva;                    /* CPU address of the first byte (vid: gpu->fb + fb_offset) */
-	u64 size;                     /* page-rounded */
+    struct kref ref;
+    struct sg_gpu *gpu;           /* FB owner (vid) */
+    bool vid;
+    u64 fb_offset;                /* vid: VID physical address */
+    void *kva;                    /* CPU address of the first byte (vid: gpu->fb + fb_offset) */
+    u64 size;                     /* page-rounded */
 };
 
 struct sg_rm_map {
-	struct list_head node;        /* vas->rm_maps, sorted by va (first-fit VA search) */
-	struct rb_node rb;            /* vas->rm_tree, keyed by va (sg_rm_lookup) */
-	u64 va;
-	u64 size;
-	struct sg_rm_backing *b;
+    struct list_head node;        /* vas->rm_maps, sorted by va (first-fit VA search) */
+    struct rb_node rb;            /* vas->rm_tree, keyed by va (sg_rm_lookup) */
+    u64 va;
+    u64 size;
+    struct sg_rm_backing *b;
 };
 
 /* A GPU VA space (an RM "FERMI_VASPACE_A" object). Kernel ones come from AddressSpaceCreate (RM manages
  * [0, rm_va_size)); user ones from /dev/huvm-softgpu CREATE_VASPACE (externally owned, UVM dups them). */
 struct sg_vaspace {
-	struct kref ref;
-	struct sg_gpu *gpu;
-	bool kernel;
-	u64 rm_va_size;               /* kernel: VAs below this are resolved through rm_maps */
-	spinlock_t lock;              /* rm_maps, rm_tree, next_va, PDB */
-	struct list_head rm_maps;
-	struct rb_root rm_tree;       /* the same maps, for O(log n) lookups from the engine thread */
-	u64 next_va;                  /* unused: RM VAs are found first-fit in rm_maps */
-	bool pdb_set;
-	u32 pdb_aperture;             /* SG_AP_VID or SG_AP_SYS */
-	u64 pdb_pa;
+    struct kref ref;
+    struct sg_gpu *gpu;
+    bool kernel;
+    u64 rm_va_size;               /* kernel: VAs below this are resolved through rm_maps */
+    spinlock_t lock;              /* rm_maps, rm_tree, next_va, PDB */
+    struct list_head rm_maps;
+    struct rb_root rm_tree;       /* the same maps, for O(log n) lookups from the engine thread */
+    u64 next_va;                  /* unused: RM VAs are found first-fit in rm_maps */
+    bool pdb_set;
+    u32 pdb_aperture;             /* SG_AP_VID or SG_AP_SYS */
+    u64 pdb_pa;
 };
 
 /* The handle UVM holds (AddressSpaceCreate / DupAddressSpace). */
 struct uvmGpuAddressSpace_tag {
-	struct uvmGpuDevice_tag *device;
-	struct sg_vaspace *vas;
-	bool dup;
+    struct uvmGpuDevice_tag *device;
+    struct sg_vaspace *vas;
+    bool dup;
 };
 
 struct uvmGpuSession_tag {
-	int unused;
+    int unused;
 };
 
 struct uvmGpuDevice_tag {
-	struct uvmGpuSession_tag *session;
-	struct sg_gpu *gpu;
+    struct uvmGpuSession_tag *session;
+    struct sg_gpu *gpu;
 };
 
 void sg_vaspace_put(struct sg_vaspace *vas);
@@ -335,16 +333,16 @@ void sg_rm_gpu_fini(struct sg_gpu *gpu);
 
 /* ---- MMU (sg_mmu.c) ---------------------------------------------------------------------------- */
 struct sg_xlate {
-	struct sg_gpu *gpu;           /* FB owner for VID/PEER, NULL for SYS */
-	u32 aperture;                 /* after PEER resolution: SG_AP_VID (of gpu), SG_AP_PEER, SG_AP_SYS */
-	u64 pa;
-	void *kva;                    /* CPU pointer to the byte at va */
-	u64 len;                      /* bytes valid from kva: to the end of the page or RM allocation
-	                               * (SYS pages: of the 4K page, as RAM is checked pfn by pfn) */
-	u64 page_size;
-	bool read_only;
-	bool atomic_disabled;
-	bool sparse;                  /* reads return 0, writes are dropped */
+    struct sg_gpu *gpu;           /* FB owner for VID/PEER, NULL for SYS */
+    u32 aperture;                 /* after PEER resolution: SG_AP_VID (of gpu), SG_AP_PEER, SG_AP_SYS */
+    u64 pa;
+    void *kva;                    /* CPU pointer to the byte at va */
+    u64 len;                      /* bytes valid from kva: to the end of the page or RM allocation
+ * (SYS pages: of the 4K page, as RAM is checked pfn by pfn) */
+    u64 page_size;
+    bool read_only;
+    bool atomic_disabled;
+    bool sparse;                  /* reads return 0, writes are dropped */
 };
 
 /* CPU pointer for [pa, pa+len) in an aperture of gpu (SG_AP_VID: gpu's FB bounds-checked; SG_AP_SYS:
@@ -360,58 +358,58 @@ int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce
 /* Per-channel execution state; owned by sg_engine.c (only the engine thread touches it after
  * sg_engine_add_channel, which zeroes it). */
 struct sg_exec {
-	u32 gp_get;                   /* next GPFIFO entry to execute (published to userd[GP_GET]) */
-	u32 gp_put;                   /* last GP_PUT read from userd */
-	u64 seg_va;                   /* current segment (pushbuffer VA) being executed */
-	u32 seg_len;                  /* dwords */
-	u32 seg_pos;                  /* next dword */
-	bool in_segment;
-	u32 method;                   /* pending method header state: byte offset of the next data dword */
-	u32 count;                    /* data dwords left */
-	u32 subch;
-	u32 sec_op;                   /* NVB06F_DMA_SEC_OP_* */
-	u32 subch_class[8];
-	u32 host[64];                 /* host method registers, by (offset >> 2) for offsets < 0x100 */
-	u32 ce[0x800 >> 2];           /* CE method registers, by (offset >> 2) */
-	u32 sw[0x200 >> 2];           /* SW method registers */
-	bool parked;                  /* waiting on an acquire (the acquire method is already consumed) */
-	bool acq_64;                  /* 64-bit payload (SEM_EXECUTE PAYLOAD_SIZE_64BIT) */
-	bool park_reported;           /* the >10 s watchdog line was printed */
-	u32 acq_op;                   /* sg_engine.c's acquire kind */
-	u64 acq_va;
-	u64 acq_payload;
-	u64 park_ns;                  /* when the channel parked (ktime_get_ns) */
+    u32 gp_get;                   /* next GPFIFO entry to execute (published to userd[GP_GET]) */
+    u32 gp_put;                   /* last GP_PUT read from userd */
+    u64 seg_va;                   /* current segment (pushbuffer VA) being executed */
+    u32 seg_len;                  /* dwords */
+    u32 seg_pos;                  /* next dword */
+    bool in_segment;
+    u32 method;                   /* pending method header state: byte offset of the next data dword */
+    u32 count;                    /* data dwords left */
+    u32 subch;
+    u32 sec_op;                   /* NVB06F_DMA_SEC_OP_* */
+    u32 subch_class[8];
+    u32 host[64];                 /* host method registers, by (offset >> 2) for offsets < 0x100 */
+    u32 ce[0x800 >> 2];           /* CE method registers, by (offset >> 2) */
+    u32 sw[0x200 >> 2];           /* SW method registers */
+    bool parked;                  /* waiting on an acquire (the acquire method is already consumed) */
+    bool acq_64;                  /* 64-bit payload (SEM_EXECUTE PAYLOAD_SIZE_64BIT) */
+    bool park_reported;           /* the >10 s watchdog line was printed */
+    u32 acq_op;                   /* sg_engine.c's acquire kind */
+    u64 acq_va;
+    u64 acq_payload;
+    u64 park_ns;                  /* when the channel parked (ktime_get_ns) */
 };
 
 struct uvmGpuTsg_tag {
-	struct uvmGpuAddressSpace_tag *as;
-	struct sg_vaspace *vas;
-	struct sg_gpu *gpu;
-	u32 engine_type;
-	u32 engine_index;
-	int channels;
+    struct uvmGpuAddressSpace_tag *as;
+    struct sg_vaspace *vas;
+    struct sg_gpu *gpu;
+    u32 engine_type;
+    u32 engine_index;
+    int channels;
 };
 
 struct uvmGpuChannel_tag {
-	struct list_head node;        /* sg_node.channels */
-	struct uvmGpuTsg_tag *tsg;
-	struct sg_gpu *gpu;
-	struct sg_vaspace *vas;       /* the TSG's VA space: pushbuffer and CE virtual addresses */
-	u32 id;
-	u32 num_entries;
-	u64 *gpfifo;                  /* numGpFifoEntries entries, kvzalloc'd */
-	u32 *userd;                   /* one page: [0] GP_PUT, [1] GP_GET, [2] doorbell, [3] token */
-	NvNotification *error_notifier;
-	bool stopped;                 /* RC error: executes nothing more */
-	bool dying;                   /* ChannelDestroy in progress: the engine skips it */
-	struct sg_exec exec;
+    struct list_head node;        /* sg_node.channels */
+    struct uvmGpuTsg_tag *tsg;
+    struct sg_gpu *gpu;
+    struct sg_vaspace *vas;       /* the TSG's VA space: pushbuffer and CE virtual addresses */
+    u32 id;
+    u32 num_entries;
+    u64 *gpfifo;                  /* numGpFifoEntries entries, kvzalloc'd */
+    u32 *userd;                   /* one page: [0] GP_PUT, [1] GP_GET, [2] doorbell, [3] token */
+    NvNotification *error_notifier;
+    bool stopped;                 /* RC error: executes nothing more */
+    bool dying;                   /* ChannelDestroy in progress: the engine skips it */
+    struct sg_exec exec;
 };
 
-#define SG_USERD_GP_PUT         0
-#define SG_USERD_GP_GET         1
-#define SG_USERD_DOORBELL       2
-#define SG_USERD_TOKEN          3
-#define SG_DOORBELL_IDLE        0xffffffffu
+#define SG_USERD_GP_PUT   0
+#define SG_USERD_GP_GET   1
+#define SG_USERD_DOORBELL 2
+#define SG_USERD_TOKEN    3
+#define SG_DOORBELL_IDLE  0xffffffffu
 
 int sg_engine_start(void);
 void sg_engine_stop(void);
@@ -426,15 +424,15 @@ u64 sg_gpu_time_ns(void);
 /* ---- user objects (/dev/huvm-softgpu, sg_main.c) ----------------------------------------------- */
 /* A GR channel created from user space: what UVM retains (RetainChannel) and the SM runs on. */
 struct sg_user_channel {
-	struct kref ref;
-	u32 handle;
-	u32 client;
-	struct sg_gpu *gpu;
-	struct sg_vaspace *vas;
-	struct page *inst_page;       /* the instance block (4K, sysmem) */
-	u64 inst_pa;
-	bool stopped;                 /* StopChannel: parked accesses fail, new ones are refused */
-	int retained;                 /* RetainChannel references (under sg_node.lock) */
+    struct kref ref;
+    u32 handle;
+    u32 client;
+    struct sg_gpu *gpu;
+    struct sg_vaspace *vas;
+    struct page *inst_page;       /* the instance block (4K, sysmem) */
+    u64 inst_pa;
+    bool stopped;                 /* StopChannel: parked accesses fail, new ones are refused */
+    int retained;                 /* RetainChannel references (under sg_node.lock) */
 };
 
 /* Look up user objects by (hClient, handle); take a reference. NULL if not found or wrong type.

@@ -34,7 +34,7 @@
 #endif
 
 /* UVM's SW object subchannel: nv_uvm_types.h on 535, uvm_push_macros.h (UVM_SUBCHANNEL_SW) on 580. */
-#define SG_UVM_SW_SUBCHANNEL    5
+#define SG_UVM_SW_SUBCHANNEL 5
 #if SG_NV_BRANCH < 580
 _Static_assert(UVM_SW_OBJ_SUBCHANNEL == SG_UVM_SW_SUBCHANNEL, "UVM's SW subchannel moved");
 #endif

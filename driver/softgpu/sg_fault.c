@@ -73,35 +73,34 @@
 /* Bit ranges "hi:lo" of NVIDIA's headers. */
 #define SG_LO(f)                (0 ? f)
 #define SG_HI(f)                (1 ? f)
-#define SG_MASK32(f)            (~0u >> (31 - (SG_HI(f) - SG_LO(f))))
+#define SG_MASK32(f) (~0u >> (31 - (SG_HI(f) - SG_LO(f))))
 
 /* GET/PUT registers (hwref/volta/gv100/dev_fb.h). UVM writes GET with GETPTR_CORRUPTED and OVERFLOW set
  * to clear them (uvm_hal_volta_fault_buffer_write_get); they read back as 0 on hardware. */
-#define SG_FAULT_PTR_MASK       SG_MASK32(NV_PFB_PRI_MMU_FAULT_BUFFER_GET_PTR)
-#define SG_GET_OVERFLOW_CLEAR   (1u << SG_LO(NV_PFB_PRI_MMU_FAULT_BUFFER_GET_OVERFLOW))
-#define SG_PUT_OVERFLOW         (1u << SG_LO(NV_PFB_PRI_MMU_FAULT_BUFFER_PUT_OVERFLOW))
-
+#define SG_FAULT_PTR_MASK     SG_MASK32(NV_PFB_PRI_MMU_FAULT_BUFFER_GET_PTR)
+#define SG_GET_OVERFLOW_CLEAR (1u << SG_LO(NV_PFB_PRI_MMU_FAULT_BUFFER_GET_OVERFLOW))
+#define SG_PUT_OVERFLOW       (1u << SG_LO(NV_PFB_PRI_MMU_FAULT_BUFFER_PUT_OVERFLOW))
 
 /* The buffers handed to UVM (sg_rm.c fills UvmGpuFaultInfo / UvmGpuAccessCntrInfo from them). 1024
  * replayable packets: UVM batches min(256, entries) at a time. */
-#define SG_FAULT_ENTRIES        1024
-#define SG_FAULT_NR_SIZE        PAGE_SIZE           /* non-replayable shadow: 128 packets, never filled */
-#define SG_FAULT_AC_SIZE        (4 * PAGE_SIZE)     /* access-counter notifications (32 B), never filled */
+#define SG_FAULT_ENTRIES 1024
+#define SG_FAULT_NR_SIZE PAGE_SIZE           /* non-replayable shadow: 128 packets, never filled */
+#define SG_FAULT_AC_SIZE (4 * PAGE_SIZE)     /* access-counter notifications (32 B), never filled */
 
 /* Interrupt pacing: at most one top half per 200 us; while the ring holds work the timer looks again
  * every jiffy, otherwise it only does the GET upkeep, ten times a second. */
-#define SG_FAULT_IRQ_GAP_NS     (200 * NSEC_PER_USEC)
-#define SG_FAULT_HEARTBEAT_J    (HZ / 10 ? HZ / 10 : 1)
+#define SG_FAULT_IRQ_GAP_NS  (200 * NSEC_PER_USEC)
+#define SG_FAULT_HEARTBEAT_J (HZ / 10 ? HZ / 10 : 1)
 
 /* A parked SM thread raises the interrupt again this often (UVM may have been busy at the first). */
-#define SG_SM_REKICK_MS         2
-#define SG_SM_DEFAULT_TIMEOUT   10000
+#define SG_SM_REKICK_MS       2
+#define SG_SM_DEFAULT_TIMEOUT 10000
 
 /* Fault sources the SM reports: GPC_ID < SG_SM_GPCS and T1 clients 0, 2, 4, 6, i.e. uTLBs LTP0-LTP3
  * (uvm_hal_volta_mmu_client_id_to_utlb_id). UVM asserts gpc * (maxTpcPerGpcCount + 1) + utlb < gpcCount *
  * (maxTpcPerGpcCount + 1): sg_rm.c reports gpcCount 6 and maxTpcPerGpcCount 7. */
-#define SG_SM_GPCS              6
-#define SG_SM_CLIENTS           4
+#define SG_SM_GPCS    6
+#define SG_SM_CLIENTS 4
 
 /* ---- the ring ------------------------------------------------------------------------------------ */
 
@@ -110,8 +109,8 @@ static inline u32 *sg_fault_entry(struct sg_fault_unit *f, u32 index)
     return (u32 *)f->buffer + index * (NVC369_BUF_SIZE / sizeof(u32));
 }
 
-#define SG_C369_VALID_WORD      (SG_LO(NVC369_BUF_ENTRY_VALID) / 32)
-#define SG_C369_VALID_BIT       (1u << (SG_LO(NVC369_BUF_ENTRY_VALID) % 32))
+#define SG_C369_VALID_WORD (SG_LO(NVC369_BUF_ENTRY_VALID) / 32)
+#define SG_C369_VALID_BIT  (1u << (SG_LO(NVC369_BUF_ENTRY_VALID) % 32))
 
 static inline void sg_mw_set(u32 *e, unsigned int lo, unsigned int hi, u32 v)
 {
@@ -121,26 +120,22 @@ static inline void sg_mw_set(u32 *e, unsigned int lo, unsigned int hi, u32 v)
     e[lo / 32] |= (v & mask) << (lo % 32);
 }
 
-#define SG_C369_WIDTH(fld)      (SG_HI(NVC369_BUF_ENTRY_##fld) - SG_LO(NVC369_BUF_ENTRY_##fld) + 1)
+#define SG_C369_WIDTH(fld) (SG_HI(NVC369_BUF_ENTRY_##fld) - SG_LO(NVC369_BUF_ENTRY_##fld) + 1)
 
 /* Sets a C369 field (all the ones written here lie within one dword). */
-#define SG_C369_SET(e, fld, v)                                                                     \
-    do {                                                                                           \
-        BUILD_BUG_ON(SG_LO(NVC369_BUF_ENTRY_##fld) / 32 != SG_HI(NVC369_BUF_ENTRY_##fld) / 32);  \
-        sg_mw_set((e), SG_LO(NVC369_BUF_ENTRY_##fld), SG_HI(NVC369_BUF_ENTRY_##fld), (v));       \
+#define SG_C369_SET(e, fld, v)                                                                  \
+    do {                                                                                        \
+        BUILD_BUG_ON(SG_LO(NVC369_BUF_ENTRY_##fld) / 32 != SG_HI(NVC369_BUF_ENTRY_##fld) / 32); \
+        sg_mw_set((e), SG_LO(NVC369_BUF_ENTRY_##fld), SG_HI(NVC369_BUF_ENTRY_##fld), (v));      \
     } while (0)
 
 static u32 sg_fault_hw_access_type(enum sg_access acc)
 {
     switch (acc) {
-        case SG_ACC_WRITE:
-            return NV_PFAULT_ACCESS_TYPE_VIRT_WRITE;
-        case SG_ACC_ATOMIC:
-            return NV_PFAULT_ACCESS_TYPE_VIRT_ATOMIC_STRONG;
-        case SG_ACC_PREFETCH:
-            return NV_PFAULT_ACCESS_TYPE_VIRT_PREFETCH;
-        default:
-            return NV_PFAULT_ACCESS_TYPE_VIRT_READ;
+    case SG_ACC_WRITE:    return NV_PFAULT_ACCESS_TYPE_VIRT_WRITE;
+    case SG_ACC_ATOMIC:   return NV_PFAULT_ACCESS_TYPE_VIRT_ATOMIC_STRONG;
+    case SG_ACC_PREFETCH: return NV_PFAULT_ACCESS_TYPE_VIRT_PREFETCH;
+    default:              return NV_PFAULT_ACCESS_TYPE_VIRT_READ;
     }
 }
 
@@ -163,8 +158,13 @@ static u32 sg_fault_client_utlb(u32 client)
 
 /* Writes one replayable fault packet for a GR access of channel uch. Returns false when it was not
  * written: the buffer is not set up for UVM (InitFaultInfo not done) or full (overflow). */
-static bool sg_fault_write(struct sg_gpu *gpu, struct sg_user_channel *uch, u64 va, int fault_type,
-                           enum sg_access acc, u32 gpc, u32 client)
+static bool sg_fault_write(struct sg_gpu *gpu,
+                           struct sg_user_channel *uch,
+                           u64 va,
+                           int fault_type,
+                           enum sg_access acc,
+                           u32 gpc,
+                           u32 client)
 {
     struct sg_fault_unit *f = &gpu->fault;
     u32 e[NVC369_BUF_SIZE / sizeof(u32)] = { 0 };
@@ -206,7 +206,10 @@ static bool sg_fault_write(struct sg_gpu *gpu, struct sg_user_channel *uch, u64 
     if (get >= f->entries || put >= f->entries) {
         raw_spin_unlock_irqrestore(&f->lock, flags);
         pr_warn_ratelimited("huvm-softgpu: %s: fault buffer GET %u / PUT %u beyond its %u entries\n",
-                            gpu->name, get, put, f->entries);
+                            gpu->name,
+                            get,
+                            put,
+                            f->entries);
         return false;
     }
     if ((put + 1) % f->entries == get) {
@@ -499,20 +502,15 @@ void sg_fault_replay(struct sg_gpu *gpu)
 static bool sg_fault_cancel_access_matches(u32 mode, enum sg_access acc)
 {
     switch (mode) {
-        case SG_CANCEL_ALL:
-            return true;
-        case SG_CANCEL_WRITE_ATOMIC:
-            return acc == SG_ACC_WRITE || acc == SG_ACC_ATOMIC;
-        case SG_CANCEL_ATOMIC_ALL:
-        case SG_CANCEL_ATOMIC_STRONG:
-            return acc == SG_ACC_ATOMIC;
-        case SG_CANCEL_WRITE:
-            return acc == SG_ACC_WRITE;
-        case SG_CANCEL_READ:
-            return acc == SG_ACC_READ;
-        default:
+    case SG_CANCEL_ALL:           return true;
+    case SG_CANCEL_WRITE_ATOMIC:  return acc == SG_ACC_WRITE || acc == SG_ACC_ATOMIC;
+    case SG_CANCEL_ATOMIC_ALL:
+    case SG_CANCEL_ATOMIC_STRONG: return acc == SG_ACC_ATOMIC;
+    case SG_CANCEL_WRITE:         return acc == SG_ACC_WRITE;
+    case SG_CANCEL_READ:          return acc == SG_ACC_READ;
+    default:
             // ATOMIC_WEAK: the SM issues strong atomics only.
-            return false;
+        return false;
     }
 }
 
@@ -532,8 +530,7 @@ void sg_fault_cancel_va(struct sg_gpu *gpu, u32 pdb_aperture, u64 pdb_pa, u64 va
     u64 page = va & ~(SG_PAGE_4K - 1) & ((1ULL << 49) - 1);
 
     sg_count(gpu, SOFTGPU_CTR_CANCELS, 1);
-    if (ap == 0xffffffffu || access_mode == SG_CANCEL_RESERVED ||
-        access_mode > SG_CANCEL_ALL) {
+    if (ap == 0xffffffffu || access_mode == SG_CANCEL_RESERVED || access_mode > SG_CANCEL_ALL) {
         sg_unemulated(gpu, "cancel VA: aperture / access type", pdb_aperture, access_mode);
         return;
     }
@@ -549,8 +546,7 @@ void sg_fault_cancel_va(struct sg_gpu *gpu, u32 pdb_aperture, u64 pdb_pa, u64 va
 }
 
 /* Cancels the parked accesses of one uTLB (gpc, client's uTLB), optionally of one instance block only. */
-static void sg_fault_cancel_match(struct sg_gpu *gpu, bool by_inst, u64 inst_pa, bool by_utlb, u32 gpc,
-                                  u32 client)
+static void sg_fault_cancel_match(struct sg_gpu *gpu, bool by_inst, u64 inst_pa, bool by_utlb, u32 gpc, u32 client)
 {
     struct sg_fault_unit *f = &gpu->fault;
     struct sg_sm_acc *s, *tmp;
@@ -560,8 +556,7 @@ static void sg_fault_cancel_match(struct sg_gpu *gpu, bool by_inst, u64 inst_pa,
     list_for_each_entry_safe(s, tmp, &f->pending, node) {
         if (by_inst && s->batch->uch->inst_pa != inst_pa)
             continue;
-        if (by_utlb && (s->gpc != gpc ||
-                        (s->client != client && sg_fault_client_utlb(s->client) != utlb)))
+        if (by_utlb && (s->gpc != gpc || (s->client != client && sg_fault_client_utlb(s->client) != utlb)))
             continue;
         sg_sm_release(s, SG_SM_CANCELLED);
     }
@@ -581,8 +576,7 @@ void sg_fault_cancel_global(struct sg_gpu *gpu)
     sg_fault_cancel_match(gpu, false, 0, false, 0, 0);
 }
 
-void sg_fault_cancel_inst(struct sg_gpu *gpu, u32 inst_aperture, u64 inst_pa, bool global, u32 gpc,
-                          u32 client)
+void sg_fault_cancel_inst(struct sg_gpu *gpu, u32 inst_aperture, u64 inst_pa, bool global, u32 gpc, u32 client)
 {
     sg_count(gpu, SOFTGPU_CTR_CANCELS, 1);
 
@@ -704,8 +698,7 @@ static u64 sg_sm_size(const softgpu_access_t *a)
 }
 
 /* One page's worth of an access whose translation succeeded (tlb_sem held for read). */
-static NV_STATUS sg_sm_touch(struct sg_sm_batch *b, struct sg_sm_acc *s, const struct sg_xlate *x, u64 va,
-                             u64 n)
+static NV_STATUS sg_sm_touch(struct sg_sm_batch *b, struct sg_sm_acc *s, const struct sg_xlate *x, u64 va, u64 n)
 {
     softgpu_access_t *a = s->a;
 
@@ -715,34 +708,32 @@ static NV_STATUS sg_sm_touch(struct sg_sm_batch *b, struct sg_sm_acc *s, const s
     }
 
     switch (a->type) {
-        case SOFTGPU_ACCESS_READ:
-            if (a->data) {
-                if (x->sparse)
-                    memset(b->bounce, 0, n);
-                else
-                    memcpy(b->bounce, x->kva, n);
-            }
-            if (a->flags & SOFTGPU_ACCESS_FLAG_VERIFY)
-                sg_sm_verify(a, x->sparse ? NULL : x->kva, va, n);
-            break;
-
-        case SOFTGPU_ACCESS_WRITE:
-            // Writes to a sparse page are dropped.
+    case SOFTGPU_ACCESS_READ:
+        if (a->data) {
             if (x->sparse)
-                break;
-            if (a->data)
-                memcpy(x->kva, b->bounce, n);
+                memset(b->bounce, 0, n);
             else
-                sg_sm_pattern_fill(x->kva, va, n, a->seed);
-            break;
+                memcpy(b->bounce, x->kva, n);
+        }
+        if (a->flags & SOFTGPU_ACCESS_FLAG_VERIFY)
+            sg_sm_verify(a, x->sparse ? NULL : x->kva, va, n);
+        break;
 
-        case SOFTGPU_ACCESS_ATOMIC_INC:
-            a->value = x->sparse ? 0 : (u32)atomic_fetch_inc((atomic_t *)x->kva);
+    case SOFTGPU_ACCESS_WRITE:
+            // Writes to a sparse page are dropped.
+        if (x->sparse)
             break;
+        if (a->data)
+            memcpy(x->kva, b->bounce, n);
+        else
+            sg_sm_pattern_fill(x->kva, va, n, a->seed);
+        break;
 
-        default:
+    case SOFTGPU_ACCESS_ATOMIC_INC: a->value = x->sparse ? 0 : (u32)atomic_fetch_inc((atomic_t *)x->kva); break;
+
+    default:
             // PREFETCH: the translation was the point.
-            break;
+        break;
     }
     return NV_OK;
 }
@@ -794,8 +785,7 @@ static int sg_sm_progress(struct sg_sm_batch *b, struct sg_sm_acc *s)
         if (status != NV_OK)
             return sg_sm_finish(s, status);
 
-        if (a->type == SOFTGPU_ACCESS_READ && a->data &&
-            copy_to_user(u64_to_user_ptr(a->data + s->pos), b->bounce, n))
+        if (a->type == SOFTGPU_ACCESS_READ && a->data && copy_to_user(u64_to_user_ptr(a->data + s->pos), b->bounce, n))
             return sg_sm_finish(s, NV_ERR_INVALID_ARGUMENT);
 
         s->prefetch_replayed = false;
@@ -857,34 +847,21 @@ static void sg_sm_prepare(struct sg_sm_batch *b, struct sg_sm_acc *s, softgpu_ac
     a->value = 0;
 
     switch (a->type) {
-        case SOFTGPU_ACCESS_READ:
-            s->acc = SG_ACC_READ;
-            break;
-        case SOFTGPU_ACCESS_WRITE:
-            s->acc = SG_ACC_WRITE;
-            break;
-        case SOFTGPU_ACCESS_ATOMIC_INC:
-            s->acc = SG_ACC_ATOMIC;
-            break;
-        case SOFTGPU_ACCESS_PREFETCH:
-            s->acc = SG_ACC_PREFETCH;
-            break;
-        default:
-            sg_sm_finish(s, NV_ERR_INVALID_ARGUMENT);
-            return;
+    case SOFTGPU_ACCESS_READ:       s->acc = SG_ACC_READ; break;
+    case SOFTGPU_ACCESS_WRITE:      s->acc = SG_ACC_WRITE; break;
+    case SOFTGPU_ACCESS_ATOMIC_INC: s->acc = SG_ACC_ATOMIC; break;
+    case SOFTGPU_ACCESS_PREFETCH:   s->acc = SG_ACC_PREFETCH; break;
+    default:                        sg_sm_finish(s, NV_ERR_INVALID_ARGUMENT); return;
     }
 
-    if ((a->flags & ~known_flags) ||
-        ((a->flags & SOFTGPU_ACCESS_FLAG_VERIFY) && a->type != SOFTGPU_ACCESS_READ) ||
-        a->va + sg_sm_size(a) < a->va ||
-        (a->type == SOFTGPU_ACCESS_ATOMIC_INC && (a->size != 4 || (a->va & 3)))) {
+    if ((a->flags & ~known_flags) || ((a->flags & SOFTGPU_ACCESS_FLAG_VERIFY) && a->type != SOFTGPU_ACCESS_READ) ||
+        a->va + sg_sm_size(a) < a->va || (a->type == SOFTGPU_ACCESS_ATOMIC_INC && (a->size != 4 || (a->va & 3)))) {
         sg_sm_finish(s, NV_ERR_INVALID_ARGUMENT);
         return;
     }
 }
 
-NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 count, u32 timeout_ms,
-                    u32 *completed)
+NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 count, u32 timeout_ms, u32 *completed)
 {
     struct sg_sm_batch b;
     struct sg_sm_acc *sm;
@@ -953,7 +930,8 @@ NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 coun
             break;
 
         sg_fault_kick(b.gpu);
-        ret = wait_event_interruptible_timeout(f->wq, atomic_read(&b.changed) != 0,
+        ret = wait_event_interruptible_timeout(f->wq,
+                                               atomic_read(&b.changed) != 0,
                                                msecs_to_jiffies(SG_SM_REKICK_MS) + 1);
         if (ret < 0)
             interrupted = true;
@@ -968,29 +946,23 @@ NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 coun
                 continue;
 
             switch (s->state) {
-                case SG_SM_READY:
-                    s->state = SG_SM_ACTIVE;
-                    s->waiting = false;
-                    break;
-                case SG_SM_CANCELLED:
-                    sg_sm_finish(s, NV_ERR_INVALID_ADDRESS);
-                    break;
-                case SG_SM_STOPPED:
-                    sg_sm_finish(s, NV_ERR_INVALID_CHANNEL);
-                    break;
-                case SG_SM_PARKED:
-                    if (interrupted) {
-                        list_del_init(&s->node);
-                        sg_sm_finish(s, NV_ERR_SIGNAL_PENDING);
-                    }
-                    else if (time_after_eq(jiffies, s->deadline)) {
-                        list_del_init(&s->node);
-                        sg_sm_finish(s, NV_ERR_TIMEOUT);
-                    }
-                    break;
-                default:
-                    WARN_ON_ONCE(1);
-                    break;
+            case SG_SM_READY:
+                s->state = SG_SM_ACTIVE;
+                s->waiting = false;
+                break;
+            case SG_SM_CANCELLED: sg_sm_finish(s, NV_ERR_INVALID_ADDRESS); break;
+            case SG_SM_STOPPED:   sg_sm_finish(s, NV_ERR_INVALID_CHANNEL); break;
+            case SG_SM_PARKED:
+                if (interrupted) {
+                    list_del_init(&s->node);
+                    sg_sm_finish(s, NV_ERR_SIGNAL_PENDING);
+                }
+                else if (time_after_eq(jiffies, s->deadline)) {
+                    list_del_init(&s->node);
+                    sg_sm_finish(s, NV_ERR_TIMEOUT);
+                }
+                break;
+            default: WARN_ON_ONCE(1); break;
             }
         }
         mutex_unlock(&f->sm_lock);

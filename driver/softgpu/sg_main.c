@@ -47,26 +47,26 @@
 
 #include "sg.h"
 
-#define SG_NAME                     "huvm-softgpu"
+#define SG_NAME "huvm-softgpu"
 
 /* qemu's pci-testdev (hw/misc/pci-testdev.c): PCI_VENDOR_ID_REDHAT, PCI_DEVICE_ID_REDHAT_TEST. It has no
  * Linux driver, so binding it takes nothing away from the guest. */
-#define SG_PCI_DEVICE_ID_TESTDEV    0x0005
+#define SG_PCI_DEVICE_ID_TESTDEV 0x0005
 
 /* Volta addresses 47 bits of system memory (UVM's Volta HAL); this is also what we report as
  * dma_addressable_limit. */
-#define SG_DMA_BITS                 47
+#define SG_DMA_BITS 47
 
 /* Parameter ranges. */
-#define SG_FB_MIB_MIN               64
-#define SG_FB_MIB_MAX               4096
-#define SG_RM_RESERVED_MIB_MIN      8       /* UVM_TEST_RM_MEM_SANITY makes 4 MiB FB RM allocations */
-#define SG_PMA_MIN_MIB              32      /* rm_reserved_mib < fb_mib - 32: PMA keeps at least this */
-#define SG_RAM_MARGIN_MIB           256     /* guest RAM left over after all framebuffers, at least */
-#define SG_KNOB_COPY_MBPS_MAX       1000000ULL  /* 1 TB/s: more is not a throttle */
-#define SG_KNOB_LATENCY_US_MAX      1000000ULL  /* 1 s */
-#define SG_NVLINK_MAX_LINKS         6       /* a V100 has six NVLink 2 links */
-#define SG_SM_DEFAULT_TIMEOUT_MS    10000   /* SOFTGPU_SM_ACCESS_PARAMS.timeout_ms == 0 */
+#define SG_FB_MIB_MIN            64
+#define SG_FB_MIB_MAX            4096
+#define SG_RM_RESERVED_MIB_MIN   8       /* UVM_TEST_RM_MEM_SANITY makes 4 MiB FB RM allocations */
+#define SG_PMA_MIN_MIB           32      /* rm_reserved_mib < fb_mib - 32: PMA keeps at least this */
+#define SG_RAM_MARGIN_MIB        256     /* guest RAM left over after all framebuffers, at least */
+#define SG_KNOB_COPY_MBPS_MAX    1000000ULL  /* 1 TB/s: more is not a throttle */
+#define SG_KNOB_LATENCY_US_MAX   1000000ULL  /* 1 s */
+#define SG_NVLINK_MAX_LINKS      6       /* a V100 has six NVLink 2 links */
+#define SG_SM_DEFAULT_TIMEOUT_MS 10000   /* SOFTGPU_SM_ACCESS_PARAMS.timeout_ms == 0 */
 
 /* ---- module parameters ----------------------------------------------------------------------- */
 
@@ -80,15 +80,17 @@ MODULE_PARM_DESC(fb_mib, "Framebuffer per GPU in MiB, 64-4096, a multiple of 2 (
 
 static unsigned int sg_param_rm_reserved_mib = 32;
 module_param_named(rm_reserved_mib, sg_param_rm_reserved_mib, uint, 0444);
-MODULE_PARM_DESC(rm_reserved_mib, "RM-reserved top of each framebuffer in MiB, 8 to below fb_mib - 32, a multiple "
-                                  "of 2 (default 32); PMA (UVM) gets the rest");
+MODULE_PARM_DESC(rm_reserved_mib,
+                 "RM-reserved top of each framebuffer in MiB, 8 to below fb_mib - 32, a multiple "
+                 "of 2 (default 32); PMA (UVM) gets the rest");
 
 static char *sg_param_topology = "all";
 module_param_named(topology, sg_param_topology, charp, 0444);
-MODULE_PARM_DESC(topology, "GPU interconnect: all (NVLink x1 between every pair, default), pairs (NVLink x1 "
-                           "0-1, 2-3, ...), cube-mesh (DGX-1 V100 hybrid cube-mesh, its subgraph for fewer "
-                           "GPUs; gpus=4 is AWS p3.8xlarge), none (PCIe only), or a list i-j:links,... "
-                           "(links 1-6); pairs without NVLink are PCIe peers");
+MODULE_PARM_DESC(topology,
+                 "GPU interconnect: all (NVLink x1 between every pair, default), pairs (NVLink x1 "
+                 "0-1, 2-3, ...), cube-mesh (DGX-1 V100 hybrid cube-mesh, its subgraph for fewer "
+                 "GPUs; gpus=4 is AWS p3.8xlarge), none (PCIe only), or a list i-j:links,... "
+                 "(links 1-6); pairs without NVLink are PCIe peers");
 
 static unsigned long sg_param_copy_mbps;
 module_param_named(copy_mbps, sg_param_copy_mbps, ulong, 0444);
@@ -96,20 +98,22 @@ MODULE_PARM_DESC(copy_mbps, "Initial CE bandwidth throttle of every GPU in MB/s,
 
 static char *sg_param_nvidia_version = SG_NV_VERSION_STRING;
 module_param_named(nvidia_version, sg_param_nvidia_version, charp, 0444);
-MODULE_PARM_DESC(nvidia_version, "The nvidia.ko version nvidia_get_rm_ops() answers (default " SG_NV_VERSION_STRING
-                                 ", the upstream tree's); another one makes huvm's nvidia-uvm refuse to load");
+MODULE_PARM_DESC(nvidia_version,
+                 "The nvidia.ko version nvidia_get_rm_ops() answers (default " SG_NV_VERSION_STRING
+                 ", the upstream tree's); another one makes huvm's nvidia-uvm refuse to load");
 
 static unsigned long sg_param_link_latency_us;
 module_param_named(link_latency_us, sg_param_link_latency_us, ulong, 0444);
-MODULE_PARM_DESC(link_latency_us, "Initial extra latency per peer CE launch of every GPU in us, 0-1000000 "
-                                  "(default 0 = off)");
+MODULE_PARM_DESC(link_latency_us,
+                 "Initial extra latency per peer CE launch of every GPU in us, 0-1000000 "
+                 "(default 0 = off)");
 
 /* ---- the node ---------------------------------------------------------------------------------- */
 
 struct sg_node sg_node = {
-    .lock      = __MUTEX_INITIALIZER(sg_node.lock),
+    .lock = __MUTEX_INITIALIZER(sg_node.lock),
     .chan_lock = __SPIN_LOCK_UNLOCKED(sg_node.chan_lock),
-    .channels  = LIST_HEAD_INIT(sg_node.channels),
+    .channels = LIST_HEAD_INIT(sg_node.channels),
 };
 
 /* NVLink links between GPU i and j (symmetric); 0 = a PCIe peer. Filled by sg_topology_parse at load. */
@@ -128,8 +132,8 @@ static bool sg_engine_started;
 
 /* ---- "not emulated" reports -------------------------------------------------------------------- */
 
-#define SG_UNEMULATED_KINDS         64
-#define SG_UNEMULATED_WHAT_LEN      48
+#define SG_UNEMULATED_KINDS    64
+#define SG_UNEMULATED_WHAT_LEN 48
 
 /* The kinds already reported (a copy of each `what`, truncated). LOCKING: sg_unemulated_lock, a raw
  * spinlock with IRQs off because the engine thread, UVM's calls and irq_work may all refuse things. */
@@ -225,26 +229,31 @@ static int sg_params_check(void)
         return -EINVAL;
     }
     if (sg_param_fb_mib < SG_FB_MIB_MIN || sg_param_fb_mib > SG_FB_MIB_MAX || (sg_param_fb_mib % 2) != 0) {
-        pr_err(SG_NAME ": fb_mib=%u is out of range (allowed: %u-%u, a multiple of 2)\n", sg_param_fb_mib,
-               SG_FB_MIB_MIN, SG_FB_MIB_MAX);
+        pr_err(SG_NAME ": fb_mib=%u is out of range (allowed: %u-%u, a multiple of 2)\n",
+               sg_param_fb_mib,
+               SG_FB_MIB_MIN,
+               SG_FB_MIB_MAX);
         return -EINVAL;
     }
     // Even, so that PMA's part [0, pma_size) is a whole number of 2 MiB root chunks (uvm_pmm_gpu.c).
     if (sg_param_rm_reserved_mib < SG_RM_RESERVED_MIB_MIN ||
-        sg_param_rm_reserved_mib >= sg_param_fb_mib - SG_PMA_MIN_MIB ||
-        (sg_param_rm_reserved_mib % 2) != 0) {
+        sg_param_rm_reserved_mib >= sg_param_fb_mib - SG_PMA_MIN_MIB || (sg_param_rm_reserved_mib % 2) != 0) {
         pr_err(SG_NAME ": rm_reserved_mib=%u is out of range (allowed: %u-%u with fb_mib=%u, a multiple of 2)\n",
-               sg_param_rm_reserved_mib, SG_RM_RESERVED_MIB_MIN, sg_param_fb_mib - SG_PMA_MIN_MIB - 2,
+               sg_param_rm_reserved_mib,
+               SG_RM_RESERVED_MIB_MIN,
+               sg_param_fb_mib - SG_PMA_MIN_MIB - 2,
                sg_param_fb_mib);
         return -EINVAL;
     }
     if (sg_param_copy_mbps > SG_KNOB_COPY_MBPS_MAX) {
-        pr_err(SG_NAME ": copy_mbps=%lu is out of range (allowed: 0-%llu)\n", sg_param_copy_mbps,
+        pr_err(SG_NAME ": copy_mbps=%lu is out of range (allowed: 0-%llu)\n",
+               sg_param_copy_mbps,
                SG_KNOB_COPY_MBPS_MAX);
         return -EINVAL;
     }
     if (sg_param_link_latency_us > SG_KNOB_LATENCY_US_MAX) {
-        pr_err(SG_NAME ": link_latency_us=%lu is out of range (allowed: 0-%llu)\n", sg_param_link_latency_us,
+        pr_err(SG_NAME ": link_latency_us=%lu is out of range (allowed: 0-%llu)\n",
+               sg_param_link_latency_us,
                SG_KNOB_LATENCY_US_MAX);
         return -EINVAL;
     }
@@ -254,7 +263,10 @@ static int sg_params_check(void)
     ram_mib = ((u64)totalram_pages() << PAGE_SHIFT) >> 20;
     if (fb_total_mib + SG_RAM_MARGIN_MIB > ram_mib) {
         pr_err(SG_NAME ": gpus=%u x fb_mib=%u = %llu MiB of framebuffer does not fit in %llu MiB of RAM "
-               "(give qemu -m at least the sum plus 1.5 GiB)\n", sg_param_gpus, sg_param_fb_mib, fb_total_mib,
+                       "(give qemu -m at least the sum plus 1.5 GiB)\n",
+               sg_param_gpus,
+               sg_param_fb_mib,
+               fb_total_mib,
                ram_mib);
         return -EINVAL;
     }
@@ -277,13 +289,8 @@ static int sg_params_check(void)
 static const struct {
     u8 a, b, links;
 } sg_dgx1_links[] = {
-    { 0, 1, 1 }, { 0, 2, 1 }, { 0, 3, 2 }, { 0, 4, 2 },
-    { 1, 2, 2 }, { 1, 3, 1 }, { 1, 5, 2 },
-    { 2, 3, 2 }, { 2, 6, 1 },
-    { 3, 7, 1 },
-    { 4, 5, 1 }, { 4, 6, 1 }, { 4, 7, 2 },
-    { 5, 6, 2 }, { 5, 7, 1 },
-    { 6, 7, 2 },
+    { 0, 1, 1 }, { 0, 2, 1 }, { 0, 3, 2 }, { 0, 4, 2 }, { 1, 2, 2 }, { 1, 3, 1 }, { 1, 5, 2 }, { 2, 3, 2 },
+    { 2, 6, 1 }, { 3, 7, 1 }, { 4, 5, 1 }, { 4, 6, 1 }, { 4, 7, 2 }, { 5, 6, 2 }, { 5, 7, 1 }, { 6, 7, 2 },
 };
 
 /* A decimal number of 1-3 digits (GPU indices and link counts are small); advances *p. */
@@ -410,7 +417,11 @@ static int sg_topology_parse(void)
 
     if (ret) {
         pr_err(SG_NAME ": topology=\"%s\": %s (allowed: all, pairs, cube-mesh, none, or i-j:links,... with "
-               "i != j below gpus=%u and links 1-%u)\n", t ? t : "", why, n, SG_NVLINK_MAX_LINKS);
+                       "i != j below gpus=%u and links 1-%u)\n",
+               t ? t : "",
+               why,
+               n,
+               SG_NVLINK_MAX_LINKS);
         memset(sg_topo, 0, sizeof(sg_topo));
     }
     return ret;
@@ -447,9 +458,13 @@ static int sg_dma_self_check(struct pci_dev *pdev)
         goto out_free;
     }
     if ((u64)dma != (u64)page_to_phys(page)) {
-        dev_err(&pdev->dev, SG_NAME ": DMA address 0x%llx of a test page is not its physical address 0x%llx: "
+        dev_err(&pdev->dev,
+                SG_NAME
+                ": DMA address 0x%llx of a test page is not its physical address 0x%llx: "
                 "an IOMMU or swiotlb is in the way (boot qemu without -device intel-iommu and the guest without "
-                "swiotlb=force)\n", (u64)dma, (u64)page_to_phys(page));
+                "swiotlb=force)\n",
+                (u64)dma,
+                (u64)page_to_phys(page));
         ret = -EIO;
     }
     dma_unmap_page(&pdev->dev, dma, PAGE_SIZE, DMA_BIDIRECTIONAL);
@@ -468,8 +483,7 @@ static int sg_pci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
     mutex_lock(&sg_pdev_lock);
 
     if (sg_pdev_count == SG_MAX_GPUS) {
-        dev_info(&pdev->dev, SG_NAME ": already %u pci-testdev devices bound: this one stays unused\n",
-                 SG_MAX_GPUS);
+        dev_info(&pdev->dev, SG_NAME ": already %u pci-testdev devices bound: this one stays unused\n", SG_MAX_GPUS);
         ret = -ENODEV;
         goto out;
     }
@@ -508,10 +522,10 @@ static void sg_pci_remove(struct pci_dev *pdev)
         dev_warn(&pdev->dev, SG_NAME ": device removed while the module is loaded; its GPU keeps using it\n");
 }
 
-static const struct pci_device_id sg_pci_ids[] = {
-    { PCI_DEVICE(PCI_VENDOR_ID_REDHAT, SG_PCI_DEVICE_ID_TESTDEV) },
-    { 0, }
-};
+static const struct pci_device_id sg_pci_ids[] = { { PCI_DEVICE(PCI_VENDOR_ID_REDHAT, SG_PCI_DEVICE_ID_TESTDEV) },
+                                                   {
+                                                       0,
+                                                   } };
 /* No MODULE_DEVICE_TABLE on purpose: udev must not autoload an emulated GPU for every pci-testdev (the
  * test bed loads this module explicitly, with its parameters). */
 
@@ -529,8 +543,8 @@ static struct pci_driver sg_pci_driver = {
 /* BDF order: (domain, bus, devfn). */
 static int sg_pdev_cmp(const void *x, const void *y)
 {
-    const struct pci_dev *a = *(struct pci_dev * const *)x;
-    const struct pci_dev *b = *(struct pci_dev * const *)y;
+    const struct pci_dev *a = *(struct pci_dev *const *)x;
+    const struct pci_dev *b = *(struct pci_dev *const *)y;
     int da = pci_domain_nr(a->bus), db = pci_domain_nr(b->bus);
 
     if (da != db)
@@ -573,7 +587,8 @@ static int sg_pci_bind(void)
     }
     if (sg_pdev_count < sg_param_gpus) {
         pr_err(SG_NAME ": gpus=%u but only %u qemu pci-testdev devices (add -device pci-testdev per GPU)\n",
-               sg_param_gpus, sg_pdev_count);
+               sg_param_gpus,
+               sg_pdev_count);
         ret = -ENODEV;
         goto fail;
     }
@@ -626,7 +641,9 @@ static int sg_gpu_alloc(unsigned int i, struct pci_dev *pdev)
     gpu->fb = __vmalloc(fb_size, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN | __GFP_RETRY_MAYFAIL);
     if (!gpu->fb) {
         pr_err(SG_NAME ": GPU%u: cannot allocate its %u MiB framebuffer (vmalloc); lower fb_mib or give the "
-               "guest more RAM\n", i, sg_param_fb_mib);
+                       "guest more RAM\n",
+               i,
+               sg_param_fb_mib);
         kfree(gpu);
         return -ENOMEM;
     }
@@ -714,14 +731,10 @@ static void sg_gpus_destroy(void)
 static int sg_nv_to_errno(NV_STATUS status)
 {
     switch (status) {
-        case NV_OK:
-            return 0;
-        case NV_ERR_NO_MEMORY:
-            return -ENOMEM;
-        case NV_ERR_NOT_SUPPORTED:
-            return -EOPNOTSUPP;
-        default:
-            return -EIO;
+    case NV_OK:                return 0;
+    case NV_ERR_NO_MEMORY:     return -ENOMEM;
+    case NV_ERR_NOT_SUPPORTED: return -EOPNOTSUPP;
+    default:                   return -EIO;
     }
 }
 
@@ -779,7 +792,10 @@ static void sg_gpus_report(void)
     unsigned int i, j;
 
     pr_info(SG_NAME ": %u emulated GV100 GPUs, %u MiB framebuffer each (%u MiB RM-reserved), topology %s\n",
-            sg_node.gpu_count, sg_param_fb_mib, sg_param_rm_reserved_mib, sg_param_topology);
+            sg_node.gpu_count,
+            sg_param_fb_mib,
+            sg_param_rm_reserved_mib,
+            sg_param_topology);
 
     for (i = 0; i < sg_node.gpu_count; i++) {
         struct sg_gpu *gpu = sg_node.gpus[i];
@@ -795,8 +811,12 @@ static void sg_gpus_report(void)
             else
                 len += scnprintf(links + len, sizeof(links) - len, " %u:PCIe", j);
         }
-        pr_info(SG_NAME ": GPU%u %s %pUb on %s, peers:%s\n", i, gpu->name, gpu->uuid.uuid,
-                pci_name(gpu->pdev), len ? links : " none");
+        pr_info(SG_NAME ": GPU%u %s %pUb on %s, peers:%s\n",
+                i,
+                gpu->name,
+                gpu->uuid.uuid,
+                pci_name(gpu->pdev),
+                len ? links : " none");
     }
 }
 
@@ -955,21 +975,15 @@ static void sg_obj_unlink_locked(struct sg_obj *obj)
 static void sg_obj_release(struct sg_obj *obj)
 {
     switch (obj->type) {
-        case SG_OBJ_VASPACE:
-            sg_vaspace_put(obj->vaspace.vas);
-            break;
-        case SG_OBJ_CHANNEL:
+    case SG_OBJ_VASPACE: sg_vaspace_put(obj->vaspace.vas); break;
+    case SG_OBJ_CHANNEL:
             // A freed channel runs nothing more: fail the accesses parked on it. UVM may still hold it
             // retained (only at close): that reference keeps the instance block until ReleaseChannel.
-            sg_fault_stop_channel(obj->channel.uch->gpu, obj->channel.uch);
-            sg_user_channel_put(obj->channel.uch);
-            break;
-        case SG_OBJ_FOREIGN:
-            sg_pma_foreign_free(obj->foreign.gpu, obj->foreign.pages, obj->foreign.npages);
-            break;
-        default:
-            WARN_ON(1);
-            break;
+        sg_fault_stop_channel(obj->channel.uch->gpu, obj->channel.uch);
+        sg_user_channel_put(obj->channel.uch);
+        break;
+    case SG_OBJ_FOREIGN: sg_pma_foreign_free(obj->foreign.gpu, obj->foreign.pages, obj->foreign.npages); break;
+    default:             WARN_ON(1); break;
     }
     kfree(obj);
 }
@@ -1309,23 +1323,22 @@ static NV_STATUS sg_ioctl_set_knob(struct sg_client *cl, void *arg)
 
     // The engine reads the u64 knobs with READ_ONCE at each CE launch.
     switch (p->knob) {
-        case SOFTGPU_KNOB_COPY_MBPS:
-            if (p->value > SG_KNOB_COPY_MBPS_MAX)
-                return NV_ERR_INVALID_ARGUMENT;
-            WRITE_ONCE(gpu->copy_mbps, p->value);
-            return NV_OK;
-        case SOFTGPU_KNOB_LINK_LATENCY_US:
-            if (p->value > SG_KNOB_LATENCY_US_MAX)
-                return NV_ERR_INVALID_ARGUMENT;
-            WRITE_ONCE(gpu->link_latency_us, p->value);
-            return NV_OK;
-        case SOFTGPU_KNOB_FAIL_PMA_ALLOC:
-            if (p->value > INT_MAX)
-                return NV_ERR_INVALID_ARGUMENT;
-            atomic_set(&gpu->fail_pma_alloc, (int)p->value);
-            return NV_OK;
-        default:
+    case SOFTGPU_KNOB_COPY_MBPS:
+        if (p->value > SG_KNOB_COPY_MBPS_MAX)
             return NV_ERR_INVALID_ARGUMENT;
+        WRITE_ONCE(gpu->copy_mbps, p->value);
+        return NV_OK;
+    case SOFTGPU_KNOB_LINK_LATENCY_US:
+        if (p->value > SG_KNOB_LATENCY_US_MAX)
+            return NV_ERR_INVALID_ARGUMENT;
+        WRITE_ONCE(gpu->link_latency_us, p->value);
+        return NV_OK;
+    case SOFTGPU_KNOB_FAIL_PMA_ALLOC:
+        if (p->value > INT_MAX)
+            return NV_ERR_INVALID_ARGUMENT;
+        atomic_set(&gpu->fail_pma_alloc, (int)p->value);
+        return NV_OK;
+    default: return NV_ERR_INVALID_ARGUMENT;
     }
 }
 
@@ -1365,24 +1378,24 @@ struct sg_ioctl_desc {
 #define SG_IOCTL(cmd, type, fn) { (cmd), sizeof(type), offsetof(type, rmStatus), (fn) }
 
 static const struct sg_ioctl_desc sg_ioctls[] = {
-    SG_IOCTL(SOFTGPU_IOCTL_GET_INFO,       SOFTGPU_GET_INFO_PARAMS,       sg_ioctl_get_info),
+    SG_IOCTL(SOFTGPU_IOCTL_GET_INFO, SOFTGPU_GET_INFO_PARAMS, sg_ioctl_get_info),
     SG_IOCTL(SOFTGPU_IOCTL_CREATE_VASPACE, SOFTGPU_CREATE_VASPACE_PARAMS, sg_ioctl_create_vaspace),
     SG_IOCTL(SOFTGPU_IOCTL_CREATE_CHANNEL, SOFTGPU_CREATE_CHANNEL_PARAMS, sg_ioctl_create_channel),
     SG_IOCTL(SOFTGPU_IOCTL_DESTROY_OBJECT, SOFTGPU_DESTROY_OBJECT_PARAMS, sg_ioctl_destroy_object),
-    SG_IOCTL(SOFTGPU_IOCTL_SM_ACCESS,      SOFTGPU_SM_ACCESS_PARAMS,      sg_ioctl_sm_access),
-    SG_IOCTL(SOFTGPU_IOCTL_FOREIGN_ALLOC,  SOFTGPU_FOREIGN_ALLOC_PARAMS,  sg_ioctl_foreign_alloc),
-    SG_IOCTL(SOFTGPU_IOCTL_FOREIGN_FREE,   SOFTGPU_FOREIGN_FREE_PARAMS,   sg_ioctl_foreign_free),
-    SG_IOCTL(SOFTGPU_IOCTL_SET_KNOB,       SOFTGPU_SET_KNOB_PARAMS,       sg_ioctl_set_knob),
-    SG_IOCTL(SOFTGPU_IOCTL_GET_COUNTERS,   SOFTGPU_GET_COUNTERS_PARAMS,   sg_ioctl_get_counters),
+    SG_IOCTL(SOFTGPU_IOCTL_SM_ACCESS, SOFTGPU_SM_ACCESS_PARAMS, sg_ioctl_sm_access),
+    SG_IOCTL(SOFTGPU_IOCTL_FOREIGN_ALLOC, SOFTGPU_FOREIGN_ALLOC_PARAMS, sg_ioctl_foreign_alloc),
+    SG_IOCTL(SOFTGPU_IOCTL_FOREIGN_FREE, SOFTGPU_FOREIGN_FREE_PARAMS, sg_ioctl_foreign_free),
+    SG_IOCTL(SOFTGPU_IOCTL_SET_KNOB, SOFTGPU_SET_KNOB_PARAMS, sg_ioctl_set_knob),
+    SG_IOCTL(SOFTGPU_IOCTL_GET_COUNTERS, SOFTGPU_GET_COUNTERS_PARAMS, sg_ioctl_get_counters),
 };
 
 /* Every params struct: header first, rmStatus a u32, size a multiple of 8 (the ABI header's rules). */
-#define SG_ABI_CHECK(type)                                                          \
-    do {                                                                            \
-        BUILD_BUG_ON(offsetof(type, abi_version) != 0);                             \
-        BUILD_BUG_ON(offsetof(type, size) != 4);                                    \
-        BUILD_BUG_ON(sizeof(((type *)0)->rmStatus) != sizeof(u32));                 \
-        BUILD_BUG_ON((sizeof(type) % 8) != 0);                                      \
+#define SG_ABI_CHECK(type)                                          \
+    do {                                                            \
+        BUILD_BUG_ON(offsetof(type, abi_version) != 0);             \
+        BUILD_BUG_ON(offsetof(type, size) != 4);                    \
+        BUILD_BUG_ON(sizeof(((type *)0)->rmStatus) != sizeof(u32)); \
+        BUILD_BUG_ON((sizeof(type) % 8) != 0);                      \
     } while (0)
 
 static void sg_abi_checks(void)
@@ -1510,12 +1523,12 @@ static int sg_release(struct inode *inode, struct file *file)
 }
 
 static const struct file_operations sg_fops = {
-    .owner          = THIS_MODULE,      // an open client pins the module
-    .open           = sg_open,
-    .release        = sg_release,
+    .owner = THIS_MODULE,      // an open client pins the module
+    .open = sg_open,
+    .release = sg_release,
     .unlocked_ioctl = sg_ioctl,
-    .compat_ioctl   = compat_ptr_ioctl, // every params struct is fixed-width and 8-byte aligned
-    .llseek         = no_llseek,
+    .compat_ioctl = compat_ptr_ioctl, // every params struct is fixed-width and 8-byte aligned
+    .llseek = no_llseek,
 };
 
 /* Mode 0600, root only, deliberately: a client can pin any GPU's framebuffer (FOREIGN_ALLOC), make
@@ -1523,9 +1536,9 @@ static const struct file_operations sg_fops = {
  * The test bed runs as root; a plain-user test would get a node from the test bed's init, not from us. */
 static struct miscdevice sg_miscdev = {
     .minor = MISC_DYNAMIC_MINOR,
-    .name  = SG_NAME,
-    .fops  = &sg_fops,
-    .mode  = 0600,
+    .name = SG_NAME,
+    .fops = &sg_fops,
+    .mode = 0600,
 };
 
 /* ---- module ------------------------------------------------------------------------------------ */

@@ -51,17 +51,17 @@
 /* Bit ranges "hi:lo" of NVIDIA's hwref headers: the usual ternary trick. */
 #define SG_LO(f)                (0 ? f)
 #define SG_HI(f)                (1 ? f)
-#define SG_MASK(f)              (~0ULL >> (63 - (SG_HI(f) - SG_LO(f))))
-#define SG_WIDTH(f)             (SG_HI(f) - SG_LO(f) + 1)
+#define SG_MASK(f)      (~0ULL >> (63 - (SG_HI(f) - SG_LO(f))))
+#define SG_WIDTH(f)     (SG_HI(f) - SG_LO(f) + 1)
 /* A field of a 64-bit entry, and a field of the second qword of a 16-byte dual PDE (bits 127:64). */
-#define SG_FLD(v, f)            (((u64)(v) >> SG_LO(f)) & SG_MASK(f))
-#define SG_FLD_HI(v, f)         (((u64)(v) >> (SG_LO(f) - 64)) & SG_MASK(f))
+#define SG_FLD(v, f)    (((u64)(v) >> SG_LO(f)) & SG_MASK(f))
+#define SG_FLD_HI(v, f) (((u64)(v) >> (SG_LO(f) - 64)) & SG_MASK(f))
 
 /* VER2 VAs are 49 bits wide (uvm_pascal_mmu.c: num_va_bits_pascal). */
-#define SG_VA_BITS              49
+#define SG_VA_BITS 49
 
 /* No x86-64 physical address is wider (5-level paging's MAX_PHYSMEM_BITS); pfn_valid does the rest. */
-#define SG_PA_BITS_MAX          52
+#define SG_PA_BITS_MAX 52
 
 /* ---- physical apertures ------------------------------------------------------------------------- */
 
@@ -78,28 +78,27 @@ void *sg_phys_ptr(struct sg_gpu *gpu, u32 aperture, u64 pa, u64 len)
     last = pa + len - 1;
 
     switch (aperture) {
-        case SG_AP_VID:
-        case SG_AP_PEER:
+    case SG_AP_VID:
+    case SG_AP_PEER:
             // The caller resolved the peer: gpu is the FB owner either way. The RM-reserved top of the FB
             // is part of the FB.
-            if (!gpu || !gpu->fb || last >= gpu->fb_size)
-                return NULL;
-            return gpu->fb + pa;
+        if (!gpu || !gpu->fb || last >= gpu->fb_size)
+            return NULL;
+        return gpu->fb + pa;
 
-        case SG_AP_SYS:
+    case SG_AP_SYS:
             // Guest physical memory. x86-64 keeps all RAM in the direct map, so a range of valid pfns is
             // contiguous there. Reserved pages are refused as well: they include the holes inside a memory
             // section (pfn_valid but possibly unmapped) and the kernel image, which no DMA mapping names.
-            if (last >> SG_PA_BITS_MAX)
-                return NULL;
-            for (pfn = PHYS_PFN(pa); pfn <= PHYS_PFN(last); pfn++) {
-                if (!pfn_valid(pfn) || PageReserved(pfn_to_page(pfn)))
-                    return NULL;
-            }
-            return phys_to_virt((phys_addr_t)pa);
-
-        default:
+        if (last >> SG_PA_BITS_MAX)
             return NULL;
+        for (pfn = PHYS_PFN(pa); pfn <= PHYS_PFN(last); pfn++) {
+            if (!pfn_valid(pfn) || PageReserved(pfn_to_page(pfn)))
+                return NULL;
+        }
+        return phys_to_virt((phys_addr_t)pa);
+
+    default: return NULL;
     }
 }
 
@@ -112,14 +111,19 @@ struct sg_table_loc {
 };
 
 /* Reads n (8 or 16) bytes of a table entry as the MMU would: aligned 8-byte loads. */
-static bool sg_mmu_read_entry(struct sg_vaspace *vas, const struct sg_table_loc *t, u64 offset, u64 *out,
+static bool sg_mmu_read_entry(struct sg_vaspace *vas,
+                              const struct sg_table_loc *t,
+                              u64 offset,
+                              u64 *out,
                               unsigned int n)
 {
     const u64 *p = sg_phys_ptr(vas->gpu, t->aperture, t->pa + offset, n);
 
     if (!p) {
         pr_warn_ratelimited("huvm-softgpu: %s: page-table entry at %s 0x%llx is outside memory\n",
-                            vas->gpu->name, t->aperture == SG_AP_VID ? "VID" : "SYS", t->pa + offset);
+                            vas->gpu->name,
+                            t->aperture == SG_AP_VID ? "VID" : "SYS",
+                            t->pa + offset);
         return false;
     }
 
@@ -163,7 +167,12 @@ static u64 sg_mmu_pte_vid_pa(u64 pte)
 }
 
 /* A valid PTE of page_size mapping va: permissions, then the backing. */
-static int sg_mmu_pte(struct sg_vaspace *vas, u64 pte, u64 va, u64 page_size, enum sg_access acc, bool ce,
+static int sg_mmu_pte(struct sg_vaspace *vas,
+                      u64 pte,
+                      u64 va,
+                      u64 page_size,
+                      enum sg_access acc,
+                      bool ce,
                       struct sg_xlate *x)
 {
     u64 ap = SG_FLD(pte, NV_MMU_VER2_PTE_APERTURE);
@@ -185,34 +194,37 @@ static int sg_mmu_pte(struct sg_vaspace *vas, u64 pte, u64 va, u64 page_size, en
         return SG_FAULT_ATOMIC;
 
     switch (ap) {
-        case NV_MMU_VER2_PTE_APERTURE_VIDEO_MEMORY:
-            owner = vas->gpu;
-            aperture = SG_AP_VID;
-            base = sg_mmu_pte_vid_pa(pte);
-            break;
+    case NV_MMU_VER2_PTE_APERTURE_VIDEO_MEMORY:
+        owner = vas->gpu;
+        aperture = SG_AP_VID;
+        base = sg_mmu_pte_vid_pa(pte);
+        break;
 
-        case NV_MMU_VER2_PTE_APERTURE_PEER_MEMORY: {
-            u32 id = SG_FLD(pte, NV_MMU_VER2_PTE_ADDRESS_VID_PEER);
+    case NV_MMU_VER2_PTE_APERTURE_PEER_MEMORY: {
+        u32 id = SG_FLD(pte, NV_MMU_VER2_PTE_ADDRESS_VID_PEER);
 
             // Peer ids are per GPU (UvmGpuP2PCapsParams.peerIds): the id names a GPU from this VA space's
             // GPU's point of view.
-            owner = vas->gpu->peer_by_id[id];
-            if (!owner) {
-                pr_warn_ratelimited("huvm-softgpu: %s: PEER PTE for VA 0x%llx names peer id %u, which has no "
-                                    "GPU\n", vas->gpu->name, va, id);
-                return SG_FAULT_APERTURE;
-            }
-            aperture = SG_AP_PEER;
-            base = sg_mmu_pte_vid_pa(pte);
-            break;
+        owner = vas->gpu->peer_by_id[id];
+        if (!owner) {
+            pr_warn_ratelimited("huvm-softgpu: %s: PEER PTE for VA 0x%llx names peer id %u, which has no "
+                                "GPU\n",
+                                vas->gpu->name,
+                                va,
+                                id);
+            return SG_FAULT_APERTURE;
         }
+        aperture = SG_AP_PEER;
+        base = sg_mmu_pte_vid_pa(pte);
+        break;
+    }
 
-        default:
+    default:
             // SYSTEM_COHERENT_MEMORY and SYSTEM_NON_COHERENT_MEMORY: both are plain RAM to the emulator.
-            owner = NULL;
-            aperture = SG_AP_SYS;
-            base = SG_FLD(pte, NV_MMU_VER2_PTE_ADDRESS_SYS) << NV_MMU_VER2_PTE_ADDRESS_SHIFT;
-            break;
+        owner = NULL;
+        aperture = SG_AP_SYS;
+        base = SG_FLD(pte, NV_MMU_VER2_PTE_ADDRESS_SYS) << NV_MMU_VER2_PTE_ADDRESS_SHIFT;
+        break;
     }
 
     // The rest of the page must exist: the FB of its owner (one bounds check), or RAM. RAM is checked
@@ -225,9 +237,13 @@ static int sg_mmu_pte(struct sg_vaspace *vas, u64 pte, u64 va, u64 page_size, en
     kva = sg_phys_ptr(owner, aperture, base + offset, len);
     if (!kva) {
         pr_warn_ratelimited("huvm-softgpu: %s: VA 0x%llx maps %s 0x%llx (page %lluK), outside %s\n",
-                            vas->gpu->name, va,
-                            aperture == SG_AP_VID ? "VID" : aperture == SG_AP_PEER ? "PEER" : "SYS",
-                            base + offset, page_size >> 10,
+                            vas->gpu->name,
+                            va,
+                            aperture == SG_AP_VID    ? "VID"
+                            : aperture == SG_AP_PEER ? "PEER"
+                                                     : "SYS",
+                            base + offset,
+                            page_size >> 10,
                             aperture == SG_AP_SYS ? "RAM" : "the framebuffer");
         return SG_FAULT_APERTURE;
     }
@@ -330,8 +346,7 @@ int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce
     }
 
     // Depth 3: a 2M PTE or a dual PDE (16 bytes).
-    if (!sg_mmu_read_entry(vas, &t, ((va >> 21) & 0xff) * NV_MMU_VER2_DUAL_PDE__SIZE, e,
-                           NV_MMU_VER2_DUAL_PDE__SIZE))
+    if (!sg_mmu_read_entry(vas, &t, ((va >> 21) & 0xff) * NV_MMU_VER2_DUAL_PDE__SIZE, e, NV_MMU_VER2_DUAL_PDE__SIZE))
         return SG_FAULT_PDE;
 
     if (SG_FLD(e[0], NV_MMU_VER2_DUAL_PDE_IS_PTE) == NV_MMU_VER2_DUAL_PDE_IS_PTE_TRUE)
@@ -357,8 +372,7 @@ int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce
                           SG_FLD(e[0], NV_MMU_VER2_DUAL_PDE_ADDRESS_BIG_SYS),
                           NV_MMU_VER2_DUAL_PDE_ADDRESS_BIG_SHIFT,
                           &big);
-        if (!sg_mmu_read_entry(vas, &big, ((va >> 16) & 0x1f) * NV_MMU_VER2_PTE__SIZE, &pte,
-                               NV_MMU_VER2_PTE__SIZE))
+        if (!sg_mmu_read_entry(vas, &big, ((va >> 16) & 0x1f) * NV_MMU_VER2_PTE__SIZE, &pte, NV_MMU_VER2_PTE__SIZE))
             return SG_FAULT_PDE;
 
         if (SG_FLD(pte, NV_MMU_VER2_PTE_VALID) == NV_MMU_VER2_PTE_VALID_TRUE)
