@@ -701,8 +701,10 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             if (back_done >= plan.peer_local_chunks)
                 continue;
             if (gpu_free(gg) == 0) {
-                back_done = plan.peer_local_chunks;     /* no room: the rest of this part is dropped */
-                continue;
+                /* the block service allocates with eviction (block_alloc_gpu_chunk), on this kthread's time */
+                clock = make_room(sim, g, 1, clock, 0);
+                if (sim->failed)
+                    break;
             }
             list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
             sim->gpus[p].guest_chunks--;
@@ -730,7 +732,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             refresh_state(sim);
             if (gpu_free(pg) == 0 ||
                 huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, clock) != HUVM_REASON_PEER) {
-                peer_done = plan.peer_chunks;   /* the peer is full: the rest of the host part is dropped */
+                peer_done = plan.peer_chunks; /* the peer is full: the rest of the host part is dropped */
                 continue;
             }
             sim->host_chunks--;
@@ -751,8 +753,9 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
         }
         else if (local_done < plan.local_chunks) {
             if (gpu_free(gg) == 0) {
-                local_done = plan.local_chunks;     /* no room: the rest of the local part is dropped */
-                continue;
+                clock = make_room(sim, g, 1, clock, 0); /* as above: the block service evicts */
+                if (sim->failed)
+                    break;
             }
             sim->host_chunks--;
             gg->host_chunks--;
@@ -813,7 +816,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         gg->fault_free_ns = t;
     }
     if (c->flags & SIM_CF_PREFETCHED)
-        pf_note(sim, c, 1);             /* prefetched to a peer, and wanted: the prefetch paid */
+        pf_note(sim, c, 1); /* prefetched to a peer, and wanted: the prefetch paid */
     if (c->loc == HUVM_SIM_LOC_GPU) {
         uint32_t p = c->holder;
         uint64_t fin;
@@ -841,7 +844,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, ci));
         if (!sim->proto_prefetch && (sim->core.policy.prefetch_mode == HUVM_PREFETCH_TWO_STAGE ||
                                      sim->core.policy.prefetch_mode == HUVM_PREFETCH_LOCAL))
-            prefetch(sim, tt, ci, t);       /* the window's peer-held chunks come back too */
+            prefetch(sim, tt, ci, t); /* the window's peer-held chunks come back too */
         return fin;
     }
     gg->batch_allocs++;
@@ -860,7 +863,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         vacnt_add(sim, ci, 3);
         huvm_account_fetch(&sim->core, g, HUVM_DEST_HOST, 0, SIM_CHUNK, chunk_va(sim, ci));
         if (!sim->proto_prefetch)
-            prefetch(sim, tt, ci, t);       /* huvm-atc22 prefetches per fault batch (sim_proto_batch) */
+            prefetch(sim, tt, ci, t); /* huvm-atc22 prefetches per fault batch (sim_proto_batch) */
         return fin;
     }
     /* First touch: populate a zeroed chunk. */
@@ -961,7 +964,7 @@ uint32_t huvm_sim_run(huvm_sim_t *sim, uint64_t until_ns, huvm_sim_error_t *err)
             if (tt->state == SIM_T_DONE)
                 continue;
             if (tt->state == SIM_T_RUNNING && !sim->fg_remaining)
-                continue;       /* background tenants stop with the last foreground one */
+                continue; /* background tenants stop with the last foreground one */
             if (tt->clock < bc) {
                 bc = tt->clock;
                 best = tt;

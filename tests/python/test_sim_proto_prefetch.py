@@ -53,3 +53,14 @@ def test_the_running_item_is_never_killed() -> None:
     """Batches come while A runs, none pending behind it: A brings its whole window."""
     res = _run([[0], [100], [1, 2, 3, 4]], [0, 5_000_000, 0])
     assert res.tenant(0).faults == 2
+
+
+def test_the_block_service_evicts_for_a_prefetched_block() -> None:
+    """On a full GPU (8 chunks, pre-eviction off) the prototype's item still brings its window: its block service
+    allocates with eviction (block_alloc_gpu_chunk), where huvm's worker never evicts for a prefetch. Op 0 faults
+    8 blocks; its item brings 8-11 (evicting 0-3); op 1 touches 8-11 without a fault."""
+    node = NodeConfig.preset("h200").with_gpu_memory(8 * 2**21, 0)
+    tr = make_trace("proto-full", [np.arange(8, dtype=np.int64), np.arange(8, 12, dtype=np.int64)], [0, 0], 16)
+    res = run_scenario(node, [TenantSpec(0, tr, host_resident=True)], "huvm-atc22",
+                       policy_overrides={**LOCAL4, "preevict_chunks": 0}, sample_interval_ns=0)
+    assert res.tenant(0).faults == 8
