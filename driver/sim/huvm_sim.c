@@ -127,6 +127,8 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
     }
     sim->cfg = *cfg;
     huvm_core_init(&sim->core, HUVM_BACKEND_SIM, preset);
+    /* The prototype's module runs its prefetch its own way, whatever its policy fields are set to later. */
+    sim->proto_prefetch = preset == HUVM_PRESET_ATC22;
     sim->core.single_writer = 1;    /* one event loop updates the counters (readers may run beside it) */
     for (a = 0; a < cfg->gpu_count; a++) {
         sim_gpu_t *g = &sim->gpus[a];
@@ -577,6 +579,225 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
     }
 }
 
+/* ---- The prototype's prefetch (huvm-atc22) ----
+ *
+ * As casys-kaist/HUVM's uvm_gpu_replayable_faults.c runs it (schedule_parallel_fetch_for_batch,
+ * service_prefetch_for_fault_batch, classify_and_schedule_parallel_prefetch, service_prefetch_va_block): each
+ * fault batch queues one item on the GPU's fetch kthread, before the batch is serviced, with the batch's
+ * direction (forward when its lowest fault lies above the previous batch's reference address) and base (its
+ * highest fault forward, its lowest backward). The item walks the window base + dir * k * stride; the blocks
+ * a peer holds go to a second kthread (the parallel prefetch queue), the host-resident ones it moves itself.
+ * Each block is moved and waited for (uvm_tracker_wait) before the next: a block brought to the faulting GPU
+ * goes through uvm_va_block_service_locked, the fault path's per-block service (fault_service_ns from host,
+ * peer_fault_service_ns from a peer), then its copy; a block duplicated on a peer goes through
+ * uvm_va_block_make_resident (migrate_service_ns, as a prefetch). A new batch kills the item still pending
+ * in a queue (never the running one). How many blocks go where is the core's plan (huvm_decide_prefetch),
+ * taken when the item runs. */
+
+static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint64_t base, int32_t dir, uint64_t s);
+
+/* Queue an item on GPU g's kthread q at time t: an item pending there is killed; the new one runs at t, or
+ * is pending until the running one ends. */
+static void proto_submit(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint64_t base, int32_t dir, uint64_t t)
+{
+    sim_gpu_t *gg = &sim->gpus[g];
+    sim_pfq_t *pq = &gg->pfq[q];
+
+    if (pq->pend && pq->start_ns <= t) {
+        pq->pend = 0;
+        proto_run(sim, g, q, pq->tenant, pq->base, pq->dir, pq->start_ns);
+    }
+    /* a pending item is killed: the new one takes its place */
+    if (pq->busy_ns <= t) {
+        pq->pend = 0;
+        proto_run(sim, g, q, ti, base, dir, t);
+        return;
+    }
+    pq->pend = 1;
+    pq->start_ns = pq->busy_ns;
+    pq->tenant = ti;
+    pq->base = base;
+    pq->dir = dir;
+}
+
+void sim_proto_flush(huvm_sim_t *sim, uint32_t g, uint64_t t)
+{
+    uint32_t q;
+
+    for (q = 0; q < 2; q++) {
+        sim_pfq_t *pq = &sim->gpus[g].pfq[q];
+
+        if (pq->pend && pq->start_ns <= t) {
+            pq->pend = 0;
+            proto_run(sim, g, q, pq->tenant, pq->base, pq->dir, pq->start_ns);
+        }
+    }
+}
+
+/* The window's k-th chunk (k >= 1) of tenant tt from base, or SIM_NIL past either end of its chunks. */
+static uint32_t proto_window(const sim_tenant_t *tt, uint64_t base, int32_t dir, uint32_t stride, uint32_t k)
+{
+    uint64_t idx = base - tt->chunk_base, step = (uint64_t)k * stride;
+
+    if (dir < 0)
+        return step <= idx ? tt->chunk_base + (uint32_t)(idx - step) : SIM_NIL;
+    return idx + step < tt->spec.n_chunks ? tt->chunk_base + (uint32_t)(idx + step) : SIM_NIL;
+}
+
+/* A block another GPU holds whole for g (not remote-mapped): the parallel queue's in two-stage mode. */
+static int proto_peer_held(const sim_chunk_t *c, uint32_t g)
+{
+    return (c->flags & SIM_CF_LIVE) && c->loc == HUVM_SIM_LOC_GPU && c->holder != g && !(c->flags & SIM_CF_REMOTE);
+}
+
+static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint64_t base, int32_t dir, uint64_t s)
+{
+    sim_tenant_t *tt = &sim->tenants[ti];
+    sim_gpu_t *gg = &sim->gpus[g];
+    huvm_prefetch_plan_t plan;
+    uint32_t stride, k, span, local_done = 0, peer_done = 0, back_done = 0, two_stage;
+    uint64_t clock = s;
+
+    refresh_state(sim);
+    memset(&plan, 0, sizeof(plan));
+    plan.peer = HUVM_DEST_HOST;
+    huvm_decide_prefetch(&sim->core, sim->state, g, gg->candidates, s, &plan);
+    if (plan.peer >= sim->cfg.gpu_count || plan.peer == g || !(gg->candidates & (1u << plan.peer)))
+        plan.peer_chunks = 0;
+    stride = plan.stride ? plan.stride : 1;
+    span = plan.local_chunks + plan.peer_chunks;
+    if (plan.peer_local_chunks > span)
+        span = plan.peer_local_chunks;
+    if (!span)
+        return;
+    two_stage = sim->core.policy.prefetch_mode == HUVM_PREFETCH_TWO_STAGE;
+    if (q == SIM_PFQ_FETCH && two_stage && plan.peer_local_chunks) {
+        /* classify_and_schedule_parallel_prefetch: the peer-held blocks go to the parallel queue first */
+        for (k = 1; k <= span; k++) {
+            uint32_t pci = proto_window(tt, base, dir, stride, k);
+
+            if (pci == SIM_NIL)
+                break;
+            if (proto_peer_held(&sim->chunks[pci], g)) {
+                proto_submit(sim, g, SIM_PFQ_BACK, ti, base, dir, s);
+                break;
+            }
+        }
+    }
+    for (k = 1; k <= span && !sim->failed; k++) {
+        uint32_t pci = proto_window(tt, base, dir, stride, k);
+        sim_chunk_t *c;
+
+        if (pci == SIM_NIL)
+            break;
+        c = &sim->chunks[pci];
+        if (!(c->flags & SIM_CF_LIVE) || (c->loc == HUVM_SIM_LOC_GPU && c->holder == g))
+            continue;
+        if (proto_peer_held(c, g)) {
+            uint32_t p = c->holder;
+
+            if (q == SIM_PFQ_FETCH && two_stage)
+                continue;       /* the parallel queue's */
+            if (back_done >= plan.peer_local_chunks)
+                continue;
+            if (gpu_free(gg) == 0) {
+                /* the block service allocates with eviction (block_alloc_gpu_chunk), on this kthread's time */
+                clock = make_room(sim, g, 1, clock, 0);
+                if (sim->failed)
+                    break;
+            }
+            list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
+            sim->gpus[p].guest_chunks--;
+            gg->peer_chunks--;
+            clock = u64_max(clock, c->ready_ns) + sim->cfg.peer_fault_service_ns;
+            clock = sim_xfer_peer(sim, p, g, clock, SIM_CHUNK, 0, SIM_BG, pci);
+            c->ready_ns = clock;
+            lend_charge(sim, p, 1);
+            c->holder = (uint8_t)g;
+            c->fetched_ns = clock;
+            c->flags |= SIM_CF_PREFETCHED;
+            list_push_tail(sim->chunks, &gg->own, pci);
+            gg->batch_allocs++;
+            back_done++;
+            vacnt_add(sim, pci, 2);
+            huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, pci));
+            continue;
+        }
+        if (c->loc != HUVM_SIM_LOC_HOST || q != SIM_PFQ_FETCH)
+            continue;
+        if (peer_done < plan.peer_chunks) {
+            uint32_t p = plan.peer;
+            sim_gpu_t *pg = &sim->gpus[p];
+
+            refresh_state(sim);
+            if (gpu_free(pg) == 0 ||
+                huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, clock) != HUVM_REASON_PEER) {
+                peer_done = plan.peer_chunks; /* the peer is full: the rest of the host part is dropped */
+                continue;
+            }
+            sim->host_chunks--;
+            gg->host_chunks--;
+            gg->peer_chunks++;
+            clock =
+                sim_xfer_h2d(sim, p, u64_max(clock, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
+            c->ready_ns = clock;
+            lend_charge(sim, p, 1);
+            c->loc = HUVM_SIM_LOC_GPU;
+            c->holder = (uint8_t)p;
+            list_push_tail(sim->chunks, &pg->guest[g], pci);
+            c->flags |= SIM_CF_PREFETCHED;
+            pg->guest_chunks++;
+            peer_done++;
+            vacnt_add(sim, pci, 4);
+            huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
+        }
+        else if (local_done < plan.local_chunks) {
+            if (gpu_free(gg) == 0) {
+                clock = make_room(sim, g, 1, clock, 0); /* as above: the block service evicts */
+                if (sim->failed)
+                    break;
+            }
+            sim->host_chunks--;
+            gg->host_chunks--;
+            clock = u64_max(clock, c->ready_ns) + sim->cfg.fault_service_ns;
+            clock = sim_xfer_h2d(sim, g, clock, SIM_CHUNK, 0, SIM_BG, pci);
+            c->ready_ns = clock;
+            c->loc = HUVM_SIM_LOC_GPU;
+            c->holder = (uint8_t)g;
+            list_push_tail(sim->chunks, &gg->own, pci);
+            c->flags |= SIM_CF_PREFETCHED;
+            gg->batch_allocs++;
+            local_done++;
+            vacnt_add(sim, pci, 4);
+            huvm_account_prefetch(&sim->core, g, g, SIM_CHUNK, chunk_va(sim, pci));
+        }
+    }
+    gg->pfq[q].busy_ns = u64_max(gg->pfq[q].busy_ns, clock);
+}
+
+void sim_proto_batch(huvm_sim_t *sim, sim_tenant_t *tt)
+{
+    uint32_t g = tt->spec.gpu;
+    sim_gpu_t *gg = &sim->gpus[g];
+    int32_t dir;
+    uint64_t base;
+
+    if (tt->batch_lo == SIM_NIL || !huvm_prefetch_active(&sim->core, g))
+        return;
+    /* calc_fault_direction: forward when the batch lies above the previous one's reference (pf_prev - 1; the
+     * first batch looks forward, as after the prototype's reference address 0) */
+    if (gg->pf_prev <= tt->batch_lo) {
+        dir = 1;
+        base = tt->batch_hi;
+    }
+    else {
+        dir = -1;
+        base = tt->batch_lo;
+    }
+    gg->pf_prev = base + 1;
+    proto_submit(sim, g, SIM_PFQ_FETCH, (uint32_t)(tt - sim->tenants), base, dir, tt->batch_start);
+}
+
 /* Service one faulted chunk of tenant tt at time t; returns the time the tenant can go on. *remote is set
  * when the core chose to map the peer's copy instead (the touch then runs over NVLink). */
 uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t, int *remote)
@@ -595,7 +816,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         gg->fault_free_ns = t;
     }
     if (c->flags & SIM_CF_PREFETCHED)
-        pf_note(sim, c, 1);             /* prefetched to a peer, and wanted: the prefetch paid */
+        pf_note(sim, c, 1); /* prefetched to a peer, and wanted: the prefetch paid */
     if (c->loc == HUVM_SIM_LOC_GPU) {
         uint32_t p = c->holder;
         uint64_t fin;
@@ -621,9 +842,9 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         c->fetched_ns = fin;
         vacnt_add(sim, ci, 2);
         huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, ci));
-        if (sim->core.policy.prefetch_mode == HUVM_PREFETCH_TWO_STAGE ||
-            sim->core.policy.prefetch_mode == HUVM_PREFETCH_LOCAL)
-            prefetch(sim, tt, ci, t);       /* the prototype prefetches after every fault batch */
+        if (!sim->proto_prefetch && (sim->core.policy.prefetch_mode == HUVM_PREFETCH_TWO_STAGE ||
+                                     sim->core.policy.prefetch_mode == HUVM_PREFETCH_LOCAL))
+            prefetch(sim, tt, ci, t); /* the window's peer-held chunks come back too */
         return fin;
     }
     gg->batch_allocs++;
@@ -641,7 +862,8 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         list_push_tail(sim->chunks, &gg->own, ci);
         vacnt_add(sim, ci, 3);
         huvm_account_fetch(&sim->core, g, HUVM_DEST_HOST, 0, SIM_CHUNK, chunk_va(sim, ci));
-        prefetch(sim, tt, ci, t);
+        if (!sim->proto_prefetch)
+            prefetch(sim, tt, ci, t); /* huvm-atc22 prefetches per fault batch (sim_proto_batch) */
         return fin;
     }
     /* First touch: populate a zeroed chunk. */
@@ -742,7 +964,7 @@ uint32_t huvm_sim_run(huvm_sim_t *sim, uint64_t until_ns, huvm_sim_error_t *err)
             if (tt->state == SIM_T_DONE)
                 continue;
             if (tt->state == SIM_T_RUNNING && !sim->fg_remaining)
-                continue;       /* background tenants stop with the last foreground one */
+                continue; /* background tenants stop with the last foreground one */
             if (tt->clock < bc) {
                 bc = tt->clock;
                 best = tt;

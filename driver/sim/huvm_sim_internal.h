@@ -69,6 +69,22 @@ typedef struct {
     uint64_t chunk_ns;              /* a 2 MiB copy's time on it, as res_xfer rounds it (0: rate not set) */
 } sim_res_t;
 
+/* One of the prototype's prefetch kthreads on a GPU (huvm-atc22; huvm_sim.c "The prototype's prefetch"): it
+ * works through its queue one item at a time; an item queued behind a running one is pending, and the next
+ * fault batch replaces it (the prototype kills a pending item, never a running one). */
+typedef struct {
+    uint64_t busy_ns;               /* the running item ends then */
+    uint64_t start_ns;              /* pend: the pending item starts then (= busy_ns when it was queued) */
+    uint64_t base;                  /* pend: the chunk its window starts from (a global chunk index) */
+    uint32_t pend;                  /* an item is pending */
+    uint32_t tenant;                /* pend: whose faults queued it */
+    int32_t dir;                    /* pend: +1 forward, -1 backward (the prototype's fault direction) */
+    uint32_t pad;
+} sim_pfq_t;
+
+#define SIM_PFQ_FETCH 0             /* the prototype's fetch queue: the window's host-resident blocks */
+#define SIM_PFQ_BACK  1             /* its parallel prefetch queue: the window's peer-resident blocks */
+
 typedef struct {
     /* the fields every refresh and eviction reads first, together (a cache line or two) */
     uint64_t capacity_chunks;     /* usable by UVM: (memory - reserved) / 2 MiB */
@@ -94,6 +110,8 @@ typedef struct {
     uint64_t lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */
     sim_res_t h2d, d2h;            /* PCIe */
     sim_res_t port_out, port_in;   /* NVSwitch ports */
+    sim_pfq_t pfq[2];              /* huvm-atc22: the prototype's prefetch kthreads (SIM_PFQ_*) */
+    uint64_t pf_prev;              /* huvm-atc22: the previous fault batch's reference chunk + 1 (0: none) */
 } sim_gpu_t;
 
 typedef struct {
@@ -121,6 +139,9 @@ typedef struct {
     uint32_t step_end_n, step_end_cap;
     huvm_sim_tenant_result_t res;
     sim_vacnt_t vacnt;
+    uint32_t batch_lo, batch_hi;      /* huvm-atc22: the fault batch in progress, its lowest and highest
+                                         faulted chunk (global index; SIM_NIL: none yet) */
+    uint64_t batch_start;             /* huvm-atc22: when the fault batch in progress was fetched */
 } sim_tenant_t;
 
 struct huvm_sim {
@@ -147,6 +168,7 @@ struct huvm_sim {
     uint32_t n_samples, samples_cap;
     uint64_t sample_interval, next_sample;
     huvm_sim_error_t err;          /* first run-time error */
+    uint32_t proto_prefetch;       /* created as huvm-atc22: prefetch runs as the prototype's kthreads */
 };
 
 /* ---- small helpers shared by the sources (inline: the hot paths stay as fast as in one file) ---- */
@@ -262,6 +284,10 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci);
 /* The GPU's worker at t: give-back down to its lend reserve (huvm_giveback_need) and, unless giveback_only,
  * pre-eviction (huvm_decide_preevict_plan); guests' chunks first, in the background. */
 void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only);
+/* huvm-atc22: a fault batch of tenant tt fetched at tt->batch_start ended: queue the prototype's prefetch item. */
+void sim_proto_batch(huvm_sim_t *sim, sim_tenant_t *tt);
+/* huvm-atc22: run GPU g's prefetch items that have started by t (before a fault looks at residency). */
+void sim_proto_flush(huvm_sim_t *sim, uint32_t g, uint64_t t);
 /* Take one chunk of host memory (0), or fail the run when host memory is exhausted (-1). */
 int host_take_chunk(huvm_sim_t *sim);
 

@@ -383,6 +383,8 @@ static void end_batch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t nb, uint64_t t
     note_own(sim, tt->spec.gpu, t);
     huvm_account_faults(&sim->core, tt->spec.gpu, nb * sim->cfg.faults_per_chunk);
     tt->res.fault_batches++;
+    if (sim->proto_prefetch)
+        sim_proto_batch(sim, tt);
     sim_preevict(sim, tt->spec.gpu, t, 0);
 }
 
@@ -441,6 +443,9 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         sim_chunk_t *c = &ch[ci];
         int remote;
 
+        /* huvm-atc22: the prototype's prefetch items that have started by now move their blocks first */
+        if (sim->proto_prefetch && !(c->loc == HUVM_SIM_LOC_GPU && c->holder == g))
+            sim_proto_flush(sim, g, t);
         if (c->loc == HUVM_SIM_LOC_GPU) {
             if (c->holder == g) {
                 if (c->flags & SIM_CF_PREFETCHED)
@@ -461,8 +466,14 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         }
         if (sim->failed)
             break;
-        if (nb == 0)
+        if (nb == 0) {
             t += sim->cfg.fault_batch_ns;
+            tt->batch_lo = SIM_NIL;
+            tt->batch_hi = 0;
+            tt->batch_start = t;
+        }
+        tt->batch_lo = ci < tt->batch_lo ? ci : tt->batch_lo;
+        tt->batch_hi = ci > tt->batch_hi ? ci : tt->batch_hi;
         t = sim_service_fault(sim, tt, ci, t, &remote);
         tt->res.faults++;
         if (remote) {

@@ -64,12 +64,13 @@ def test_fast_cadence_keeps_the_peak() -> None:
 
 def test_slow_cadence_lends_above_the_peak() -> None:
     """Spikes every 2 s: huvm lends the part of the peak it can give back within T, faster than keeping the
-    whole peak free and closer to the prototype (which lends all of it), with its lender still within T."""
-    proto, _ = _point(SLOW_MS, "huvm-atc22")
-    huvm, _ = _point(SLOW_MS, "huvm")
-    keep, _ = _point(SLOW_MS, "unbounded")
+    whole peak free, and its lenders give back at the spikes about as often as the prototype's (which lends all
+    of the peak; the prototype's speed is not the yardstick: its prefetch runs on its own kthreads)."""
+    name, ev = _run(SLOW_MS)
+    proto, huvm_o, keep_o = (ev.outcome(name, p) for p in ("huvm-atc22", "huvm", "unbounded"))
+    huvm, keep = huvm_o.harvester_speedup, keep_o.harvester_speedup
     assert huvm > keep * 1.02, f"huvm {huvm:.3f}x vs the whole peak kept {keep:.3f}x"
-    assert abs(proto - huvm) < abs(proto - keep)
+    assert abs(proto.giveback - huvm_o.giveback) < abs(proto.giveback - keep_o.giveback)
 
 
 def test_spike_period_option() -> None:

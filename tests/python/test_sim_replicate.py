@@ -53,3 +53,34 @@ def test_doc_holds_the_generated_tables(tmp_path: Path) -> None:
     bad.write_text("no markers\n", encoding="utf-8")
     with pytest.raises(SimConfigError):
         replicate.update_doc(str(bad))
+
+
+def test_frontier_order_makes_the_same_touches_in_another_order() -> None:
+    import numpy as np
+
+    sweep, frontier = replicate._graph("bfs"), replicate._graph("bfs", True)
+    assert replicate._graph("pagerank", True).name == "pagerank-twitter-like"     # PageRank streams regardless
+    assert len(frontier.op_time_ns) == len(sweep.op_time_ns)
+    assert np.array_equal(np.sort(np.asarray(frontier.touch_chunk)), np.sort(np.asarray(sweep.touch_chunk)))
+    assert not np.array_equal(np.asarray(frontier.touch_chunk), np.asarray(sweep.touch_chunk))
+
+
+def test_fig6_sensitivity_variants() -> None:
+    """The variants move what they model and nothing else: case 1 (one harvester, no neighbour on its PCIe
+    switch; PageRank streams) is the same in all four; without the shared switches stock's copies in cases 2-3
+    run at full rate, so HUVM gains less; in frontier order the window predicts less, so host-only gains less."""
+    rows = replicate.fig6_sensitivity()
+    by = {(r["variant"], r["case"], r["workload"]): r for r in rows}
+    assert {v for v, *_ in replicate.SENSITIVITY} == {r["variant"] for r in rows}
+    assert len({(round(r["huvm"], 9), round(r["host"], 9)) for r in rows if r["case"] == 1}) == 1
+    for key in ((2, "bfs"), (3, "bfs"), (3, "wcc")):
+        modelled = by[("as modelled", *key)]
+        assert by[("no shared switch", *key)]["huvm"] < modelled["huvm"] / 1.5
+        assert by[("traversals in frontier order", *key)]["host"] < modelled["host"] / 1.1
+        assert modelled["huvm_artifact"] == by[("both", *key)]["huvm_artifact"]
+
+
+def test_sensitivity_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert replicate.main(["--sensitivity"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| variant | case | workload | huvm |") and "no shared switch" in out

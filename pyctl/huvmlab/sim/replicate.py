@@ -2,6 +2,7 @@
 
     huvmctl sim replicate                 # Fig 6, Fig 8 and Fig 9 tables
     huvmctl sim replicate --update-doc docs/simulator.md
+    huvmctl sim replicate --sensitivity   # Fig 6's harvesters under the model's sensitivity variants
 
 * **Fig 6** (three consolidation cases on a p3.8xlarge): the artifact's result CSVs (``casys-kaist/HUVM``,
   added in commit ``ecd4acb`` and deleted in ``f498084``; ``huvm/data/replication/huvm-atc22-fig6.csv``) per
@@ -67,17 +68,46 @@ def artifact_fig6() -> list[ArtifactRow]:
                         float(r["ours_s"]), r["csv_path"]) for r in rows]
 
 
+#: sensitivity variants of the Fig 6 model (:func:`fig6_sensitivity`; measurements, not the replication):
+#: "as modelled"; "no shared switch" (every GPU its own PCIe uplink, against the preset's assumed switch pairs
+#: 0-1 and 2-3); "traversals in frontier order" (BFS and WCC make the same touches, each sweep's ops in a
+#: random order, as a frontier visits an id-sorted edge array); both.
+SENSITIVITY: tuple[tuple[str, bool, bool], ...] = (
+    ("as modelled", True, False),
+    ("no shared switch", False, False),
+    ("traversals in frontier order", True, True),
+    ("both", False, True),
+)
+
+
 @cache
-def _graph(kind: str) -> SimTraceLike:
+def _graph(kind: str, frontier_order: bool = False) -> SimTraceLike:
     from . import workloads
 
-    return cast(SimTraceLike, workloads.pagerank(vertices=41_652_230, edges=4_900_000_000,
-                                                 iterations=_GRAPH_ITERATIONS[kind], edge_chunks_per_op=32,
-                                                 gathers_per_op=32, name=f"{kind}-twitter-like"))
+    tr = cast(SimTraceLike, workloads.pagerank(vertices=41_652_230, edges=4_900_000_000,
+                                               iterations=_GRAPH_ITERATIONS[kind], edge_chunks_per_op=32,
+                                               gathers_per_op=32, name=f"{kind}-twitter-like"))
+    if not frontier_order or kind == "pagerank":
+        return tr
+    import numpy as np
+
+    n_ops = len(tr.op_time_ns)
+    sweeps = _GRAPH_ITERATIONS[kind]
+    per = n_ops // sweeps
+    rng = np.random.default_rng(5)
+    order = np.concatenate([k * per + rng.permutation(per) for k in range(sweeps)]
+                           + [np.arange(sweeps * per, n_ops)])
+    first = tr.op_first_touch
+    ops = [np.asarray(tr.touch_chunk[first[i]:first[i + 1]], dtype=np.int64) for i in order]
+    return cast(SimTraceLike, workloads.make_trace(f"{kind}-twitter-like-frontier", ops,
+                                                   np.asarray(tr.op_time_ns)[order], len(tr.chunk_alloc_op)))
 
 
-def _node() -> NodeConfig:
-    return NodeConfig.preset("aws-p3.8xlarge")
+def _node(shared_switches: bool = True) -> NodeConfig:
+    node = NodeConfig.preset("aws-p3.8xlarge")
+    if shared_switches:
+        return node
+    return replace(node, name="aws-p3.8xlarge[no-switch]", gpus=tuple(replace(g, pcie_switch=0) for g in node.gpus))
 
 
 def _dnn_lender(gpu: int, name: str, horizon_ns: int) -> TenantSpec:
@@ -98,24 +128,31 @@ def _graph_lender(gpu: int, name: str, horizon_ns: int) -> TenantSpec:
                       managed=True, role="lender")
 
 
-def fig6_case(case: int) -> tuple[NodeConfig, list[TenantSpec], dict[str, list[int]]]:
-    """The node, tenants, and per artifact workload the simulator tenants that stand for it."""
+def fig6_case(case: int, *, shared_switches: bool = True,
+              frontier_order: bool = False) -> tuple[NodeConfig, list[TenantSpec], dict[str, list[int]]]:
+    """The node, tenants, and per artifact workload the simulator tenants that stand for it (the keywords: the
+    sensitivity variants, :data:`SENSITIVITY`)."""
     horizon = 20 * 10**9
+    node = _node(shared_switches)
+
+    def graph(kind: str) -> SimTraceLike:
+        return _graph(kind, frontier_order)
+
     if case == 1:
-        tenants = [TenantSpec(0, _graph("pagerank"), name="pagerank@0", role="harvester"),
+        tenants = [TenantSpec(0, graph("pagerank"), name="pagerank@0", role="harvester"),
                    _graph_lender(3, "wcc@3", horizon),
                    _dnn_lender(1, "vgg16@1", horizon), _dnn_lender(2, "vgg16@2", horizon)]
-        return _node(), tenants, {"pagerank": [0], "wcc": [1], "vgg": [2, 3]}
+        return node, tenants, {"pagerank": [0], "wcc": [1], "vgg": [2, 3]}
     if case == 2:
-        tenants = [TenantSpec(0, _graph("bfs"), name="bfs@0", role="harvester"),
-                   TenantSpec(1, _graph("bfs"), name="bfs@1", role="harvester"),
+        tenants = [TenantSpec(0, graph("bfs"), name="bfs@0", role="harvester"),
+                   TenantSpec(1, graph("bfs"), name="bfs@1", role="harvester"),
                    _dnn_lender(2, "mobilenet@2", horizon), _dnn_lender(3, "resnet101@3", horizon)]
-        return _node(), tenants, {"bfs": [0, 1], "mobilenet": [2], "resnet": [3]}
+        return node, tenants, {"bfs": [0, 1], "mobilenet": [2], "resnet": [3]}
     if case == 3:
-        tenants = [TenantSpec(0, _graph("wcc"), name="wcc@0", role="harvester"),
-                   TenantSpec(1, _graph("bfs"), name="bfs@1", background=True, role="harvester"),
+        tenants = [TenantSpec(0, graph("wcc"), name="wcc@0", role="harvester"),
+                   TenantSpec(1, graph("bfs"), name="bfs@1", background=True, role="harvester"),
                    _graph_lender(2, "pagerank@2", horizon), _graph_lender(3, "pagerank@3", horizon)]
-        return _node(), tenants, {"wcc": [0], "bfs": [1], "pagerank": [2, 3]}
+        return node, tenants, {"wcc": [0], "bfs": [1], "pagerank": [2, 3]}
     raise SimConfigError(f"Fig 6 case {case} is not 1..3 (the artifact's case 4 CSVs are incomplete)",
                          field="case")
 
@@ -137,12 +174,12 @@ def _measure(res: SimResult, idx: Sequence[int], role: str = "harvester") -> flo
     return max(t.runtime_ns / t.ops_done if t.ops_done else float("inf") for t in ts) / 1e9
 
 
-def fig6() -> list[dict[str, Any]]:
+def fig6(*, shared_switches: bool = True, frontier_order: bool = False) -> list[dict[str, Any]]:
     """Per case and workload: the artifact's times and the simulator's, each relative to its Base."""
     out: list[dict[str, Any]] = []
     arts = artifact_fig6()
     for case in (1, 2, 3):
-        node, tenants, which = fig6_case(case)
+        node, tenants, which = fig6_case(case, shared_switches=shared_switches, frontier_order=frontier_order)
         results = {col: _run(node, tenants, pol, ov) for col, _, pol, ov in POLICY_COLUMNS}
         for a in (r for r in arts if r.case == case):
             sim = {col: _measure(results[col], which[a.workload], a.role) for col, *_ in POLICY_COLUMNS}
@@ -150,6 +187,21 @@ def fig6() -> list[dict[str, Any]]:
             out.append({"case": case, "workload": a.workload, "role": a.role, "artifact": art, "sim": sim,
                         "tenants": [tenants[i].label for i in which[a.workload]]})
     return out
+
+
+def fig6_sensitivity() -> list[dict[str, Any]]:
+    """Fig 6's harvester speedups under each variant of :data:`SENSITIVITY` (a measurement of which modelling
+    choices the rows still off depend on; the replication itself is the first variant)."""
+    rows: list[dict[str, Any]] = []
+    for label, switches, frontier in SENSITIVITY:
+        for r in fig6(shared_switches=switches, frontier_order=frontier):
+            if r["role"] != "harvester":
+                continue
+            a, s = r["artifact"], r["sim"]
+            rows.append({"variant": label, "case": r["case"], "workload": r["workload"],
+                         "huvm": s["Base"] / s["Ours"], "huvm_artifact": a["Base"] / a["Ours"],
+                         "host": s["Base"] / s["pre-ef-host"], "host_artifact": a["Base"] / a["pre-ef-host"]})
+    return rows
 
 
 def fig8() -> list[dict[str, Any]]:
@@ -240,9 +292,13 @@ def update_doc(path: str) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="huvmctl sim replicate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--update-doc", metavar="FILE", help="replace the generated tables between FILE's markers")
+    ap.add_argument("--sensitivity", action="store_true",
+                    help="Fig 6's harvester speedups under the model's sensitivity variants (a markdown table)")
     args = ap.parse_args(argv)
     try:
-        if args.update_doc:
+        if args.sensitivity:
+            print(_plain_markdown(fig6_sensitivity()))
+        elif args.update_doc:
             changed = update_doc(args.update_doc)
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
         else:
