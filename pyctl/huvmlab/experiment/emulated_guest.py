@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
 from huvm import errors
 
 PAGE = 4096
