@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-
 from huvm.errors import HuvmError, UsageError
 from huvm.units import format_size, human_bytes
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.table import Table
-
 from huvm import argtypes, jsonout
 from huvm.cli.common import add_verb, note, out, print_json
 from huvm.errors import ConfigError, UsageError
 from huvm.units import format_size, human_bytes, parse_size
+from rich.table import Table
 
 from .. import calibration
 from ..sim.measured import CalibrationRecordError

@@ -23,7 +23,6 @@ from statistics import mean
 from typing import Any
 
 import pyarrow.parquet as pq
-
 from huvm.errors import ConfigError
 
 #: (name in the comparison, counter metric summed over GPUs): what the cross-check compares

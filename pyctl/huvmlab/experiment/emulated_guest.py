@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 from huvm import errors
 
 PAGE = 4096

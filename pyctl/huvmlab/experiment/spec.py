@@ -46,13 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints, create_model
-
 from huvm import abi
 from huvm.policy import GPU_KEYS, KEYS, NODE_KEYS, key_spec, preset_names, spellings, value_type, written
 from huvm.policyfile import PolicyTable
 from huvm.schema import FileModel, size_value, validate, validate_value
 from huvm.tomlpos import TomlDoc
+from pydantic import BeforeValidator, Field, StringConstraints, create_model
 
 from ..sim.schema import MAX_GPUS as SIM_MAX_GPUS
 from ..sim.schema import GpuMemory, NodeTable

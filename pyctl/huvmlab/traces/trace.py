@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 from huvm.jsonout import TraceFacts
 
 from .chunks import allocated_bytes
