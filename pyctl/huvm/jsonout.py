@@ -386,8 +386,12 @@ class ExperimentCompareDoc(_Doc):
     notes: list[str]
 
 
-class TraceInfoDoc(_Doc):
-    kind: Literal["trace-info"] = Field(json_schema_extra={"const": "trace-info"})
+class TraceFacts(_Model):
+    """What a trace is: :class:`huvmlab.traces.TraceInfo` is this model (one declaration for the summary and
+    its JSON document)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     path: str
     trace_kind: str = Field(description="dnn, graph, lender, ...")
     model: str
@@ -408,6 +412,10 @@ class TraceInfoDoc(_Doc):
     params: int
     est_time_s: dict[str, float] = Field(description="GPU preset -> estimated time of one step")
     meta: dict[str, Any] = Field(description="the generator's parameters")
+
+
+class TraceInfoDoc(_Doc, TraceFacts):
+    kind: Literal["trace-info"] = Field(json_schema_extra={"const": "trace-info"})
 
 
 class CalibrateRow(_Model):
@@ -640,11 +648,9 @@ def topology(topo: Any) -> TopologyDoc:
         links=[TopologyLink(gpu=a, peer=b, label=label, mbyte_per_s=mbps) for a, b, label, mbps in topo.links])
 
 
-def trace_info(info: Any) -> TraceInfoDoc:
-    """A :class:`huvmlab.traces.TraceInfo`."""
-    d = dict(info.to_dict())
-    d["trace_kind"] = d.pop("kind")
-    return TraceInfoDoc.make(**d)
+def trace_info(info: TraceFacts) -> TraceInfoDoc:
+    """A :class:`huvmlab.traces.TraceInfo` (a :class:`TraceFacts`) as its document."""
+    return TraceInfoDoc.make(**info.model_dump())
 
 
 

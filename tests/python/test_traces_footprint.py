@@ -148,7 +148,7 @@ def test_trace_info_shows_allocator_peak_next_to_live_peak(tmp_path: Any, capsys
 
     i = T.info(T.generate("gpt2-tiny", tmp_path / "g.trace"))
     assert i.allocator_peak_bytes >= i.peak_live_bytes > 0
-    assert i.to_dict()["allocator_peak_bytes"] == i.allocator_peak_bytes
+    assert i.model_dump()["allocator_peak_bytes"] == i.allocator_peak_bytes
     monkeypatch.setenv("COLUMNS", "200")
     print_info(i)
     lines = capsys.readouterr().out.splitlines()

@@ -65,7 +65,7 @@ def _bytes(n: float) -> str:
 
 def cli_info(path: Path | str) -> dict[str, Any]:
     """Summary of a trace as a plain dict (raises TraceFormatError when malformed)."""
-    return info(path).to_dict()
+    return info(path).model_dump()
 
 
 def print_info(i: TraceInfo) -> None:
@@ -74,7 +74,7 @@ def print_info(i: TraceInfo) -> None:
 
     t = Table(title=f"{i.path}", show_header=False)
     rows = [
-        ("kind / model", f"{i.kind} / {i.model}"),
+        ("kind / model", f"{i.trace_kind} / {i.model}"),
         ("size on disk", _bytes(i.size_bytes)),
         ("ops / storages / accesses", f"{i.n_ops} / {i.n_storages} / {i.n_accesses}"),
         ("chunk touches / chunks", f"{i.n_touches} / {i.n_chunks} (2 MiB)"),
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.cmd == "info":
             i = info(ns.path)
             if ns.json:
-                print(json.dumps(i.to_dict(), indent=2, sort_keys=True))
+                print(json.dumps(i.model_dump(), indent=2, sort_keys=True))
             else:
                 print_info(i)
             return 0

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from huvm.jsonout import TraceFacts
 
 from .chunks import allocated_bytes
 from .roofline import PRESETS, op_times_ns
@@ -55,30 +56,8 @@ class SimTrace:
         return self.n_chunks * CHUNK_BYTES
 
 
-@dataclass(frozen=True)
-class TraceInfo:
-    path: str
-    kind: str
-    model: str
-    size_bytes: int
-    n_ops: int
-    n_storages: int
-    n_accesses: int
-    n_touches: int
-    n_chunks: int
-    peak_live_bytes: int
-    peak_op: int
-    peak_phase: str
-    allocator_peak_bytes: int
-    reserved_bytes: int
-    static_bytes: int
-    flops: int
-    params: int
-    est_time_s: dict[str, float]
-    meta: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+#: A trace's summary (``huvmctl trace info``): the control plane's JSON model, declared once there.
+TraceInfo = TraceFacts
 
 
 class Trace:
@@ -171,7 +150,7 @@ class Trace:
         peak_op = int(np.argmax(t.o_live_bytes)) if t.n_ops else -1
         return TraceInfo(
             path=str(self.path) if self.path else "",
-            kind=str(self.meta.get("kind", "?")),
+            trace_kind=str(self.meta.get("kind", "?")),
             model=str(self.meta.get("model", "?")),
             size_bytes=size,
             n_ops=t.n_ops,
