@@ -35,9 +35,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..traces.graph import GATHER_BYTES, Csr, GraphSpec, make_graph
+from ..traces.trace import SimTrace
 from .config import CHUNK_BYTES
 from .errors import SimConfigError
-from .workloads import DEFAULT_NS_PER_CHUNK, SimTrace, make_trace
+from .workloads import DEFAULT_NS_PER_CHUNK, make_trace
 
 I64 = npt.NDArray[np.int64]
 
@@ -211,7 +212,8 @@ def _slices(gid: I64, vert_of_edge: I64) -> list[tuple[int, int, int, int]]:
             if cuts[k + 1] > cuts[k]]
 
 
-def _level_ops(offsets: I64, verts: I64, indices_arr: Array, per_op: int) -> tuple[I64, I64, list[tuple[int, int, int, int]]]:
+def _level_ops(offsets: I64, verts: I64, indices_arr: Array,
+               per_op: int) -> tuple[I64, I64, list[tuple[int, int, int, int]]]:
     pos = _edge_positions(offsets, verts)
     cnt = offsets[verts + 1] - offsets[verts]
     vert_of_edge = np.repeat(np.arange(verts.size, dtype=np.int64), cnt)
@@ -305,5 +307,19 @@ def wcc_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
 
 def _finish(name: str, ops: _Ops, arrs: dict[str, Array]) -> SimTrace:
     n_chunks = max(a.base + a.chunks for a in arrs.values())
-    return make_trace(name, ops.rows, np.array(ops.times, dtype=np.uint64), n_chunks,
-                      modes=np.concatenate(ops.modes))
+    tr = make_trace(name, ops.rows, np.array(ops.times, dtype=np.uint64), n_chunks,
+                    modes=np.concatenate(ops.modes))
+    _OP_LEVELS[id(tr)] = (tr, np.array(ops.level, dtype=np.int64), arrs)
+    return tr
+
+
+_OP_LEVELS: dict[int, tuple[SimTrace, I64, dict[str, Array]]] = {}
+
+
+def op_levels(trace: SimTrace) -> tuple[I64, dict[str, Array]]:
+    """For a trace this module built in this process: each op's BFS level or WCC round (-1: the initialising
+    op) and the arrays' layout (tests and inspection)."""
+    tr, levels, arrs = _OP_LEVELS[id(trace)]
+    if tr is not trace:
+        raise SimConfigError("not a trace of huvm.sim.traversal", field="trace")
+    return levels, arrs
