@@ -210,10 +210,10 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
                     tenants.append(TenantSpec(gpu, static_bytes=int(usable // 3 * workloads.LENDER_SHAPES["idle"][0]),
                                               name=f"idle@{gpu}#{j}", role="lender"))
                     continue
-                lt = workloads.lender(small, usable // 3, int(horizon * lender_timing),
+                st = workloads.lender(small, usable // 3, int(horizon * lender_timing),
                                       op_time_ns=int(op_ns * lender_timing))
                 lenders.append(len(tenants))
-                tenants.append(TenantSpec(gpu, lt, name=f"{small}@{gpu}#{j}", background=True,
+                tenants.append(TenantSpec(gpu, st, name=f"{small}@{gpu}#{j}", background=True,
                                           managed=managed_lenders, role="lender"))
             continue
         if kind == "kv-serve":
@@ -225,10 +225,10 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
             continue
         if kind == "allreduce":
             i = ring.index(gpu)
-            lt = _allreduce_lender(usable, int(horizon * lender_timing), int(op_ns * lender_timing), len(ring))
+            ar = _allreduce_lender(usable, int(horizon * lender_timing), int(op_ns * lender_timing), len(ring))
             lenders.append(len(tenants))
             # every rank is a tenant: each sends to the next; what it receives is its predecessor's send
-            tenants.append(TenantSpec(gpu, lt, name=f"allreduce@{gpu}", background=True, managed=managed_lenders,
+            tenants.append(TenantSpec(gpu, ar, name=f"allreduce@{gpu}", background=True, managed=managed_lenders,
                                       role="lender", link_send=(ring[(i + 1) % len(ring)],)))
             continue
         if kind == "idle":
@@ -653,7 +653,8 @@ def _lender_metric(t: TenantResult) -> float:
 def _alone(sc: Scenario, idx: int, horizon_ns: int) -> TenantResult:
     """Lender idx alone on the node, stock: its own speed (with the other ranks of its job, :func:`_job`). A
     background lender runs until the foreground is done, so a clock of empty ops stands in for the harvesters:
-    the same window as the run it is compared with (its throughput depends on the window: a lender that rises a third of the way in)."""
+    the same window as the run it is compared with (its throughput depends on the window: a lender that
+    rises a third of the way in)."""
     from . import workloads
 
     spec = sc.tenants[idx]

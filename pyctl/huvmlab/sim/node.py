@@ -162,8 +162,9 @@ class SimNode:
                 link = _link_bytes(tr, idx, len(arrays["op_time_ns"]))
                 keep.append(link)
                 c.op_link_bytes = ffi.cast("uint64_t *", ffi.from_buffer(link))
-                c.link_send_mask = _gpu_mask(spec.link_send, self.config.gpu_count, spec.gpu, f"tenants[{idx}].link_send")
-                c.link_recv_mask = _gpu_mask(spec.link_recv, self.config.gpu_count, spec.gpu, f"tenants[{idx}].link_recv")
+                n = self.config.gpu_count
+                c.link_send_mask = _gpu_mask(spec.link_send, n, spec.gpu, f"tenants[{idx}].link_send")
+                c.link_recv_mask = _gpu_mask(spec.link_recv, n, spec.gpu, f"tenants[{idx}].link_recv")
         elif spec.link_send or spec.link_recv:
             raise SimConfigError("an idle tenant has no collectives", field=f"tenants[{idx}].link_send")
         err = ffi.new("huvm_sim_error_t *")

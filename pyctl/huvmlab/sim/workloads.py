@@ -370,7 +370,7 @@ def coarsen(trace: SimTrace, k: int) -> SimTrace:
 # ---- workloads of the evaluation's second matrix axis (docs/evaluation.md, "Workload kinds") ----
 
 @dataclass(frozen=True)
-class CommTrace(SimTrace):  # type: ignore[misc]
+class CommTrace(SimTrace):
     """A :class:`SimTrace` with what the new workload kinds add: ``op_link_bytes`` (per op, the bytes its
     collectives send to each GPU of the tenant's ``link_send`` and receive from each of ``link_recv``: ring
     all-reduce, expert-parallel all-to-all) and ``op_tokens`` (per op, the tokens a serving trace produces:
@@ -544,7 +544,7 @@ def moe_expert_parallel(n_layers: int = 4, n_experts: int = 64, expert_chunks: i
     for it in range(iterations):
         routed = [np.flatnonzero(rng.multinomial(tokens * top_k, pop[it, layer])) for layer in range(n_layers)]
 
-        def experts(layer: int) -> npt.NDArray[np.int64]:
+        def experts(layer: int, routed: list[npt.NDArray[np.int64]] = routed) -> npt.NDArray[np.int64]:
             e = routed[layer]
             base = layer * per_layer + shared_chunks
             return (base + e[:, None] * expert_chunks + np.arange(expert_chunks)[None, :]).reshape(-1)
