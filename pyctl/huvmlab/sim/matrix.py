@@ -169,7 +169,7 @@ def _compute_ns(trace: SimTraceLike, steps: int) -> int:
 
 def _build(node_key: str, family: str, harvester: str, level: str, mix: str, managed_lenders: bool,
            half: str, steps: int = 3, two_harvesters: bool = False, lender_timing: float = 1.0,
-           spike_period_ms: float | None = None, kind: str = "base") -> Scenario:
+           spike_period_ms: float | None = None, part: str = "base") -> Scenario:
     from . import workloads
 
     preset, ngpu, lender_gpus = _NODES[node_key]
@@ -248,7 +248,7 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
     tags: tuple[tuple[str, str], ...] = (
         ("node", node_key), ("family", family), ("harvester", harvester), ("level", level),
         ("lenders", mix), ("lender_memory", "managed" if managed_lenders else "cudaMalloc"),
-        ("harvesters", str(len(harvesters))), ("kind", kind))
+        ("harvesters", str(len(harvesters))), ("kind", part))
     if lender_timing != 1.0:
         tags += (("lender_timing", f"{lender_timing:g}"),)
     if spike_period_ms is not None and "spiky" in kinds:
@@ -359,7 +359,7 @@ def _kind_scenarios(half: str | None, kinds: Sequence[str], all_levels: bool, le
             managed = (hi + li) % 5 == 0
             if half is None or which == half:
                 out.append(_build(node_key, family, harvester, level, mix, managed, which,
-                                  lender_timing=lender_timing, spike_period_ms=spike_period_ms, kind=name))
+                                  lender_timing=lender_timing, spike_period_ms=spike_period_ms, part=name))
     return out
 
 

@@ -17,6 +17,7 @@ Compute time per op is ``ns_per_chunk`` per touched chunk (memory-bound kernels)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -407,7 +408,8 @@ def _lengths(rng: np.random.Generator, mean: float, n: int) -> npt.NDArray[np.in
 def kv_serving(weights_bytes: int, kv_capacity_bytes: int, n_ops: int, *, kv_bytes_per_token: int,
                arrivals_per_op: float, prompt_mean: float = SHAREGPT_PROMPT_MEAN,
                output_mean: float = SHAREGPT_OUTPUT_MEAN, ns_per_chunk: int = DEFAULT_NS_PER_CHUNK,
-               prefill_ns_per_token: int = 0, seed: int = 7, name: str = "kv-serving") -> CommTrace:
+               prefill_ns_per_token: int = 0, seed: int = 7, name: str = "kv-serving",
+               requests: Sequence[tuple[int, int, int]] | None = None) -> CommTrace:
     """An LLM inference server with continuous batching (Orca, OSDI'22; vLLM) whose KV cache is backed by
     physical memory only as it grows (2 MiB pages mapped per request on demand, as vAttention, ASPLOS'25, does
     with CUDA virtual memory): one op = one decode iteration.
@@ -419,7 +421,8 @@ def kv_serving(weights_bytes: int, kv_capacity_bytes: int, n_ops: int, *, kv_byt
     running request (a new 2 MiB chunk when its KV crosses a chunk) and produces that token (``op_tokens``);
     a finished request frees its chunks. An iteration reads the weights and every running request's KV
     (memory-bound decode: ``ns_per_chunk`` per chunk read). Weights are live from the start; requests still
-    running at the end free their KV after the last op (the trace loops)."""
+    running at the end free their KV after the last op (the trace loops). ``requests``: (arrival op, prompt
+    tokens, output tokens) of each request instead of the Poisson arrivals (tests)."""
     if n_ops < 1 or weights_bytes < 0 or kv_capacity_bytes < CHUNK_BYTES or kv_bytes_per_token < 1:
         raise SimConfigError("kv_serving needs n_ops >= 1, a KV capacity of at least one chunk and "
                              "kv_bytes_per_token >= 1", field="workload")
@@ -442,9 +445,18 @@ def kv_serving(weights_bytes: int, kv_capacity_bytes: int, n_ops: int, *, kv_byt
     times: list[int] = []
     tokens_out: list[int] = []
     weights = np.arange(w, dtype=np.int64)
+    given: dict[int, list[tuple[int, int]]] = {}
+    for at, p, o in requests or ():
+        if p < 0 or o < 1 or need(p + o) > cap:
+            raise SimConfigError(f"request ({at}, {p}, {o}): needs a prompt >= 0, an output >= 1 and KV that fits "
+                                 f"the capacity", field="workload.requests")
+        given.setdefault(int(at), []).append((int(p), int(o)))
     for k in range(n_ops):
-        for _ in range(int(rng.poisson(arrivals_per_op))):
-            waiting.append((int(_lengths(rng, prompt_mean, 1)[0]), int(_lengths(rng, output_mean, 1)[0])))
+        if requests is not None:
+            waiting += given.get(k, [])
+        else:
+            for _ in range(int(rng.poisson(arrivals_per_op))):
+                waiting.append((int(_lengths(rng, prompt_mean, 1)[0]), int(_lengths(rng, output_mean, 1)[0])))
         prefill = 0
         while waiting and reserved + need(sum(waiting[0])) <= cap:
             p, o = waiting.pop(0)
