@@ -251,3 +251,14 @@ def test_every_kind_runs_end_to_end() -> None:
     assert all(abs((t.slowdown_vs_alone or 1) - 1) < 0.005 for t in ar.tenants if t.role == "lender")
     md = M.markdown(ev)
     assert "p99" in md and "Serving lenders" in md
+
+
+def test_a_tenant_table_names_the_new_kinds_and_its_peers() -> None:
+    node = NodeConfig.preset("aws-p3.8xlarge").with_gpu_memory(1 << 30, 256 * MIB)
+    spec = TenantSpec.from_dict({"gpu": 1, "steps": 1, "link_send": [2], "workload": {
+        "kind": "allreduce_training", "state_bytes": 16 * MIB, "grad_bytes": 8 * MIB, "n_ops": 8, "ranks": 2,
+        "ops_per_step": 4, "bucket_bytes": 4 * MIB}})
+    res = run_scenario(node, [spec], "stock", sample_interval_ns=0)
+    assert res.traffic["collective"][1][2] == 2 * 2 * W.ring_allreduce_bytes(4 * MIB, 2)
+    with pytest.raises(SimConfigError, match="kv_serving"):
+        TenantSpec.from_dict({"gpu": 0, "workload": {"n_ops": 3}})

@@ -106,7 +106,8 @@ class TenantSpec:
         elif wl is not None:
             if not isinstance(wl, Mapping) or "kind" not in wl:
                 raise SimConfigError("workload needs a kind (streaming, random_access, hot_cold, pagerank, "
-                                     "training_step, llama7b_step, rising)", field=f"{where}.workload")
+                                     "training_step, llama7b_step, rising, kv_serving, moe_expert_parallel, "
+                                     "allreduce_training)", field=f"{where}.workload")
             kw = dict(wl)
             kind = str(kw.pop("kind"))
             fn = getattr(workloads, kind, None)
