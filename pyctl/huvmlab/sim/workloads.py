@@ -528,7 +528,7 @@ def moe_expert_parallel(n_layers: int = 4, n_experts: int = 64, expert_chunks: i
 
     Routing: each layer's ``tokens x top_k`` assignments are drawn from the experts' popularity, which starts
     Zipf-skewed (``zipf_a``) and drifts as a random walk of its log (``drift`` per iteration): skewed and
-    shifting expert load, as measured in MoE training (FasterMoE, He et al. PPoPP'22, Sec 2.3 / Fig 3;
+    shifting expert load, as measured in MoE training (FasterMoE, He et al. PPoPP'22, its dynamic expert selection;
     SmartMoE, Zhai et al. ATC'23). An expert that gets no token is not read. The dispatch and combine ops
     move :func:`alltoall_bytes_per_peer` to and from each other rank (``op_link_bytes``; give the tenant
     ``link_send`` = ``link_recv`` = the other ranks' GPUs); the popularity is :func:`moe_popularity`'s.
