@@ -110,6 +110,15 @@ typedef struct {
                                                host memory, first written by the CPU, as a buffer a program
                                                fills before its kernels run */
     uint32_t pad;
+    /* Collectives (NCCL all-reduce, expert-parallel all-to-all): op k sends op_link_bytes[k] to every GPU of
+     * link_send_mask and receives as much from every GPU of link_recv_mask, over the links peer eviction uses
+     * (a pair without a peer path: through the host, both GPUs' PCIe); the op ends when its compute and
+     * these copies have (overlapped). NULL or both masks 0: no collectives. */
+    const uint64_t *op_link_bytes;         /* [n_ops] */
+    uint32_t link_send_mask;         /* bit g: GPU g (never the tenant's own) */
+    uint32_t link_recv_mask;
+    uint32_t record_ops;             /* 1: keep every op's end time (huvm_sim_tenant_ops) */
+    uint32_t pad2;
 } huvm_sim_tenant_spec_t;
 
 /* Per-tenant outcome. Times are simulated ns. */
@@ -137,6 +146,7 @@ typedef struct {
                                                (evictions, give-back), its start-up included */
     uint64_t lend_stall_ns;                 /* time its ops lost to guests' copies in its GPU's memory
                                                (lend_chunk_ns per guest chunk moved in or out) */
+    uint64_t link_stall_ns;                 /* time its ops waited for their collectives beyond compute */
 } huvm_sim_tenant_result_t;
 
 /* Bytes moved per path, and how long each link direction was busy. */
@@ -148,6 +158,7 @@ typedef struct {
     uint64_t pcie_h2d_busy_ns[16];
     uint64_t pcie_d2h_busy_ns[16];
     uint64_t nvlink_busy_ns[16][16];        /* per-pair link, or [g][g] = NVSwitch port of g (egress) */
+    uint64_t collective[16][16];            /* [src][dst] tenants' own collectives (all-reduce, all-to-all) */
 } huvm_sim_traffic_t;
 
 /* One memory sample (bytes per GPU). */
@@ -183,6 +194,10 @@ uint32_t huvm_sim_tenant_count(const huvm_sim_t *sim);
 uint32_t huvm_sim_tenant_result(const huvm_sim_t *sim, uint32_t tenant, huvm_sim_tenant_result_t *out);
 /* End time of each completed step of a tenant; returns the number written (at most n). */
 uint32_t huvm_sim_tenant_steps(const huvm_sim_t *sim, uint32_t tenant, uint64_t *out, uint32_t n);
+/* End time of each op a tenant with record_ops ran, in order (at most HUVM_SIM_MAX_OP_RECORDS kept); returns
+ * the number written (at most n). */
+#define HUVM_SIM_MAX_OP_RECORDS 4194304u
+uint32_t huvm_sim_tenant_ops(const huvm_sim_t *sim, uint32_t tenant, uint64_t *out, uint32_t n);
 void huvm_sim_traffic(const huvm_sim_t *sim, huvm_sim_traffic_t *out);
 uint32_t huvm_sim_sample_count(const huvm_sim_t *sim);
 uint32_t huvm_sim_samples(const huvm_sim_t *sim, huvm_sim_sample_t *out, uint32_t n);

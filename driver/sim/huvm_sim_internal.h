@@ -137,6 +137,9 @@ typedef struct {
     uint64_t static_chunks;
     uint64_t *step_end;
     uint32_t step_end_n, step_end_cap;
+    uint64_t *link_bytes;             /* [n_ops] collectives' bytes per peer, or NULL */
+    uint64_t *op_end;                 /* record_ops: each op's end time */
+    uint32_t op_end_n, op_end_cap;
     huvm_sim_tenant_result_t res;
     sim_vacnt_t vacnt;
     uint32_t batch_lo, batch_hi;      /* huvm-atc22: the fault batch in progress, its lowest and highest
@@ -295,6 +298,7 @@ int host_take_chunk(huvm_sim_t *sim);
 uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci);
 uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci);
 uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls, uint32_t ci);
+uint64_t sim_xfer_collective(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes);
 uint64_t sim_xfer_peer(huvm_sim_t *sim,
                        uint32_t a,
                        uint32_t b,

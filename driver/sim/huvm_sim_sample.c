@@ -113,6 +113,20 @@ uint32_t huvm_sim_tenant_steps(const huvm_sim_t *sim, uint32_t tenant, uint64_t 
     return k;
 }
 
+uint32_t huvm_sim_tenant_ops(const huvm_sim_t *sim, uint32_t tenant, uint64_t *out, uint32_t n)
+{
+    const sim_tenant_t *tt;
+    uint32_t k;
+
+    if (!sim || tenant >= sim->n_tenants || (!out && n))
+        return 0;
+    tt = &sim->tenants[tenant];
+    k = tt->op_end_n < n ? tt->op_end_n : n;
+    if (k)
+        memcpy(out, tt->op_end, (size_t)k * sizeof(uint64_t));
+    return k;
+}
+
 void huvm_sim_traffic(const huvm_sim_t *sim, huvm_sim_traffic_t *out)
 {
     uint32_t a, b;

@@ -23,6 +23,8 @@ void sim_tenant_free(sim_tenant_t *t)
     free(t->free_list);
     free(t->static_list);
     free(t->step_end);
+    free(t->link_bytes);
+    free(t->op_end);
     memset(t, 0, sizeof(*t));
 }
 
@@ -138,8 +140,40 @@ static uint32_t tenant_validate(const huvm_sim_t *sim,
                       s->n_chunks);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
+    if (s->record_ops > 1) {
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("record_ops"),
+                      "tenant %u: record_ops must be 0 or 1",
+                      idx);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (((s->link_send_mask | s->link_recv_mask) >> sim->cfg.gpu_count) ||
+        ((s->link_send_mask | s->link_recv_mask) & (1u << s->gpu))) {
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD((s->link_send_mask >> sim->cfg.gpu_count) || (s->link_send_mask & (1u << s->gpu))
+                                 ? "link_send_mask"
+                                 : "link_recv_mask"),
+                      "tenant %u: collective peers must be other GPUs of the node (0..%u, not %u)",
+                      idx,
+                      sim->cfg.gpu_count - 1,
+                      s->gpu);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
     if (s->n_ops == 0)
         return HUVM_NV_OK;
+    if ((s->link_send_mask | s->link_recv_mask) && !s->op_link_bytes) {
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      TFIELD("op_link_bytes"),
+                      "tenant %u: collective peers given without op_link_bytes",
+                      idx);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
     if (!s->op_time_ns || !s->op_first_touch || (s->n_touches && (!s->touch_chunk || !s->touch_mode)) ||
         (s->n_chunks && (!s->chunk_alloc_op || !s->chunk_free_op))) {
         sim_set_error(err,
@@ -169,6 +203,17 @@ static uint32_t tenant_validate(const huvm_sim_t *sim,
                           "tenant %u: op %u: touch offsets decrease",
                           idx,
                           k);
+            return HUVM_NV_ERR_INVALID_ARGUMENT;
+        }
+        if (s->op_link_bytes && s->op_link_bytes[k] > SIM_MAX_OP_NS) {
+            sim_set_error(err,
+                          HUVM_NV_ERR_INVALID_ARGUMENT,
+                          (int32_t)k,
+                          TFIELD("op_link_bytes"),
+                          "tenant %u: op %u: %llu collective bytes is out of range",
+                          idx,
+                          k,
+                          (unsigned long long)s->op_link_bytes[k]);
             return HUVM_NV_ERR_INVALID_ARGUMENT;
         }
         if (s->op_time_ns[k] > SIM_MAX_OP_NS) {
@@ -299,6 +344,11 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
         t->mode = dup_array(spec->touch_mode, spec->n_touches, sizeof(uint8_t));
         t->aop = dup_array(spec->chunk_alloc_op, spec->n_chunks, sizeof(int32_t));
         t->fop = dup_array(spec->chunk_free_op, spec->n_chunks, sizeof(int32_t));
+        if (spec->op_link_bytes && (spec->link_send_mask | spec->link_recv_mask)) {
+            t->link_bytes = dup_array(spec->op_link_bytes, spec->n_ops, sizeof(uint64_t));
+            if (!t->link_bytes)
+                goto nomem;
+        }
         if (!t->op_time || !t->first || !t->touch || !t->mode || !t->aop || !t->fop ||
             build_csr(t->aop, spec->n_chunks, spec->n_ops, &t->alloc_first, &t->alloc_list) ||
             build_csr(t->fop, spec->n_chunks, spec->n_ops, &t->free_first, &t->free_list))
@@ -323,6 +373,9 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
     t->spec.touch_mode = t->mode;
     t->spec.chunk_alloc_op = t->aop;
     t->spec.chunk_free_op = t->fop;
+    t->spec.op_link_bytes = t->link_bytes;
+    if (!t->link_bytes)
+        t->spec.link_send_mask = t->spec.link_recv_mask = 0;
     t->foreground = t->spec.n_ops > 0 && t->spec.steps > 0;
     t->static_chunks = (spec->static_bytes + SIM_CHUNK - 1) / SIM_CHUNK;
     t->chunk_base = sim->n_chunks;
@@ -412,6 +465,39 @@ void sim_tenant_start(huvm_sim_t *sim, sim_tenant_t *tt)
     else {
         tt->state = SIM_T_RUNNING;
     }
+}
+
+/* Op op's collectives from t: its bytes to every send peer and from every receive peer; when the last ends. */
+static uint64_t run_collectives(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t op, uint64_t t)
+{
+    const uint32_t g = tt->spec.gpu;
+    const uint64_t bytes = tt->link_bytes[op];
+    uint64_t fin = t;
+    uint32_t p;
+
+    for (p = 0; p < sim->cfg.gpu_count; p++) {
+        if (tt->spec.link_send_mask & (1u << p))
+            fin = u64_max(fin, sim_xfer_collective(sim, g, p, t, bytes));
+        if (tt->spec.link_recv_mask & (1u << p))
+            fin = u64_max(fin, sim_xfer_collective(sim, p, g, t, bytes));
+    }
+    return fin;
+}
+
+/* Keep an op's end time (record_ops); past HUVM_SIM_MAX_OP_RECORDS, or without memory, the rest is dropped. */
+static void record_op(sim_tenant_t *tt, uint64_t end)
+{
+    if (tt->op_end_n == tt->op_end_cap && tt->op_end_cap < HUVM_SIM_MAX_OP_RECORDS) {
+        uint32_t cap = tt->op_end_cap ? tt->op_end_cap * 2 : 256;
+        uint64_t *p = realloc(tt->op_end, (size_t)cap * sizeof(uint64_t));
+
+        if (p) {
+            tt->op_end = p;
+            tt->op_end_cap = cap;
+        }
+    }
+    if (tt->op_end_n < tt->op_end_cap)
+        tt->op_end[tt->op_end_n++] = end;
 }
 
 void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
@@ -505,11 +591,21 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         }
         tt->res.remote_stall_ns += end - compute_end;
     }
+    if (tt->link_bytes && tt->link_bytes[op]) {
+        uint64_t comm = run_collectives(sim, tt, op, t);
+
+        if (comm > end) {
+            tt->res.link_stall_ns += comm - end;
+            end = comm;
+        }
+    }
     tt->res.compute_ns += tt->op_time[op];
     for (i = tt->free_first[op]; i < tt->free_first[op + 1]; i++)
         sim_release_chunk(sim, base + tt->free_list[i]);
     tt->clock = end;
     tt->res.ops_done++;
+    if (tt->spec.record_ops)
+        record_op(tt, end);
     if (!sim->failed && tt->res.fault_batches)
         sim_preevict(sim, g, end, 0);
     else if (!sim->failed && sim->gpus[g].guest_chunks)

@@ -197,6 +197,49 @@ uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, 
     return peer_path(sim, a, b, t, bytes, 0, cls, ci);
 }
 
+/* A flow outside both classes' FIFOs (a tenant's own collective, NCCL's kernels beside UVM's copy engines) of
+ * `bytes` from t: it shares r fairly with the UVM traffic queued when it starts (half rate while that lasts)
+ * and pushes that traffic back by the work it did meanwhile; UVM copies that arrive later do not see it (it
+ * is short next to them: an approximation, docs/simulator.md). */
+static uint64_t res_flow(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes)
+{
+    uint64_t dur = res_ns(r, bytes);
+    uint64_t other = u64_max(r->busy_until[SIM_FG], r->busy_until[SIM_BG]);
+    uint64_t overlap = other > t ? other - t : 0;
+    uint64_t fin, shared;
+    int c;
+
+    if (2 * dur <= overlap) {
+        fin = t + 2 * dur;
+        shared = dur;
+    }
+    else {
+        fin = t + dur + overlap / 2;
+        shared = overlap / 2;
+    }
+    for (c = 0; c < 2 && shared; c++) {
+        if (r->busy_until[c] > t)
+            r->busy_until[c] += shared;
+    }
+    if (shared && r->qlen)
+        res_delay(sim, r, t, shared);
+    r->busy_ns += dur;
+    r->bytes += bytes;
+    return fin + r->latency_ns;
+}
+
+/* a -> b, a tenant's own collective traffic (no per-block service): over the pair's peer path (as peer_path
+ * routes it), or through the host (a's upstream, b's downstream PCIe) when the pair has none. */
+uint64_t sim_xfer_collective(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes)
+{
+    sim->traffic.collective[a][b] += bytes;
+    if (sim->cfg.link_type[a][b] == HUVM_LINK_NONE || sim->cfg.link_type[a][b] == HUVM_LINK_PCIE)
+        return u64_max(res_flow(sim, &sim->gpus[a].d2h, t, bytes), res_flow(sim, &sim->gpus[b].h2d, t, bytes));
+    if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH)
+        return u64_max(res_flow(sim, &sim->gpus[a].port_out, t, bytes), res_flow(sim, &sim->gpus[b].port_in, t, bytes));
+    return res_flow(sim, &sim->nvl[a][b], t, bytes);
+}
+
 uint64_t sim_xfer_peer(huvm_sim_t *sim,
                        uint32_t a,
                        uint32_t b,

@@ -22,8 +22,9 @@ def test_halves_split_the_matrix_and_each_covers_every_dimension() -> None:
     assert not {s.name for s in tune} & {s.name for s in ev}
     assert [s.name for s in M.scenarios("tuning")] == [s.name for s in tune]      # deterministic
     for half in (tune, ev):
-        assert {s.tag("node") for s in half} == {"p3", "dgx1", "a100", "h100"}
-        assert {s.tag("family") for s in half} == {"dnn", "llm", "graph", "synthetic"}
+        assert {s.tag("node") for s in half} >= {"p3", "dgx1", "a100", "h100"}
+        assert {s.tag("family") for s in half} >= {"dnn", "llm", "graph", "synthetic"}
+        assert {s.tag("kind") for s in half} == set(M.KIND_NAMES)       # every workload kind in both halves
         levels = {s.tag("level") for s in half}
         assert any(x.startswith("fit-") for x in levels) and {"1.05", "3"} & levels
         lenders = set().union(*(M._LENDER_MIXES[s.tag("lenders")] for s in half if s.tag("lenders") in
@@ -137,8 +138,8 @@ def test_cli_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     plain.write_text("no markers here\n")
     assert M.main(["--only", "p3/bert-base/fit-32", "-q", "--update-doc", str(plain)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    refusal = ("error: update_doc: --update-doc takes one whole half, the presets only, at lender timing 1 and the "
-               "default spike cadence")
+    refusal = ("error: update_doc: --update-doc takes one whole half (every kind, two levels each), the presets "
+               "only, at lender timing 1 and the default spike cadence")
     assert err == [refusal]
     assert M.main(["-q", "--lender-timing", "1.1", "--update-doc", str(plain)]) == 2     # the whole half, timed
     assert capsys.readouterr().err.strip().splitlines() == [refusal]
@@ -164,6 +165,11 @@ def test_docs_hold_the_measured_evaluation_table() -> None:
     # the scenarios where that takes a lender over the target)
     for sc in ev.scenarios:
         for t in ev.outcome(sc.name, "huvm").tenants:
+            if t.token_p99_slowdown is not None:
+                # a serving lender: its mean token latency stays within the target, its p99 does not (bursts of
+                # guests' copies land on single decode iterations: docs/evaluation.md, "Workload kinds")
+                assert t.token_mean_slowdown is not None and t.token_mean_slowdown <= 1.02, (sc.name, t)
+                continue
             if t.slowdown_vs_alone is not None and t.slowdown_vs_alone > 1.02:
                 assert t.lend_stall_ns > 0, (sc.name, t)
                 share = t.lend_stall_ns / t.runtime_ns
@@ -171,7 +177,8 @@ def test_docs_hold_the_measured_evaluation_table() -> None:
     # with a guest-traffic budget sized for the target on every working lender, no lender pays more than it,
     # and the harvesters keep most of their gain and never fall below stock
     b = ev.summary("huvm+budget")
-    assert b["lender_slowdown_worst"] <= 1 + M.LENDER_TARGET
+    assert max(t.slowdown_vs_alone for sc in ev.scenarios for t in ev.outcome(sc.name, "huvm+budget").tenants
+               if t.slowdown_vs_alone is not None and t.token_p99_slowdown is None) <= 1 + M.LENDER_TARGET
     assert b["speedup_worst"] >= 1 - M.NOISE
     assert b["speedup_geomean"] >= 0.9 * s["speedup_geomean"]
 

@@ -642,6 +642,56 @@ static void test_lend_and_peer_fault_costs(void)
     trace_free(&l);
 }
 
+/* Collectives: an op's op_link_bytes go over the pair's link (the op waits for them beyond its compute),
+ * count apart from migrations, and a bad peer mask is refused with its field; record_ops keeps op ends. */
+static void test_collectives(void)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    huvm_sim_tenant_result_t r;
+    huvm_sim_traffic_t tr;
+    huvm_sim_t *sim;
+    uint64_t link[4] = { 0, 50000000, 0, 50000000 }, ends[8];
+    trace_t t;
+    uint32_t k;
+
+    node2(&cfg, 64 * MIB);
+    trace_stream(&t, 4, 4, 1, 100000);      /* 0.1 ms of compute an op; 50 MB over 50 GB/s is 1 ms */
+    sim = huvm_sim_create(&cfg, HUVM_PRESET_STOCK, &err);
+    CHECK(sim != NULL);
+    spec_from(&s, &t, 0, 2);
+    s.op_link_bytes = link;
+    s.link_send_mask = 1u << 0;             /* its own GPU */
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == -1 && strcmp(err.field, "tenants[0].link_send_mask") == 0);
+    s.link_send_mask = 0;
+    s.link_recv_mask = 1u << 2;             /* no GPU 2 */
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == -1 && strcmp(err.field, "tenants[0].link_recv_mask") == 0);
+    s.link_recv_mask = 0;
+    s.link_send_mask = 1u << 1;
+    s.op_link_bytes = NULL;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == -1 && strcmp(err.field, "tenants[0].op_link_bytes") == 0);
+    s.op_link_bytes = link;
+    s.record_ops = 2;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == -1 && strcmp(err.field, "tenants[0].record_ops") == 0);
+    s.record_ops = 1;
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
+    link[1] = 0;                            /* the simulator keeps its own copy */
+    CHECK(huvm_sim_run(sim, HUVM_UNLIMITED, &err) == HUVM_NV_OK);
+    CHECK(huvm_sim_tenant_result(sim, 0, &r) == HUVM_NV_OK);
+    /* 4 ops with 1 ms of copies a step, 2 steps: 8 ms at least, 7.2 ms of it waiting on the link */
+    CHECK(r.link_stall_ns >= 4 * (1000000 - 100000) && r.runtime_ns >= 4 * 1000000);
+    huvm_sim_traffic(sim, &tr);
+    CHECK(tr.collective[0][1] == 4 * 50000000ull && tr.collective[1][0] == 0 && tr.gpu_to_gpu[0][1] == 0);
+    CHECK(huvm_sim_tenant_ops(sim, 0, ends, 8) == 8);
+    for (k = 1; k < 8; k++)
+        CHECK(ends[k] > ends[k - 1]);
+    CHECK(ends[7] == r.end_ns);
+    CHECK(ends[1] - ends[0] >= 1000000 && ends[2] - ends[1] < 1000000);    /* ops 1 and 3 carry the bytes */
+    huvm_sim_destroy(sim);
+    trace_free(&t);
+}
+
 int main(void)
 {
     test_paths(1, HUVM_FETCH_REMOTE_MAP);
@@ -656,6 +706,7 @@ int main(void)
     test_inflight_holds_memory();
     test_pcie_switch();
     test_lend_and_peer_fault_costs();
+    test_collectives();
     if (failures) {
         fprintf(stderr, "sim_test: %d check(s) failed\n", failures);
         return 1;

@@ -328,6 +328,36 @@ GPU6  SYS  SYS  NV1  SYS  NV1  NV2  X    NV2
 GPU7  SYS  SYS  SYS  NV1  NV2  NV1  NV2  X
 """)
 
+# 4x L40S on PCIe 4 only (no NVLink: the L40S has none, NVIDIA L40S datasheet): two PCIe switches of two GPUs
+# each (peer-to-peer through the switch: PIX), the switches under different CPU sockets (SYS: no peer path).
+_L40S_TOPO = _matrix("""
+      GPU0 GPU1 GPU2 GPU3
+GPU0  X    PIX  SYS  SYS
+GPU1  PIX  X    SYS  SYS
+GPU2  SYS  SYS  X    PIX
+GPU3  SYS  SYS  PIX  X
+""")
+
+# 4x H100 NVL: NVLink bridges join pairs only (three bridges = 12 NVLink 4 links, 600 GB/s bidirectional: NVIDIA
+# H100 NVL product brief); the pairs sit under different CPU sockets (no peer path between them).
+_H100_NVL_TOPO = _matrix("""
+      GPU0 GPU1 GPU2 GPU3
+GPU0  X    NV12 SYS  SYS
+GPU1  NV12 X    SYS  SYS
+GPU2  SYS  SYS  X    NV12
+GPU3  SYS  SYS  NV12 X
+""")
+
+# Mixed: 2x A100 40 GB PCIe bridged (NV12: A100 PCIe NVLink bridge, 600 GB/s bidirectional) and 2x H100 80 GB
+# PCIe bridged (NV12), all four behind one PCIe switch tree (peer-to-peer over PCIe between the pairs: PXB).
+_MIXED_TOPO = _matrix("""
+      GPU0 GPU1 GPU2 GPU3
+GPU0  X    NV12 PXB  PXB
+GPU1  NV12 X    PXB  PXB
+GPU2  PXB  PXB  X    NV12
+GPU3  PXB  PXB  NV12 X
+""")
+
 def _hbm_ns(gbyte_per_s: int) -> int:
     """A lender's HBM time for one 2 MiB guest copy (read or written once) at the GPU's memory bandwidth."""
     return -(-CHUNK_BYTES // gbyte_per_s)
@@ -406,6 +436,51 @@ PRESETS: dict[str, NodeConfig] = {
         source="one NVIDIA H200 measured by the project in a VM (driver 580.159.04, CUDA 13.0, 2026-11-27; "
                "huvm/data/calibration/h200-580.159.04.json): memory and context reserve from cudaMemGetInfo, PCIe 5 "
                "x16 pinned-copy rate, UVM's per-block costs (huvm.sim.measured)"),
+    "l40s-pcie": NodeConfig(
+        name="l40s-pcie",
+        gpus=tuple(GpuSpec(f"L40S-48GB #{i}", 48 * GIB, 512 * MIB, 24_000, pcie_switch=i // 2 + 1)
+                   for i in range(4)),
+        topology=_L40S_TOPO, nvlink_generation=4, host_memory_bytes=512 * GIB, gpu_preset="a100",
+        costs=Costs(lend_chunk_ns=_hbm_ns(864)),
+        source="4x L40S 48 GB GDDR6 (864 GB/s), PCIe 4 x16 only, no NVLink (NVIDIA L40S datasheet); 24 GB/s "
+               "effective PCIe assumed as for dgx-a100; two GPUs per PCIe switch (peer-to-peer through it), the "
+               "switches on different sockets (assumption: a common 4-GPU 2-socket server layout)"),
+    "h100-nvl": NodeConfig(
+        name="h100-nvl",
+        gpus=tuple(GpuSpec(f"H100-NVL-94GB #{i}", 94 * GIB, 512 * MIB, _REF["pcie_mbyte_per_s"]) for i in range(4)),
+        topology=_H100_NVL_TOPO, nvlink_generation=4, nvlink_mbyte_per_s_per_link=21_111,
+        host_memory_bytes=1024 * GIB, gpu_preset="h100", costs=Costs(lend_chunk_ns=_hbm_ns(3900)),
+        source="4x H100 NVL 94 GB (HBM3 3.9 TB/s, PCIe 5; NVIDIA H100 NVL product brief): NVLink bridges join "
+               "pairs 0-1 and 2-3 only (12 NVLink 4 links, at hgx-h100's measured 21.1 GB/s per link); no "
+               "peer path between the pairs (different sockets: assumption); PCIe 5 as measured on the H200"),
+    "gh200-nvl2": NodeConfig(
+        name="gh200-nvl2",
+        gpus=tuple(GpuSpec(f"GH200-96GB #{i}", 96 * GIB, 512 * MIB, 450_000) for i in range(2)),
+        topology=_uniform(2, "NV18"), nvlink_generation=4, nvlink_mbyte_per_s_per_link=21_111,
+        host_memory_bytes=2 * 480 * GIB, gpu_preset="h100", costs=Costs(lend_chunk_ns=_hbm_ns(4000)),
+        source="GH200 NVL2: two Grace Hopper superchips (96 GB HBM3 at 4 TB/s, 480 GB LPDDR5X each), each GPU's "
+               "host memory over NVLink-C2C at 450 GB/s per direction (900 GB/s total; NVIDIA GH200 datasheet) -- "
+               "faster than the peer over NVLink 4 (18 links at hgx-h100's measured 21.1 GB/s = 380 GB/s); "
+               "C2C at its line rate and UVM's per-block costs as measured over PCIe on the H200 (assumptions)"),
+    "gh200": NodeConfig(
+        name="gh200",
+        gpus=(GpuSpec("GH200-96GB", 96 * GIB, 512 * MIB, 450_000),),
+        topology=(("X",),), nvlink_generation=4, host_memory_bytes=480 * GIB, gpu_preset="h100",
+        costs=Costs(lend_chunk_ns=_hbm_ns(4000)),
+        source="one GH200 superchip (a node of one GPU: no peer, huvm has nothing to lend or harvest): host "
+               "memory over NVLink-C2C at 450 GB/s per direction (NVIDIA GH200 datasheet; line rate, assumption)"),
+    "mixed-a100-h100": NodeConfig(
+        name="mixed-a100-h100",
+        gpus=(GpuSpec("A100-PCIe-40GB #0", 40 * GIB, 512 * MIB, 24_000, pcie_switch=1),
+              GpuSpec("A100-PCIe-40GB #1", 40 * GIB, 512 * MIB, 24_000, pcie_switch=1),
+              GpuSpec("H100-PCIe-80GB #2", 80 * GIB, 512 * MIB, _REF["pcie_mbyte_per_s"], pcie_switch=2),
+              GpuSpec("H100-PCIe-80GB #3", 80 * GIB, 512 * MIB, _REF["pcie_mbyte_per_s"], pcie_switch=2)),
+        topology=_MIXED_TOPO, nvlink_generation=3, nvlink_mbyte_per_s_per_link=25_000,
+        host_memory_bytes=1024 * GIB, gpu_preset="a100", costs=Costs(lend_chunk_ns=_hbm_ns(1555)),
+        source="2x A100 40 GB PCIe (HBM2 1.56 TB/s, PCIe 4) bridged and 2x H100 80 GB PCIe (PCIe 5) bridged (NVLink "
+               "bridges: 600 GB/s bidirectional = 12 links x 25 GB/s; NVIDIA A100 / H100 PCIe product briefs), "
+               "peer-to-peer over PCIe between the pairs; the lender HBM cost of the slower A100 for all "
+               "(assumption: the model has one per node)"),
     "ariadne-a5000": NodeConfig(
         name="ariadne-a5000",
         gpus=(GpuSpec("RTX A5000", 24 * GIB, 512 * MIB, 24_000),),

@@ -77,7 +77,16 @@ _NODES: dict[str, tuple[str, int, tuple[int, ...]]] = {
     "dgx1": ("dgx-1", 8, (1, 2, 3, 4, 5)),          # 5 has no path to 0: its lender never lends to it
     "a100": ("dgx-a100", 4, (1, 2, 3)),
     "h100": ("hgx-h100", 4, (1, 2, 3)),
+    # the asymmetric topologies of the workload kinds (docs/simulator.md, "Node presets")
+    "l40s": ("l40s-pcie", 4, (1, 2, 3)),        # PCIe only: 1 through the switch, 2 and 3 no peer path
+    "h100nvl": ("h100-nvl", 4, (1, 2, 3)),      # NVLink pairs: 1 bridged, 2 and 3 no peer path
+    "gh200": ("gh200-nvl2", 2, (1,)),           # host over C2C faster than the peer over NVLink
+    "mixed": ("mixed-a100-h100", 4, (1, 2, 3)),  # 1 an A100 bridged, 2 and 3 H100s (twice the memory) over PCIe
 }
+#: the nodes the base matrix rotates through (the workload kinds' nodes are added by kind)
+_ROTATION: tuple[str, ...] = ("p3", "dgx1", "a100", "h100")
+#: a node's GPUs with more memory than the harvester's: GPU -> factor (the mixed node's H100s, 80 vs 40 GB)
+_MEMORY_FACTOR: dict[str, dict[int, int]] = {"mixed": {2: 2, 3: 2}}
 _LENDER_MIXES: dict[str, tuple[str, ...]] = {
     "idle": ("idle", "idle", "idle"),
     "steady": ("steady", "idle", "steady"),
@@ -116,9 +125,18 @@ def _synthetic(name: str) -> SimTraceLike:
     raise SimConfigError(f"unknown synthetic harvester {name!r}", field="harvester")
 
 
+@cache
+def _moe() -> SimTraceLike:
+    from . import workloads
+
+    return cast(SimTraceLike, workloads.moe_expert_parallel(ep_ranks=4))
+
+
 def _harvester_trace(name: str, gpu_preset: str) -> SimTraceLike:
     if name in ("random", "hot-cold", "streaming"):
         return _synthetic(name)
+    if name == "moe":
+        return _moe()
     return _bundled(name, gpu_preset)
 
 
@@ -151,7 +169,7 @@ def _compute_ns(trace: SimTraceLike, steps: int) -> int:
 
 def _build(node_key: str, family: str, harvester: str, level: str, mix: str, managed_lenders: bool,
            half: str, steps: int = 3, two_harvesters: bool = False, lender_timing: float = 1.0,
-           spike_period_ms: float | None = None) -> Scenario:
+           spike_period_ms: float | None = None, part: str = "base") -> Scenario:
     from . import workloads
 
     preset, ngpu, lender_gpus = _NODES[node_key]
@@ -159,21 +177,60 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
     if base.gpu_count > ngpu:
         base = base.subset(ngpu)
     trace = _harvester_trace(harvester, base.gpu_preset)
-    usable = _usable_for(footprint_bytes(trace), level)
+    many = mix == "many"
+    usable = _usable_for(footprint_bytes(trace) * (2 if many else 1), level)
     node = base.with_gpu_memory(usable + RESERVED_BYTES, RESERVED_BYTES)
+    for factor, gpus in _by_factor(_MEMORY_FACTOR.get(node_key, {})).items():
+        node = node.with_gpu_memory(usable * factor + RESERVED_BYTES, RESERVED_BYTES, gpus=gpus)
     # the lenders' shapes are timed on the harvester's compute time (its ideal run, roughly)
     horizon = max(20_000_000, _compute_ns(trace, steps))
     op_ns = max(100_000, horizon // 200)
-    tenants: list[TenantSpec] = [TenantSpec(0, trace, name=f"{harvester}@0", steps=steps, role="harvester")]
+    # an expert-parallel harvester's all-to-all goes to the other ranks: the lender GPUs
+    peers = tuple(lender_gpus) if harvester == "moe" else ()
+    tenants: list[TenantSpec] = [TenantSpec(0, trace, name=f"{harvester}@0", steps=steps, role="harvester",
+                                            link_send=peers, link_recv=peers)]
     harvesters = [0]
-    kinds = list(_LENDER_MIXES[mix])
+    if many:
+        # several processes per GPU: a second harvester process beside the first, three small lenders a GPU
+        tenants.append(TenantSpec(0, trace, name=f"{harvester}@0#2", steps=steps, role="harvester"))
+        harvesters.append(1)
+    kinds = list((_LENDER_MIXES | _KIND_MIXES)[mix])
     gpus = list(lender_gpus)
     if two_harvesters:
         tenants.append(TenantSpec(gpus[0], trace, name=f"{harvester}@{gpus[0]}", steps=steps, role="both"))
         harvesters.append(1)
         gpus = gpus[1:]
     lenders: list[int] = []
+    ring = [g for g, k in zip(gpus, kinds, strict=False) if k == "allreduce"]
     for gpu, kind in zip(gpus, kinds, strict=False):
+        if kind in _SMALL:
+            # many small tenants: each process a third of its shape's size (idle, steady and spiky)
+            for j, small in enumerate(_SMALL[kind]):
+                if small == "idle":
+                    tenants.append(TenantSpec(gpu, static_bytes=int(usable // 3 * workloads.LENDER_SHAPES["idle"][0]),
+                                              name=f"idle@{gpu}#{j}", role="lender"))
+                    continue
+                st = workloads.lender(small, usable // 3, int(horizon * lender_timing),
+                                      op_time_ns=int(op_ns * lender_timing))
+                lenders.append(len(tenants))
+                tenants.append(TenantSpec(gpu, st, name=f"{small}@{gpu}#{j}", background=True,
+                                          managed=managed_lenders, role="lender"))
+            continue
+        if kind == "kv-serve":
+            # vAttention-style serving: the KV cache is cudaMalloc'd (mapped) as it grows: never evicted
+            lenders.append(len(tenants))
+            tenants.append(TenantSpec(gpu, _kv_lender(usable, int(horizon * lender_timing), int(op_ns * lender_timing)),
+                                      name=f"kv-serve@{gpu}", background=True, managed=False, role="lender",
+                                      record_ops=True))
+            continue
+        if kind == "allreduce":
+            i = ring.index(gpu)
+            ar = _allreduce_lender(usable, int(horizon * lender_timing), int(op_ns * lender_timing), len(ring))
+            lenders.append(len(tenants))
+            # every rank is a tenant: each sends to the next; what it receives is its predecessor's send
+            tenants.append(TenantSpec(gpu, ar, name=f"allreduce@{gpu}", background=True, managed=managed_lenders,
+                                      role="lender", link_send=(ring[(i + 1) % len(ring)],)))
+            continue
         if kind == "idle":
             tenants.append(TenantSpec(gpu, static_bytes=int(usable * workloads.LENDER_SHAPES["idle"][0]),
                                       name=f"idle@{gpu}", role="lender"))
@@ -191,13 +248,119 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
     tags: tuple[tuple[str, str], ...] = (
         ("node", node_key), ("family", family), ("harvester", harvester), ("level", level),
         ("lenders", mix), ("lender_memory", "managed" if managed_lenders else "cudaMalloc"),
-        ("harvesters", "2" if two_harvesters else "1"))
+        ("harvesters", str(len(harvesters))), ("kind", part))
     if lender_timing != 1.0:
         tags += (("lender_timing", f"{lender_timing:g}"),)
     if spike_period_ms is not None and "spiky" in kinds:
         name += f"/every-{spike_period_ms:g}ms"
         tags += (("spike_period_ms", f"{spike_period_ms:g}"),)
     return Scenario(name, half, node, tuple(tenants), tuple(harvesters), tuple(lenders), tags)
+
+
+def _by_factor(factors: dict[int, int]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for g, f in factors.items():
+        out.setdefault(f, []).append(g)
+    return out
+
+
+# ---- the workload kinds (issue 28 item 4; docs/evaluation.md, "Workload kinds") ----
+
+#: lender mixes of the workload kinds (the base matrix's are :data:`_LENDER_MIXES`)
+_KIND_MIXES: dict[str, tuple[str, ...]] = {
+    "kv-serve": ("kv-serve", "steady", "idle"),
+    "allreduce": ("allreduce", "allreduce", "allreduce"),
+    "many": ("many", "many", "many"),
+}
+#: a "many" lender GPU's processes
+_SMALL: dict[str, tuple[str, ...]] = {"many": ("steady", "spiky", "idle")}
+#: serving lender: weights and the most KV it may hold, as shares of the lender GPU's memory (the others'
+#: shapes are :data:`huvm.sim.workloads.LENDER_SHAPES`): 15 % weights (a 7B model in bf16 is 13.5 GB of an
+#: 80 GB GPU, 17 %) and 45 % KV at most (what the rising and spiky lenders add)
+KV_WEIGHTS_SHARE = 0.15
+KV_CAPACITY_SHARE = 0.45
+#: the serving lender's mean running batch as a share of what its KV capacity holds (Little's law sets the
+#: Poisson arrival rate from it: an assumption, a server loaded at 60 %)
+KV_LOAD = 0.6
+#: ShareGPT's lengths scaled so that a mean request's output spans a tenth of the lender's ops (one op = one
+#: decode iteration; the matrix's lenders run ~200 ops over the harvester's run)
+KV_OUTPUT_OPS_SHARE = 0.1
+#: the data-parallel lenders' gradients: 16 B of AdamW state per parameter of which 2 B are bf16 gradients
+#: (mixed precision, as Megatron/DeepSpeed keep them): an eighth of the steady state
+ALLREDUCE_GRAD_SHARE = 1 / 8
+
+
+def _kv_lender(usable: int, horizon_ns: int, op_ns: int) -> SimTraceLike:
+    from . import workloads
+
+    ops = max(20, horizon_ns // op_ns)
+    scale = ops * KV_OUTPUT_OPS_SHARE / workloads.SHAREGPT_OUTPUT_MEAN
+    prompt, output = workloads.SHAREGPT_PROMPT_MEAN * scale, workloads.SHAREGPT_OUTPUT_MEAN * scale
+    cap = int(usable * KV_CAPACITY_SHARE)
+    weights = int(usable * KV_WEIGHTS_SHARE)
+    # Llama-2-7B's KV per token on an 80 GB GPU, scaled with the GPU's memory (the matrix scales memory only)
+    kvpt = max(1, workloads.LLAMA2_7B_KV_BYTES_PER_TOKEN * usable // (80 << 30))
+    # a mean request's KV, then the batch the capacity holds, then the arrival rate for KV_LOAD of it
+    per_req = -(-int((prompt + output) * kvpt) // CHUNK_BYTES) * CHUNK_BYTES
+    batch = max(1.0, cap / per_req * KV_LOAD)
+    ns_per_chunk = max(1, op_ns * 2 // max(1, (weights + cap // 2) // CHUNK_BYTES))
+    return cast(SimTraceLike, workloads.kv_serving(weights, cap, ops, kv_bytes_per_token=kvpt,
+                                                   arrivals_per_op=batch / output, prompt_mean=prompt,
+                                                   output_mean=output, ns_per_chunk=ns_per_chunk,
+                                                   name="lender-kv-serve"))
+
+
+def _allreduce_lender(usable: int, horizon_ns: int, op_ns: int, ranks: int) -> SimTraceLike:
+    from . import workloads
+
+    state = int(usable * workloads.LENDER_SHAPES["steady"][0])
+    ops = max(4, horizon_ns // op_ns)
+    # buckets scaled like the memory: DDP's 25 MiB of an 80 GB GPU
+    bucket = max(CHUNK_BYTES, workloads.DDP_BUCKET_BYTES * usable // (80 << 30))
+    return cast(SimTraceLike, workloads.allreduce_training(state, int(state * ALLREDUCE_GRAD_SHARE), ops, ranks,
+                                                           op_time_ns=op_ns, ops_per_step=20,
+                                                           bucket_bytes=bucket, name="lender-allreduce"))
+
+
+#: the workload kinds: name -> (node, family, harvester, lender mix). Each runs at two consecutive
+#: oversubscription levels (:data:`KIND_LEVELS`; every level with ``all_levels``), assigned to the halves by
+#: the base matrix's rule.
+KINDS: dict[str, tuple[str, str, str, str]] = {
+    "kv-serve": ("h100", "llm", "llama-tiny", "kv-serve"),
+    "moe": ("a100", "moe", "moe", "spiky"),
+    "allreduce": ("h100", "dnn", "bert-base", "allreduce"),
+    "many": ("a100", "dnn", "resnet-small", "many"),
+    "l40s": ("l40s", "llm", "gpt2-small", "steady"),
+    "h100nvl": ("h100nvl", "graph", "pagerank-twitter", "spiky"),
+    "gh200": ("gh200", "llm", "llama-tiny", "steady"),
+    "mixed": ("mixed", "dnn", "bert-base", "rising"),
+}
+#: the first of each kind's two levels in the default matrix (index into the levels)
+KIND_LEVELS: dict[str, int] = {"kv-serve": 3, "moe": 4, "allreduce": 5, "many": 3, "l40s": 4, "h100nvl": 5,
+                               "gh200": 3, "mixed": 4}
+
+
+def _kind_scenarios(half: str | None, kinds: Sequence[str], all_levels: bool, lender_timing: float,
+                    spike_period_ms: float | None) -> list[Scenario]:
+    """The workload kinds' scenarios. Split as the base matrix is: kind k counts as harvester
+    ``len(_HARVESTERS) + k``, its levels alternate between the halves from ``(hi + li) % 2``, and its lenders
+    are on managed memory where ``(hi + li) % 5 == 0`` (a serving lender's KV is always cudaMalloc'd)."""
+    out: list[Scenario] = []
+    for k, name in enumerate(KINDS):
+        if name not in kinds:
+            continue
+        node_key, family, harvester, mix = KINDS[name]
+        hi = len(_HARVESTERS) + k
+        first = KIND_LEVELS[name]
+        for li, level in enumerate(_LEVELS):
+            if not all_levels and li not in (first, first + 1):
+                continue
+            which = HALVES[(hi + li) % 2]
+            managed = (hi + li) % 5 == 0
+            if half is None or which == half:
+                out.append(_build(node_key, family, harvester, level, mix, managed, which,
+                                  lender_timing=lender_timing, spike_period_ms=spike_period_ms, part=name))
+    return out
 
 
 #: the prototype's Fig 9 setup at full size (huvm.sim.calibrate): spare memory % -> half
@@ -216,7 +379,7 @@ def _fig9(spare_pct: int, half: str) -> Scenario:
     tenants = (TenantSpec(0, _fig9_trace(), name="pagerank@1", role="harvester"),
                TenantSpec(1, static_bytes=alloc_mib * MIB, name="idle@2", role="lender"))
     tags = (("node", "p3"), ("family", "graph"), ("harvester", "pagerank-fig9"), ("level", f"{spare_pct}%-spare"),
-            ("lenders", "idle"), ("lender_memory", "cudaMalloc"), ("harvesters", "1"))
+            ("lenders", "idle"), ("lender_memory", "cudaMalloc"), ("harvesters", "1"), ("kind", "base"))
     return Scenario(f"fig9/pagerank/{spare_pct}%-spare", half, node, tenants, (0,), (), tags)
 
 
@@ -229,8 +392,13 @@ def _fig9_trace() -> SimTraceLike:
                                                  name="pagerank-twitter-like"))
 
 
+#: what ``kinds`` selects: the base matrix and each workload kind
+KIND_NAMES: tuple[str, ...] = ("base", *KINDS)
+
+
 def scenarios(half: str | None = None, lender_timing: float = 1.0,
-              spike_period_ms: float | None = None) -> list[Scenario]:
+              spike_period_ms: float | None = None, kinds: Sequence[str] | None = None,
+              all_levels: bool = False) -> list[Scenario]:
     """The matrix, in a fixed order; ``half`` selects ``tuning`` or ``evaluation`` (None: both).
     ``lender_timing`` (default 1) multiplies the working lenders' op time: how much a result depends on when
     the lenders' spikes fall (``--lender-timing``; the Fig 9 scenarios have idle lenders only).
@@ -240,7 +408,10 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0,
     Every harvester runs at every oversubscription level, on a node and with a lender mix that rotate with
     the level, so that each half sees every node, level, lender shape and harvester family. Within each
     harvester the levels alternate between the halves (starting with the other half for every other
-    harvester), so that both halves hold near-fit and 3x cases of each family."""
+    harvester), so that both halves hold near-fit and 3x cases of each family.
+
+    ``kinds``: which parts (:data:`KIND_NAMES`: ``base``, the matrix above with the Fig 9 scenarios, and the
+    workload kinds of :data:`KINDS`; None: all); ``all_levels``: the workload kinds at every level, not two."""
     if half is not None and half not in HALVES:
         raise SimConfigError(f"unknown half {half!r}; known: {', '.join(HALVES)}", field="half")
     lo, hi = LENDER_TIMING_RANGE
@@ -250,10 +421,14 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0,
     if spike_period_ms is not None and not SPIKE_PERIOD_MS_RANGE[0] <= spike_period_ms <= SPIKE_PERIOD_MS_RANGE[1]:
         raise SimConfigError(f"spike period {spike_period_ms:g} ms: must be within "
                              f"{SPIKE_PERIOD_MS_RANGE[0]:g}..{SPIKE_PERIOD_MS_RANGE[1]:g} ms", field="spike_period")
-    nodes = list(_NODES)
+    sel = list(KIND_NAMES) if kinds is None else list(kinds)
+    for k in sel:
+        if k not in KIND_NAMES:
+            raise SimConfigError(f"unknown scenario kind {k!r}; known: {', '.join(KIND_NAMES)}", field="kind")
+    nodes = list(_ROTATION)
     mixes = list(_LENDER_MIXES)
     out: list[Scenario] = []
-    for hi, (family, harvester) in enumerate(_HARVESTERS):
+    for hi, (family, harvester) in enumerate(_HARVESTERS if "base" in sel else ()):
         for li, level in enumerate(_LEVELS):
             node_key = nodes[(hi + li // 2) % len(nodes)]     # consecutive levels: same node, both halves
             mix = mixes[(hi * 3 + li) % len(mixes)]
@@ -265,7 +440,9 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0,
             if half is None or which == half:
                 out.append(_build(node_key, family, harvester, level, mix, managed, which, two_harvesters=two,
                                   lender_timing=lender_timing, spike_period_ms=spike_period_ms))
-    out += [_fig9(pct, h) for pct, h in _FIG9_HALVES if half is None or h == half]
+    if "base" in sel:
+        out += [_fig9(pct, h) for pct, h in _FIG9_HALVES if half is None or h == half]
+    out += _kind_scenarios(half, sel, all_levels, lender_timing, spike_period_ms)
     return out
 
 
@@ -357,8 +534,12 @@ class TenantOutcome:
     ops_per_s: float
     stall_ns: int
     alloc_stall_ns: int
-    slowdown_vs_alone: float | None     # lenders: runtime ratio (foreground) or throughput ratio (background)
+    slowdown_vs_alone: float | None     # lenders: runtime ratio (foreground) or throughput ratio (background);
+    #                                     a serving lender: its p99 per-token latency ratio
     lend_stall_ns: int = 0          # of its stalls: the HBM time guests' copies took from it (lend_chunk_ns)
+    token_mean_slowdown: float | None = None    # a serving lender: mean per-token latency / alone
+    token_p99_slowdown: float | None = None     # a serving lender: p99 per-token latency / alone
+    link_stall_ns: int = 0          # time its ops waited for their collectives beyond compute
 
 
 @dataclass(frozen=True)
@@ -421,6 +602,46 @@ def _geomean(xs: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
+def token_latencies(t: TenantResult, op_tokens: Sequence[int]) -> tuple[list[int], list[int]]:
+    """A serving tenant's per-token latencies: each op after its first (the first carries its start-up) took
+    ``end - previous end`` and produced ``op_tokens[op % n]`` tokens (one per running request, the decode
+    iteration's time per output token). Returns (latencies, token counts), ops without tokens left out."""
+    n = len(op_tokens)
+    ends = t.op_end_ns
+    lat, cnt = [], []
+    for i in range(1, len(ends)):
+        k = int(op_tokens[i % n]) if n else 0
+        if k:
+            lat.append(ends[i] - ends[i - 1])
+            cnt.append(k)
+    return lat, cnt
+
+
+def token_stats(lat: Sequence[int], cnt: Sequence[int]) -> tuple[float, float]:
+    """(mean, p99) of per-token latencies weighted by tokens (p99: the least latency that at least 99 % of the
+    tokens took no longer than)."""
+    total = sum(cnt)
+    if not total:
+        return math.nan, math.nan
+    mean = sum(x * k for x, k in zip(lat, cnt, strict=True)) / total
+    acc = 0
+    for x, k in sorted(zip(lat, cnt, strict=True)):
+        acc += k
+        if acc >= 0.99 * total:
+            return mean, float(x)
+    return mean, float(max(lat))  # pragma: no cover - the loop reaches the total
+
+
+def _token_slowdowns(spec: TenantSpec, t: TenantResult, alone: TenantResult) -> tuple[float, float] | None:
+    """A serving lender's (mean, p99) per-token latency under the policy / alone; None for other tenants."""
+    toks = getattr(spec.trace, "op_tokens", None)
+    if not spec.record_ops or toks is None:
+        return None
+    m, p = token_stats(*token_latencies(t, toks))
+    m0, p0 = token_stats(*token_latencies(alone, toks))
+    return (m / m0 if m0 else math.nan), (p / p0 if p0 else math.nan)
+
+
 def _lender_metric(t: TenantResult) -> float:
     """Runtime for a foreground lender, inverse throughput for one that runs until the others finish:
     larger is worse either way."""
@@ -430,16 +651,35 @@ def _lender_metric(t: TenantResult) -> float:
 
 
 def _alone(sc: Scenario, idx: int, horizon_ns: int) -> TenantResult:
-    """Lender idx alone on the node, stock: its own speed. A background lender runs until the foreground
-    is done, so a clock of empty ops stands in for the harvesters: the same window as the run it is
-    compared with (its throughput depends on the window: a lender that rises a third of the way in)."""
+    """Lender idx alone on the node, stock: its own speed (with the other ranks of its job, :func:`_job`). A
+    background lender runs until the foreground is done, so a clock of empty ops stands in for the harvesters:
+    the same window as the run it is compared with (its throughput depends on the window: a lender that
+    rises a third of the way in)."""
     from . import workloads
 
     spec = sc.tenants[idx]
-    tenants = [replace(spec, role=None)]
+    group = _job(sc, idx)
+    tenants = [replace(sc.tenants[i], role=None) for i in group]
     if spec.background:
         tenants.append(TenantSpec(spec.gpu, workloads.horizon_trace(horizon_ns), name="horizon"))
     return run_scenario(sc.node, tenants, "stock", sample_interval_ns=0).tenants[0]
+
+
+def _job(sc: Scenario, idx: int) -> list[int]:
+    """Tenant idx and the lenders its collectives join, directly or through others (the ranks of a
+    data-parallel ring: a multi-GPU job is alone when all its ranks are), idx first."""
+    def joined(a: TenantSpec, b: TenantSpec) -> bool:
+        return b.gpu in a.link_send or a.gpu in b.link_send
+
+    group = [idx]
+    todo = [idx]
+    while todo:
+        a = sc.tenants[todo.pop()]
+        for i in sc.lenders:
+            if i not in group and joined(a, sc.tenants[i]):
+                group.append(i)
+                todo.append(i)
+    return group
 
 
 def _lender_tenants(sc: Scenario, v: Variant) -> tuple[TenantSpec, ...]:
@@ -493,13 +733,17 @@ def evaluate(scs: Sequence[Scenario], variants: Sequence[Variant] | None = None,
             for i, t in enumerate(res.tenants):
                 role = "harvester" if i in sc.harvesters else "lender"
                 slow = None
+                tok: tuple[float, float] | None = None
                 if i in sc.lenders:
                     if (i, ms) not in windows:
                         windows[(i, ms)] = _alone(sc, i, ms)
-                    slow = _lender_metric(t) / _lender_metric(windows[(i, ms)])
+                    tok = _token_slowdowns(sc.tenants[i], t, windows[(i, ms)])
+                    # a serving lender is scored on its p99 per-token latency, the others on their speed
+                    slow = tok[1] if tok is not None else _lender_metric(t) / _lender_metric(windows[(i, ms)])
                     worst = slow if worst is None else max(worst, slow)
                 touts.append(TenantOutcome(t.name, role, t.background, t.runtime_ns, t.ops_per_s, t.stall_ns,
-                                           t.alloc_stall_ns, slow, t.lend_stall_ns))
+                                           t.alloc_stall_ns, slow, t.lend_stall_ns,
+                                           tok[0] if tok else None, tok[1] if tok else None, t.link_stall_ns))
             ev.outcomes[(sc.name, v.name)] = Outcome(
                 sc.name, v.name, ms, stock_ms / ms if ms else math.nan, worst,
                 res.counter_total("evict_to_peer"), res.counter_total("evict_to_host"),
@@ -557,10 +801,25 @@ def markdown(ev: Evaluation) -> str:
     return "\n".join(lines) + "\n" + "\n".join(verdict(ev)) + "\n"
 
 
+def serving_lines(ev: Evaluation) -> list[str]:
+    """Per scenario with a serving lender: its per-token latency under each policy vs alone (mean, p99)."""
+    out: list[str] = []
+    for sc in ev.scenarios:
+        for p in (x for x in ev.policies if x != "stock"):
+            for t in ev.outcome(sc.name, p).tenants:
+                if t.token_p99_slowdown is not None:
+                    out.append(f"`{sc.name}` `{p}`: {t.name} per-token latency vs alone: mean "
+                               f"{_pct(t.token_mean_slowdown)}, p99 {_pct(t.token_p99_slowdown)}")
+    return out
+
+
 def verdict(ev: Evaluation) -> list[str]:
     """The issue's criteria, checked: never slower than stock, never slower than huvm-atc22 by more than
     :data:`NOISE` unless that policy's lender paid for the difference, lender slowdown at most 2 %."""
     out: list[str] = []
+    tok = serving_lines(ev)
+    if tok:
+        out.append("\nServing lenders (scored on p99 per-token latency):\n\n" + "\n".join(f"- {x}" for x in tok))
     for p in (x for x in ev.policies if x not in ("stock", "huvm-atc22")):
         slower = [s.name for s in ev.scenarios if ev.outcome(s.name, p).harvester_speedup < 1 - NOISE]
         behind = [s.name for s in ev.scenarios
@@ -607,12 +866,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="stretch the working lenders' op time by FACTOR (0.5..2): when their spikes fall")
     ap.add_argument("--spike-period", type=float, default=None, metavar="MS",
                     help="the spiky lenders spike every MS ms (1..60000; default: a tenth of the harvester's run)")
+    ap.add_argument("--kind", action="append", default=[], choices=KIND_NAMES,
+                    help="only this part of the matrix (repeatable): base, or a workload kind")
+    ap.add_argument("--all-levels", action="store_true",
+                    help="the workload kinds at every oversubscription level (8 each, not 2: a larger matrix)")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
         scs = scenarios(None if args.half == "all" else args.half, lender_timing=args.lender_timing,
-                        spike_period_ms=args.spike_period)
+                        spike_period_ms=args.spike_period, kinds=args.kind or None, all_levels=args.all_levels)
         if args.only:
             scs = [s for s in scs if any(o in s.name for o in args.only)]
         variants = list(EVAL_VARIANTS) + [parse_variant(v) for v in args.variant]
@@ -637,9 +900,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json.dump(ev.to_dict(), f, indent=1, sort_keys=True)
         if args.update_doc:
             if args.variant or args.only or args.half == "all" or args.lender_timing != 1.0 or \
-                    args.spike_period is not None:
-                raise SimConfigError("--update-doc takes one whole half, the presets only, at lender timing 1 "
-                                     "and the default spike cadence",
+                    args.spike_period is not None or args.kind or args.all_levels:
+                raise SimConfigError("--update-doc takes one whole half (every kind, two levels each), the "
+                                     "presets only, at lender timing 1 and the default spike cadence",
                                      field="update_doc")
             changed = update_doc(args.update_doc, ev)
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)

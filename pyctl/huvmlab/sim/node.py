@@ -13,7 +13,7 @@ buffer of the struct's size. It returns the NV_STATUS (also left in ``params.rmS
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -157,6 +157,16 @@ class SimNode:
                 buf = ffi.cast(ctype, ffi.from_buffer(arr)) if len(arr) else ffi.NULL
                 keep.append(arr)
                 setattr(c, fld, buf)
+            c.record_ops = 1 if spec.record_ops else 0
+            if spec.link_send or spec.link_recv:
+                link = _link_bytes(tr, idx, len(arrays["op_time_ns"]))
+                keep.append(link)
+                c.op_link_bytes = ffi.cast("uint64_t *", ffi.from_buffer(link))
+                n = self.config.gpu_count
+                c.link_send_mask = _gpu_mask(spec.link_send, n, spec.gpu, f"tenants[{idx}].link_send")
+                c.link_recv_mask = _gpu_mask(spec.link_recv, n, spec.gpu, f"tenants[{idx}].link_recv")
+        elif spec.link_send or spec.link_recv:
+            raise SimConfigError("an idle tenant has no collectives", field=f"tenants[{idx}].link_send")
         err = ffi.new("huvm_sim_error_t *")
         got = lib.huvm_sim_add_tenant(self._sim, c, err)
         del keep
@@ -271,6 +281,13 @@ class SimNode:
         got = lib.huvm_sim_tenant_steps(self._sim, idx, buf, n)
         return [int(buf[i]) for i in range(got)]
 
+    def op_ends_ns(self, idx: int) -> list[int]:
+        """End time of every op of a tenant with ``record_ops``, in order (empty otherwise)."""
+        n = min(int(self.tenant_result(idx)["ops_done"]), int(lib.HUVM_SIM_MAX_OP_RECORDS))
+        buf = ffi.new("uint64_t[]", max(n, 1))
+        got = lib.huvm_sim_tenant_ops(self._sim, idx, buf, n)
+        return [int(x) for x in np.frombuffer(ffi.buffer(buf), dtype=np.uint64, count=got)]
+
     def traffic(self) -> dict[str, Any]:
         out = ffi.new("huvm_sim_traffic_t *")
         lib.huvm_sim_traffic(self._sim, out)
@@ -362,6 +379,30 @@ class SimNode:
         c.sample_interval_ns = sample_interval_ns
         c.max_samples = max_samples
         return c
+
+
+def _gpu_mask(gpus: Sequence[int], gpu_count: int, own: int, where: str) -> int:
+    mask = 0
+    for g in gpus:
+        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < gpu_count or g == own:
+            raise SimConfigError(f"collective peer {g!r} is not another GPU of the node (0..{gpu_count - 1}, "
+                                 f"not {own})", field=where)
+        mask |= 1 << g
+    return mask
+
+
+def _link_bytes(tr: Any, idx: int, n_ops: int) -> npt.NDArray[np.uint64]:
+    """The trace's per-op collective bytes (``op_link_bytes``), checked against its op count."""
+    a = getattr(tr, "op_link_bytes", None)
+    where = f"tenants[{idx}].op_link_bytes"
+    if a is None:
+        raise SimTraceError("collective peers given, but the trace has no op_link_bytes", field=where)
+    arr = np.asarray(a)
+    if arr.shape != (n_ops,) or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise SimTraceError(f"op_link_bytes must hold one integer per op ({n_ops})", field=where)
+    if arr.size and int(arr.min()) < 0:
+        raise SimTraceError("op_link_bytes must not be negative", field=where, record=int(np.argmax(arr < 0)))
+    return np.ascontiguousarray(arr, dtype=np.uint64)
 
 
 def _trace_arrays(tr: Any, idx: int) -> dict[str, npt.NDArray[Any]]:

@@ -54,6 +54,8 @@ class TenantResult:
     alloc_stall_ns: int = 0         # stalled making room for its cudaMalloc allocations (start-up included)
     background: bool = False
     lend_stall_ns: int = 0          # time its ops lost to guests' copies in its GPU's memory (lending's cost)
+    link_stall_ns: int = 0          # time its ops waited for their collectives beyond compute
+    op_end_ns: tuple[int, ...] = ()     # every op's end (record_ops tenants only)
 
     @property
     def ops_per_s(self) -> float:
@@ -76,6 +78,7 @@ class TenantResult:
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
         d["step_end_ns"] = list(self.step_end_ns)
+        d["op_end_ns"] = list(self.op_end_ns)
         return d
 
 
@@ -236,7 +239,8 @@ def run_scenario(node: NodeConfig | str, tenants: Sequence[TenantSpec], policy: 
                 first_touches=r["first_touches"], touches=r["touches"], resident_chunks=r["resident_chunks"],
                 peer_chunks=r["peer_chunks"], host_chunks=r["host_chunks"], done=bool(r["done"]),
                 ratio_to_ideal=ratio, ops_done=r["ops_done"], alloc_stall_ns=r["alloc_stall_ns"],
-                background=spec.background, lend_stall_ns=r["lend_stall_ns"]))
+                background=spec.background, lend_stall_ns=r["lend_stall_ns"], link_stall_ns=r["link_stall_ns"],
+                op_end_ns=tuple(sim.op_ends_ns(i)) if spec.record_ops else ()))
         s = sim.samples()
         return SimResult(policy=policy, node=cfg.name, tenants=tuple(results), stats=sim.stats(),
                          traffic=sim.traffic(), samples=MemorySeries(**s), sim_time_ns=sim.now_ns, wall_s=wall,

@@ -40,6 +40,10 @@ class TenantSpec:
     * ``lend_traffic_mbyte_per_s``: the GPU's guest-traffic budget (None: preset default, no budget).
     * ``host_resident`` True (managed only): the trace's chunks live before its first op start in host
       memory, as a buffer the CPU wrote before the kernels run (calibration microbenchmarks).
+    * ``link_send`` / ``link_recv``: the GPUs its collectives send to / receive from; each op moves its trace's
+      ``op_link_bytes[op]`` to / from each of them over the links peer eviction uses (ring all-reduce: the
+      ring's next / previous GPU; all-to-all: every peer both ways). Needs a trace with ``op_link_bytes``.
+    * ``record_ops`` True: keep every op's end time (:attr:`TenantResult.op_end_ns`: per-token latency).
     """
 
     gpu: int
@@ -55,6 +59,9 @@ class TenantSpec:
     lend_limit_bytes: int | None = None
     lend_traffic_mbyte_per_s: int | None = None
     host_resident: bool = False
+    link_send: tuple[int, ...] = ()
+    link_recv: tuple[int, ...] = ()
+    record_ops: bool = False
 
     @property
     def label(self) -> str:
@@ -99,7 +106,8 @@ class TenantSpec:
         elif wl is not None:
             if not isinstance(wl, Mapping) or "kind" not in wl:
                 raise SimConfigError("workload needs a kind (streaming, random_access, hot_cold, pagerank, "
-                                     "training_step, llama7b_step, rising)", field=f"{where}.workload")
+                                     "training_step, llama7b_step, rising, kv_serving, moe_expert_parallel, "
+                                     "allreduce_training)", field=f"{where}.workload")
             kw = dict(wl)
             kind = str(kw.pop("kind"))
             fn = getattr(workloads, kind, None)

@@ -17,6 +17,7 @@ An admin bounds how much a lender may be slowed down (T). For each scenario and 
 
     huvmctl sim verdict                 # the evaluation half's verdict lines and their summary
     huvmctl sim verdict --half tuning --spike-period 1000   # with the spiky lenders spiking every second
+    huvmctl sim verdict --kind kv-serve --kind moe --all-levels   # workload kinds at every level
     huvmctl sim verdict --update-doc docs/evaluation.md   # the summary into docs/evaluation.md (make eval-doc)
 """
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from .docblock import replace_block
 from .errors import SimConfigError
-from .matrix import HALVES, Evaluation, Scenario, Variant, evaluate, scenarios
+from .matrix import HALVES, KIND_NAMES, Evaluation, Scenario, Variant, evaluate, scenarios
 
 #: the lender bounds T an admin may pick (None: no bound)
 BOUNDS: tuple[float | None, ...] = (0.01, 0.02, 0.05, None)
@@ -111,14 +112,17 @@ def _half_range(xs: Sequence[float], rel: bool) -> float:
     return (hi - lo) / 2
 
 
-def judge(half: str, only: Sequence[str] = (), spike_period_ms: float | None = None) -> list[Verdict]:
+def judge(half: str, only: Sequence[str] = (), spike_period_ms: float | None = None,
+          kinds: Sequence[str] | None = None, all_levels: bool = False) -> list[Verdict]:
     """Run the half at every timing of the ensemble under :func:`variants` and judge every scenario and T;
-    ``spike_period_ms``: the spiky lenders' cadence (:func:`huvmlab.sim.matrix.scenarios`; None: the matrix's)."""
+    ``spike_period_ms``: the spiky lenders' cadence, ``kinds`` / ``all_levels``: which parts of the matrix
+    (:func:`huvmlab.sim.matrix.scenarios`; None, False: the matrix's cadence, every kind at two levels)."""
     vs = variants()
     evs: dict[float, Evaluation] = {}
     base: list[Scenario] = []
     for f in TIMINGS:
-        scs = [s for s in scenarios(half, lender_timing=f, spike_period_ms=spike_period_ms)
+        scs = [s for s in scenarios(half, lender_timing=f, spike_period_ms=spike_period_ms, kinds=kinds,
+                                    all_levels=all_levels)
                if not only or any(o in s.name for o in only)]
         evs[f] = evaluate(scs, vs, half=half)
         if f == 1.0:
@@ -170,13 +174,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="only the scenarios whose name contains it (repeatable)")
     ap.add_argument("--spike-period", type=float, default=None, metavar="MS",
                     help="the spiky lenders spike every MS ms (1..60000; default: the matrix's cadence)")
+    ap.add_argument("--kind", action="append", default=[], choices=KIND_NAMES,
+                    help="only this part of the matrix (repeatable): base, or a workload kind")
+    ap.add_argument("--all-levels", action="store_true",
+                    help="the workload kinds at every oversubscription level (8 each, not 2: a larger matrix)")
     ap.add_argument("--update-doc", metavar="FILE", help="write the summary between FILE's verdict markers")
     args = ap.parse_args(argv)
     try:
-        if args.update_doc and (args.only or args.half != "evaluation" or args.spike_period is not None):
+        if args.update_doc and (args.only or args.half != "evaluation" or args.spike_period is not None or
+                                args.kind or args.all_levels):
             raise SimConfigError("--update-doc takes the whole evaluation half at the matrix's cadence",
                                  field="update_doc")
-        verdicts = judge(args.half, args.only, args.spike_period)
+        verdicts = judge(args.half, args.only, args.spike_period, args.kind or None, args.all_levels)
         if args.update_doc and verdicts:
             changed = replace_block(args.update_doc, DOC_BEGIN, DOC_END, doc_block(verdicts))
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)

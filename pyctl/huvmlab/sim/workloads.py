@@ -17,6 +17,10 @@ Compute time per op is ``ns_per_chunk`` per touched chunk (memory-bound kernels)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -362,3 +366,265 @@ def coarsen(trace: SimTrace, k: int) -> SimTrace:
         chunk_free_op=new_free.astype(np.int32),
         peak_live_bytes=-(-int(trace.peak_live_bytes) // k),
     )
+
+
+# ---- workloads of the evaluation's second matrix axis (docs/evaluation.md, "Workload kinds") ----
+
+@dataclass(frozen=True)
+class CommTrace(SimTrace):
+    """A :class:`SimTrace` with what the new workload kinds add: ``op_link_bytes`` (per op, the bytes its
+    collectives send to each GPU of the tenant's ``link_send`` and receive from each of ``link_recv``: ring
+    all-reduce, expert-parallel all-to-all) and ``op_tokens`` (per op, the tokens a serving trace produces:
+    one per running request per decode iteration; their latency is the op's). ``info``: the generator's
+    derived figures (name, value), for the docs and tests."""
+
+    op_link_bytes: npt.NDArray[np.uint64] | None = None
+    op_tokens: npt.NDArray[np.uint32] | None = None
+    info: tuple[tuple[str, float], ...] = ()
+
+
+def _comm(base: SimTrace, **extra: object) -> CommTrace:
+    return CommTrace(**{f.name: getattr(base, f.name) for f in fields(SimTrace)}, **extra)  # type: ignore[arg-type]
+
+
+#: ShareGPT conversations as the vLLM paper measured them (Kwon et al., "Efficient Memory Management for Large
+#: Language Model Serving with PagedAttention", SOSP'23, Sec 6.1 and Fig 11): mean prompt 161.31 tokens, mean
+#: output 337.99 tokens.
+SHAREGPT_PROMPT_MEAN = 161.31
+SHAREGPT_OUTPUT_MEAN = 337.99
+#: KV cache per token of Llama-2-7B in fp16: 2 (K, V) x 32 layers x 4096 hidden x 2 B = 512 KiB (the vLLM paper's
+#: Sec 3 example for OPT-13B is 800 KiB per token by the same formula).
+LLAMA2_7B_KV_BYTES_PER_TOKEN = 2 * 32 * 4096 * 2
+
+
+def _lengths(rng: np.random.Generator, mean: float, n: int) -> npt.NDArray[np.int64]:
+    """Request lengths: geometric with the given mean (at least 1 token), cut at 4x the mean (an assumption:
+    the published statistic is the mean; the shape is long-tailed)."""
+    m = max(1.0, mean)
+    x = rng.geometric(min(1.0, 1.0 / m), size=n)
+    return np.minimum(x, max(1, int(4 * m))).astype(np.int64)
+
+
+def kv_serving(weights_bytes: int, kv_capacity_bytes: int, n_ops: int, *, kv_bytes_per_token: int,
+               arrivals_per_op: float, prompt_mean: float = SHAREGPT_PROMPT_MEAN,
+               output_mean: float = SHAREGPT_OUTPUT_MEAN, ns_per_chunk: int = DEFAULT_NS_PER_CHUNK,
+               prefill_ns_per_token: int = 0, seed: int = 7, name: str = "kv-serving",
+               requests: Sequence[tuple[int, int, int]] | None = None) -> CommTrace:
+    """An LLM inference server with continuous batching (Orca, OSDI'22; vLLM) whose KV cache is backed by
+    physical memory only as it grows (2 MiB pages mapped per request on demand, as vAttention, ASPLOS'25, does
+    with CUDA virtual memory): one op = one decode iteration.
+
+    Requests arrive as a Poisson process (``arrivals_per_op`` per iteration) with geometric prompt and output
+    lengths of the given means, wait in FIFO order and are admitted when the KV capacity holds their whole
+    prompt + output (the scheduler reserves, the memory follows the tokens). An admitted request allocates its
+    prompt's KV chunks (prefill, ``prefill_ns_per_token`` each), then each iteration adds one token to every
+    running request (a new 2 MiB chunk when its KV crosses a chunk) and produces that token (``op_tokens``);
+    a finished request frees its chunks. An iteration reads the weights and every running request's KV
+    (memory-bound decode: ``ns_per_chunk`` per chunk read). Weights are live from the start; requests still
+    running at the end free their KV after the last op (the trace loops). ``requests``: (arrival op, prompt
+    tokens, output tokens) of each request instead of the Poisson arrivals (tests)."""
+    if n_ops < 1 or weights_bytes < 0 or kv_capacity_bytes < CHUNK_BYTES or kv_bytes_per_token < 1:
+        raise SimConfigError("kv_serving needs n_ops >= 1, a KV capacity of at least one chunk and "
+                             "kv_bytes_per_token >= 1", field="workload")
+    if not arrivals_per_op >= 0:
+        raise SimConfigError(f"arrivals_per_op {arrivals_per_op!r} must be >= 0", field="workload")
+    rng = np.random.default_rng(seed)
+    w = _chunks(weights_bytes) if weights_bytes else 0
+    cap = kv_capacity_bytes // CHUNK_BYTES
+    alloc: list[int] = [-1] * w
+    free: list[int] = [-1] * w
+
+    def need(tokens: int) -> int:
+        return -(-tokens * kv_bytes_per_token // CHUNK_BYTES)
+
+    waiting: list[tuple[int, int]] = []
+    running: list[dict[str, Any]] = []
+    reserved = 0
+    rows: list[npt.NDArray[np.int64]] = []
+    modes: list[npt.NDArray[np.uint8]] = []
+    times: list[int] = []
+    tokens_out: list[int] = []
+    weights = np.arange(w, dtype=np.int64)
+    given: dict[int, list[tuple[int, int]]] = {}
+    for at, p, o in requests or ():
+        if p < 0 or o < 1 or need(p + o) > cap:
+            raise SimConfigError(f"request ({at}, {p}, {o}): needs a prompt >= 0, an output >= 1 and KV that fits "
+                                 f"the capacity", field="workload.requests")
+        given.setdefault(int(at), []).append((int(p), int(o)))
+    for k in range(n_ops):
+        if requests is not None:
+            waiting += given.get(k, [])
+        else:
+            for _ in range(int(rng.poisson(arrivals_per_op))):
+                waiting.append((int(_lengths(rng, prompt_mean, 1)[0]), int(_lengths(rng, output_mean, 1)[0])))
+        prefill = 0
+        while waiting and reserved + need(sum(waiting[0])) <= cap:
+            p, o = waiting.pop(0)
+            reserved += need(p + o)
+            r: dict[str, Any] = {"ctx": p, "left": o, "chunks": [], "res": need(p + o)}
+            running.append(r)
+            prefill += p
+        new: list[int] = []
+        old: list[int] = []
+        done: list[dict[str, Any]] = []
+        for r in running:
+            r["ctx"] += 1
+            r["left"] -= 1
+            while len(r["chunks"]) < need(r["ctx"]):
+                c = len(alloc)
+                alloc.append(k)
+                free.append(-1)
+                r["chunks"].append(c)
+                new.append(c)
+            old += [c for c in r["chunks"] if alloc[c] != k]
+            if r["left"] == 0:
+                done.append(r)
+        for r in done:
+            for c in r["chunks"]:
+                free[c] = k
+            reserved -= r["res"]
+            running.remove(r)
+        rows.append(np.concatenate([weights, np.array(old, dtype=np.int64), np.array(new, dtype=np.int64)]))
+        modes.append(np.concatenate([np.zeros(w + len(old), dtype=np.uint8), np.ones(len(new), dtype=np.uint8)]))
+        times.append(max(1, len(rows[-1]) * ns_per_chunk + prefill * prefill_ns_per_token))
+        tokens_out.append(len(running) + len(done))
+    for r in running:
+        for c in r["chunks"]:
+            free[c] = n_ops - 1
+    base = make_trace(name, rows, np.array(times, dtype=np.uint64), len(alloc), modes=np.concatenate(modes),
+                      alloc_op=np.array(alloc, dtype=np.int32), free_op=np.array(free, dtype=np.int32))
+    return _comm(base, op_tokens=np.array(tokens_out, dtype=np.uint32),
+                 info=(("weights_chunks", float(w)), ("kv_capacity_chunks", float(cap)),
+                       ("kv_bytes_per_token", float(kv_bytes_per_token))))
+
+
+def kv_chunks_live(trace: SimTrace) -> npt.NDArray[np.int64]:
+    """Live chunks of a trace during each op (allocated at or before it, not freed before it)."""
+    n = int(trace.op_time_ns.shape[0])
+    delta = np.zeros(n + 1, dtype=np.int64)
+    a = np.asarray(trace.chunk_alloc_op, dtype=np.int64)
+    f = np.asarray(trace.chunk_free_op, dtype=np.int64)
+    np.add.at(delta, np.where(a < 0, 0, a), 1)
+    np.add.at(delta, f[f >= 0] + 1, -1)
+    return np.cumsum(delta)[:n]
+
+
+def alltoall_bytes_per_peer(tokens: int, top_k: int, hidden: int, dtype_bytes: int, ranks: int) -> int:
+    """Expert-parallel all-to-all (GShard, Lepikhin et al. 2021; Switch Transformer, Fedus et al. JMLR 2022):
+    a rank dispatches ``tokens x top_k`` token copies of ``hidden x dtype_bytes`` bytes, spread over the
+    ``ranks`` ranks' experts (balanced routing in expectation): this much goes to each other rank, and as much
+    comes back in the combine."""
+    return tokens * top_k * hidden * dtype_bytes // ranks
+
+
+def moe_expert_parallel(n_layers: int = 4, n_experts: int = 64, expert_chunks: int = 2, shared_chunks: int = 4,
+                 iterations: int = 8, tokens: int = 32, top_k: int = 8, hidden: int = 7168, dtype_bytes: int = 2,
+                 ep_ranks: int = 4, zipf_a: float = 1.2, drift: float = 1.0, ns_per_chunk: int = DEFAULT_NS_PER_CHUNK,
+                 seed: int = 5, name: str = "moe") -> CommTrace:
+    """Expert-parallel mixture-of-experts on one rank: ``n_experts`` local experts per layer
+    (``expert_chunks`` each), ``shared_chunks`` of attention weights per layer. Per iteration and layer,
+    forward: attention, all-to-all dispatch, the experts, all-to-all combine; backward the same in reverse
+    (experts and attention read-modify-write their gradients).
+
+    Routing: each layer's ``tokens x top_k`` assignments are drawn from the experts' popularity, which starts
+    Zipf-skewed (``zipf_a``) and drifts as a random walk of its log (``drift`` per iteration): skewed and
+    shifting expert load, as measured in MoE training (FasterMoE, He et al. PPoPP'22, its dynamic expert selection;
+    SmartMoE, Zhai et al. ATC'23). An expert that gets no token is not read. The dispatch and combine ops
+    move :func:`alltoall_bytes_per_peer` to and from each other rank (``op_link_bytes``; give the tenant
+    ``link_send`` = ``link_recv`` = the other ranks' GPUs); the popularity is :func:`moe_popularity`'s.
+
+    Defaults: DeepSeek-V3's router (256 routed experts, top-8, hidden 7168, bf16; DeepSeek-AI, arXiv
+    2412.19437) over 4 expert-parallel ranks (64 experts each), 32 tokens per rank and iteration (a decode or
+    small fine-tuning micro-batch, so that cold experts go unread); 4 layers of 2-chunk experts: the scaled
+    sizes of the matrix's other synthetic harvesters (an assumption, like their ``ns_per_chunk``)."""
+    if min(n_layers, n_experts, expert_chunks, iterations, tokens, top_k, hidden, dtype_bytes, ep_ranks) < 1:
+        raise SimConfigError("moe_expert_parallel's sizes must be >= 1", field="workload")
+    pop = moe_popularity(n_layers, n_experts, iterations, zipf_a, drift, seed)
+    rng = np.random.default_rng(seed + 1)
+    per_layer = shared_chunks + n_experts * expert_chunks
+    a2a = alltoall_bytes_per_peer(tokens, top_k, hidden, dtype_bytes, ep_ranks)
+    rows: list[npt.NDArray[np.int64]] = []
+    modes: list[npt.NDArray[np.uint8]] = []
+    link: list[int] = []
+    empty = np.zeros(0, dtype=np.int64)
+
+    def op(r: npt.NDArray[np.int64], mode: int, nbytes: int = 0) -> None:
+        rows.append(r)
+        modes.append(np.full(len(r), mode, dtype=np.uint8))
+        link.append(nbytes)
+
+    for it in range(iterations):
+        routed = [np.flatnonzero(rng.multinomial(tokens * top_k, pop[it, layer])) for layer in range(n_layers)]
+
+        def experts(layer: int, routed: list[npt.NDArray[np.int64]] = routed) -> npt.NDArray[np.int64]:
+            e = routed[layer]
+            base = layer * per_layer + shared_chunks
+            return (base + e[:, None] * expert_chunks + np.arange(expert_chunks)[None, :]).reshape(-1)
+
+        for layer in range(n_layers):
+            op(np.arange(layer * per_layer, layer * per_layer + shared_chunks, dtype=np.int64), 0)
+            op(empty, 0, a2a)
+            op(experts(layer), 0)
+            op(empty, 0, a2a)
+        for layer in reversed(range(n_layers)):
+            op(empty, 0, a2a)
+            op(experts(layer), 2)
+            op(empty, 0, a2a)
+            op(np.arange(layer * per_layer, layer * per_layer + shared_chunks, dtype=np.int64), 2)
+    times = np.array([max(1, len(r)) * ns_per_chunk for r in rows], dtype=np.uint64)
+    base = make_trace(name, rows, times, n_layers * per_layer, modes=np.concatenate(modes))
+    return _comm(base, op_link_bytes=np.array(link, dtype=np.uint64),
+                 info=(("alltoall_bytes_per_peer", float(a2a)), ("ep_ranks", float(ep_ranks))))
+
+
+def moe_popularity(n_layers: int, n_experts: int, iterations: int, zipf_a: float = 1.1, drift: float = 0.5,
+                   seed: int = 5) -> npt.NDArray[np.float64]:
+    """Expert popularity [iteration, layer, expert] (rows sum to 1): Zipf(``zipf_a``) over a random ranking
+    per layer, its log drifting by N(0, ``drift``) per iteration."""
+    rng = np.random.default_rng(seed)
+    logp = np.empty((iterations, n_layers, n_experts))
+    ranks = np.argsort(rng.random((n_layers, n_experts)), axis=1) + 1
+    z = -zipf_a * np.log(ranks.astype(np.float64))
+    for it in range(iterations):
+        logp[it] = z
+        z = z + rng.normal(0.0, drift, size=z.shape)
+    p = np.exp(logp - logp.max(axis=2, keepdims=True))
+    return np.asarray(p / p.sum(axis=2, keepdims=True), dtype=np.float64)
+
+
+def ring_allreduce_bytes(nbytes: int, ranks: int) -> int:
+    """Bytes each rank sends (and receives) in a ring all-reduce of ``nbytes``: reduce-scatter then all-gather,
+    ``ranks - 1`` steps of ``nbytes / ranks`` each: 2 (ranks - 1) / ranks x nbytes (NCCL's ring algorithm;
+    the "algorithm bandwidth" vs "bus bandwidth" factor of nccl-tests' doc/PERFORMANCE.md)."""
+    if ranks < 1:
+        raise SimConfigError(f"a ring needs at least one rank, not {ranks}", field="ranks")
+    return 2 * (ranks - 1) * nbytes // ranks
+
+
+#: PyTorch DDP's default gradient bucket (``bucket_cap_mb`` = 25 MiB): one all-reduce per bucket, overlapped
+#: with the backward pass (Li et al., "PyTorch Distributed", VLDB'20).
+DDP_BUCKET_BYTES = 25 * (1 << 20)
+
+
+def allreduce_training(state_bytes: int, grad_bytes: int, n_ops: int, ranks: int, op_time_ns: int = 1_000_000,
+                       ops_per_step: int = 20, bucket_bytes: int = DDP_BUCKET_BYTES, chunks_per_op: int = 4,
+                       name: str = "allreduce") -> CommTrace:
+    """A data-parallel training rank: ``state_bytes`` (weights, gradients, optimizer state) read in turn,
+    ``ops_per_step`` ops a step; the step's gradients (``grad_bytes``) are all-reduced over a ring of ``ranks``
+    in buckets of ``bucket_bytes``, one per op over the step's last ops (DDP's overlap with the backward pass).
+    An op with a bucket sends :func:`ring_allreduce_bytes` of it to the ring's next GPU and receives as much
+    from the previous one (``link_send`` / ``link_recv``)."""
+    if n_ops < 1 or ops_per_step < 1 or ranks < 2 or bucket_bytes < 1 or grad_bytes < 0:
+        raise SimConfigError("allreduce_training needs n_ops, ops_per_step >= 1, ranks >= 2, bucket_bytes >= 1",
+                             field="workload")
+    base = rising(state_bytes, state_bytes, n_ops, n_ops, op_time_ns=op_time_ns, chunks_per_op=chunks_per_op,
+                  name=name)
+    n_buckets = -(-grad_bytes // bucket_bytes) if grad_bytes else 0
+    sizes = [min(bucket_bytes, grad_bytes - i * bucket_bytes) for i in range(n_buckets)]
+    per_step = np.zeros(ops_per_step, dtype=np.int64)
+    for i, b in enumerate(sizes):        # the last buckets to the last ops; more buckets than ops: they share
+        per_step[ops_per_step - 1 - (i % ops_per_step)] += ring_allreduce_bytes(b, ranks)
+    link = np.resize(per_step, n_ops).astype(np.uint64)
+    return _comm(base, op_link_bytes=link,
+                 info=(("grad_bytes", float(grad_bytes)), ("ranks", float(ranks)),
+                       ("ring_bytes_per_step", float(per_step.sum()))))
