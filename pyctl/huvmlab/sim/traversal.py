@@ -323,3 +323,61 @@ def op_levels(trace: SimTrace) -> tuple[I64, dict[str, Array]]:
     if tr is not trace:
         raise SimConfigError("not a trace of huvm.sim.traversal", field="trace")
     return levels, arrs
+
+
+#: Rodinia BFS's inputs (graph1MW_6: "W_6"): about six out-edges per vertex to uniformly random vertices;
+#: degrees uniform in 1..11 (mean 6) -- an assumption for the generator's exact spread
+RODINIA_DEGREE = (1, 11)
+
+
+def rodinia_graph(footprint_bytes: int, scaled_edges: int = SCALED_EDGES, seed: int = 6) -> tuple[Csr, int]:
+    """Rodinia's uniform random graph filling ``footprint_bytes`` in its layout (Node 8 B, mask, updating mask
+    and visited 1 B each, cost 4 B per vertex; 4 B per edge), scaled to about ``scaled_edges`` edges; returns
+    the graph and the scale."""
+    mean = (RODINIA_DEGREE[0] + RODINIA_DEGREE[1]) / 2
+    v_real = int(footprint_bytes / (15 + 4 * mean))
+    scale = max(1, -(-int(v_real * mean) // scaled_edges))
+    v = max(2, v_real // scale)
+    rng = np.random.default_rng(seed)
+    deg = rng.integers(RODINIA_DEGREE[0], RODINIA_DEGREE[1] + 1, v).astype(np.int64)
+    offsets = np.zeros(v + 1, dtype=np.int64)
+    np.cumsum(deg, out=offsets[1:])
+    indices = rng.integers(0, v, int(offsets[-1])).astype(np.int32)
+    return Csr(GraphSpec(f"rodinia-uniform/{scale}", v, int(offsets[-1])), offsets, indices), scale
+
+
+def rodinia_bfs_trace(footprint_bytes: int, edge_chunks_per_op: int = 32,
+                      ns_per_chunk: int = DEFAULT_NS_PER_CHUNK) -> SimTrace:
+    """Rodinia's BFS from vertex 0, per level its two kernels: ``Kernel`` (a thread per vertex reads the mask;
+    the frontier's vertices read their Node and edge lists, test each neighbour's visited flag and write its
+    cost and updating flag) and ``Kernel2`` (a thread per vertex reads the updating flags; the updated set
+    their mask and visited flags)."""
+    g, _ = rodinia_graph(footprint_bytes)
+    v, e = g.v, g.e
+    arrs, w = layout([("nodes", v, 8), ("edges", e, 4), ("mask", v, 1), ("updating", v, 1), ("visited", v, 1),
+                      ("cost", v, 4)], footprint_bytes)
+    ops = _Ops(w, ns_per_chunk)
+
+    def whole(name: str) -> I64:
+        a = arrs[name]
+        return np.arange(a.base, a.base + a.chunks, dtype=np.int64)
+
+    visited = np.zeros(v, dtype=bool)
+    visited[0] = True
+    for level, frontier in enumerate(bfs_levels(g.offsets, g.indices, 0)):
+        ops.add([(whole("mask"), 0)], v, level)
+        pos, _, slices = _level_ops(g.offsets, frontier, arrs["edges"], edge_chunks_per_op)
+        found = []
+        for a, b, ea, eb in slices:
+            fv = frontier[a:b]
+            ep = pos[ea:eb]
+            nbrs = g.indices[ep].astype(np.int64)
+            new = np.unique(nbrs[~visited[nbrs]])
+            visited[new] = True
+            found.append(new)
+            parts = [(arrs["nodes"].chunk_of(fv), 0), (arrs["edges"].chunk_of(ep), 0),
+                     (arrs["visited"].chunk_of(nbrs), 0), (arrs["cost"].chunk_of(fv), 0),
+                     (arrs["cost"].chunk_of(new), 2), (arrs["updating"].chunk_of(new), 2)]
+            ops.add(parts, (b - a) * 12 + ep.size * (4 + GATHER_BYTES) + new.size * 2 * GATHER_BYTES, level)
+        ops.add([(whole("updating"), 2), (whole("mask"), 2), (whole("visited"), 2)], 3 * v, level)
+    return _finish("rodinia-bfs", ops, arrs)
