@@ -34,7 +34,7 @@ static void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
     uint32_t g;
 
     for (g = 0; g < n; g++, gg++, st++) {
-        uint64_t used, inflight;
+        uint64_t used, inflight, own;
 
         if (!(mask & (1u << g)))
             continue;
@@ -51,9 +51,14 @@ static void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
         /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's
          * own allocations: a peak older than its window gives way then too); at the same sim->now and own
          * use, noting again changes nothing (the partial refresh above relies on it) */
-        note_own(sim, g, now);
-        st->own_peak_bytes = gg->own_peak.bytes;
-        st->own_spike_ns = huvm_peak_spike_ns(&gg->own_peak, now);
+        own = (gg->own.count + gg->pinned_chunks) * SIM_CHUNK;
+        if (gg->noted_ns != now + 1 || gg->noted_own != own) {
+            huvm_peak_update(&gg->own_peak, own, now);
+            st->own_peak_bytes = gg->own_peak.bytes;
+            st->own_spike_ns = huvm_peak_spike_ns(&gg->own_peak, now);
+            gg->noted_ns = now + 1;
+            gg->noted_own = own;
+        }
         st->prefetch_used = gg->pf_used;
         st->prefetch_unused = gg->pf_unused;
         /* huvm_traffic_level's answer without a guest-traffic budget: 0 (its window was started over when the
@@ -455,16 +460,18 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
     for (o = 0; o < sim->cfg.gpu_count; o++)
         plan.guest_chunks[o] =
             plan.guest_chunks[o] > back.guest_chunks[o] ? plan.guest_chunks[o] : back.guest_chunks[o];
-    /* Guests' chunks first (a lender's own data never leaves ahead of a guest's), then its own. */
+    /* Guests' chunks first (a lender's own data never leaves ahead of a guest's), then its own. The state was
+     * refreshed above: the first eviction sees afresh only what the give-backs changed (all GPUs after any),
+     * each next one only those the one before changed (refresh_gpus: same t, same sim->now, nothing else ran in
+     * between). */
+    stale = 0;
     for (o = 0; o < sim->cfg.gpu_count && !sim->failed; o++) {
         for (k = 0; k < plan.guest_chunks[o] && gg->guest[o].count && !sim->failed; k++) {
             giveback_one(sim, g, o, t, 0);
             gg->preevicted++;
+            stale = ~0u;
         }
     }
-    /* The first eviction sees every GPU afresh; each next one only those the one before changed (refresh_gpus:
-     * same t, same sim->now, nothing else ran in between). */
-    stale = ~0u;
     for (n = 0; n < plan.own_chunks && gg->own.count && !sim->failed; n++) {
         evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0, &stale);
         gg->preevicted++;

@@ -99,6 +99,9 @@ typedef struct {
     uint64_t last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
     uint64_t burst_chunks;        /* chunks the last fault batch on this GPU allocated */
     huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
+    uint64_t noted_ns,
+        noted_own;   /* refresh_gpus's last note of own_peak, at noted_ns - 1 (0: none since note_own): noting
+                                       the same own use at the same time again changes nothing */
     uint64_t pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
     uint64_t peer_chunks;         /* its data held by peers */
     uint64_t host_chunks;         /* its data in host memory */
@@ -269,9 +272,10 @@ static inline void pf_note(huvm_sim_t *sim, sim_chunk_t *c, uint32_t used)
 /* GPU g's own use (its tenants' resident and cudaMalloc'd chunks) grew, or may have: note the peak. */
 static inline void note_own(huvm_sim_t *sim, uint32_t g, uint64_t t)
 {
-    const sim_gpu_t *gg = &sim->gpus[g];
+    sim_gpu_t *gg = &sim->gpus[g];
 
-    huvm_peak_update(&sim->gpus[g].own_peak, (gg->own.count + gg->pinned_chunks) * SIM_CHUNK, t);
+    huvm_peak_update(&gg->own_peak, (gg->own.count + gg->pinned_chunks) * SIM_CHUNK, t);
+    gg->noted_ns = 0;
 }
 
 /* Guests' data copied into or out of lender h's memory takes HBM time from its running tenants. */
