@@ -129,3 +129,10 @@ def test_layout_fills_the_footprint_in_byte_shares() -> None:
     with pytest.raises(SimConfigError):
         traversal.scaled_graph("web-uk-2005", 0)
     assert traversal.default_scale("web-uk-2005") == 112 and traversal.default_scale("soc-twitter-2010") == 32
+
+
+def test_op_levels_only_for_its_own_traces() -> None:
+    from huvmlab.sim import workloads
+
+    with pytest.raises(SimConfigError):
+        traversal.op_levels(workloads.streaming(4 * CHUNK_BYTES))

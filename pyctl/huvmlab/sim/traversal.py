@@ -311,18 +311,22 @@ def _finish(name: str, ops: _Ops, arrs: dict[str, Array]) -> SimTrace:
     tr = make_trace(name, ops.rows, np.array(ops.times, dtype=np.uint64), n_chunks,
                     modes=np.concatenate(ops.modes))
     _OP_LEVELS[id(tr)] = (tr, np.array(ops.level, dtype=np.int64), arrs)
+    while len(_OP_LEVELS) > _OP_LEVELS_KEPT:   # the oldest first (dicts keep insertion order)
+        del _OP_LEVELS[next(iter(_OP_LEVELS))]
     return tr
 
 
+#: the op levels of the last traces built (kept with their trace, so an id is never reused while kept)
 _OP_LEVELS: dict[int, tuple[SimTrace, I64, dict[str, Array]]] = {}
+_OP_LEVELS_KEPT = 16
 
 
 def op_levels(trace: SimTrace) -> tuple[I64, dict[str, Array]]:
     """For a trace this module built in this process: each op's BFS level or WCC round (-1: the initialising
     op) and the arrays' layout (tests and inspection)."""
-    tr, levels, arrs = _OP_LEVELS[id(trace)]
+    tr, levels, arrs = _OP_LEVELS.get(id(trace), (None, np.zeros(0, dtype=np.int64), {}))
     if tr is not trace:
-        raise SimConfigError("not a trace of huvm.sim.traversal", field="trace")
+        raise SimConfigError("not one of the last traces huvm.sim.traversal built", field="trace")
     return levels, arrs
 
 
