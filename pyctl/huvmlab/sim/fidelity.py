@@ -12,8 +12,9 @@ Three groups, one model (the preset's costs, :mod:`huvm.sim.measured`), no const
   model run forward, not the model's reach.
 * ``fig6``: the HUVM prototype's Fig 6 (:mod:`huvm.sim.replicate`): per workload, ``Ours`` (HUVM) and
   ``pre-ef-host`` (host only) over ``Base`` (stock), against the artifact's CSVs.
-* ``stock``: stock UVM's geomean slowdown at 200 % and 300 % oversubscription (:mod:`huvm.sim.calibrate`)
-  against ARIADNE's published 33.2x and 60.7x.
+* ``stock``: stock UVM's geomean slowdown at 200 % and 300 % oversubscription on ARIADNE's benchmark mix
+  (:mod:`huvm.sim.ariadne`, :func:`huvm.sim.calibrate.ariadne_slowdowns`) against ARIADNE's published 33.2x
+  and 60.7x.
 
 A row is ``ok`` when sim / reference is within ±25 % (``TOLERANCE``).
 """
@@ -39,7 +40,7 @@ from .workloads import make_trace
 TOLERANCE = 0.25
 GIB = 1 << 30
 #: ARIADNE's published stock UVM geomean slowdown over 10 benchmarks on an RTX A5000, driver 535.86
-#: (docs/simulator.md, table 1)
+#: (ARIADNE §III-A, Fig 2b; docs/simulator.md, table 1a)
 PUBLISHED_STOCK = {2.0: 33.2, 3.0: 60.7}
 
 
@@ -131,11 +132,11 @@ def fig6_rows() -> list[Row]:
 # ---- stock: slowdown against oversubscription ----
 
 def stock_rows() -> list[Row]:
-    from .calibrate import stock_slowdowns
+    from .calibrate import ariadne_slowdowns
 
     ratios = sorted(PUBLISHED_STOCK)
     return [Row("stock", f"{round(ratio * 100)}pct", float(str(r["geomean"])), PUBLISHED_STOCK[ratio], "x")
-            for ratio, r in zip(ratios, stock_slowdowns(ratios), strict=True)]
+            for ratio, r in zip(ratios, ariadne_slowdowns(ratios), strict=True)]
 
 
 def all_rows() -> list[Row]:

@@ -29,7 +29,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, cast
 
-from .config import MIB, NodeConfig
+from .config import CHUNK_BYTES, MIB, NodeConfig
 from .docblock import replace_block
 from .errors import SimConfigError
 from .scenario import SimResult, run_scenario
@@ -44,9 +44,12 @@ POLICY_COLUMNS: tuple[tuple[str, str, str, tuple[tuple[str, int], ...]], ...] = 
 FIG8_CHUNKS: tuple[int, ...] = (0, 1, 2, 4, 8, 16)
 FIG9_SPARE_MIB: tuple[tuple[int, int], ...] = ((5, 15052), (10, 14244), (20, 12628), (40, 9396), (60, 6164))
 FIG9_BASE_MIB = 1000
-#: what the simulator's graph jobs are: the calibration's PageRank-like kernel (soc-twitter-2010 scale:
-#: 19 GiB, ~1.25x a V100's usable memory) with fewer sweeps for the traversals
-_GRAPH_ITERATIONS = {"pagerank": 6, "wcc": 4, "bfs": 2}
+#: PageRank's stand-in: the calibration's PageRank-like kernel (an edge array streamed in order, skewed
+#: gathers) at 6 sweeps; its footprint (19 GiB, ~1.25x a V100's usable memory) is every graph job's
+_PAGERANK_ITERATIONS = 6
+#: the datasets the artifact's scripts give each traversal (scripts/fig6/case2_bfs.sh, case3_wcc.sh)
+TRAVERSAL_DATASETS: dict[tuple[int, str], str] = {
+    (2, "bfs"): "web-uk-2005", (3, "bfs"): "soc-twitter-2010", (3, "wcc"): "soc-twitter-2010"}
 
 
 @dataclass(frozen=True)
@@ -70,37 +73,40 @@ def artifact_fig6() -> list[ArtifactRow]:
 
 #: sensitivity variants of the Fig 6 model (:func:`fig6_sensitivity`; measurements, not the replication):
 #: "as modelled"; "no shared switch" (every GPU its own PCIe uplink, against the preset's assumed switch pairs
-#: 0-1 and 2-3); "traversals in frontier order" (BFS and WCC make the same touches, each sweep's ops in a
-#: random order, as a frontier visits an id-sorted edge array); both.
-SENSITIVITY: tuple[tuple[str, bool, bool], ...] = (
-    ("as modelled", True, False),
-    ("no shared switch", False, False),
-    ("traversals in frontier order", True, True),
-    ("both", False, True),
+#: 0-1 and 2-3).
+SENSITIVITY: tuple[tuple[str, bool], ...] = (
+    ("as modelled", True),
+    ("no shared switch", False),
 )
 
 
 @cache
-def _graph(kind: str, frontier_order: bool = False) -> SimTraceLike:
+def _pagerank() -> SimTraceLike:
     from . import workloads
 
-    tr = cast(SimTraceLike, workloads.pagerank(vertices=41_652_230, edges=4_900_000_000,
-                                               iterations=_GRAPH_ITERATIONS[kind], edge_chunks_per_op=32,
-                                               gathers_per_op=32, name=f"{kind}-twitter-like"))
-    if not frontier_order or kind == "pagerank":
-        return tr
-    import numpy as np
+    return cast(SimTraceLike, workloads.pagerank(vertices=41_652_230, edges=4_900_000_000,
+                                                 iterations=_PAGERANK_ITERATIONS, edge_chunks_per_op=32,
+                                                 gathers_per_op=32, name="pagerank-twitter-like"))
 
-    n_ops = len(tr.op_time_ns)
-    sweeps = _GRAPH_ITERATIONS[kind]
-    per = n_ops // sweeps
-    rng = np.random.default_rng(5)
-    order = np.concatenate([k * per + rng.permutation(per) for k in range(sweeps)]
-                           + [np.arange(sweeps * per, n_ops)])
-    first = tr.op_first_touch
-    ops = [np.asarray(tr.touch_chunk[first[i]:first[i + 1]], dtype=np.int64) for i in order]
-    return cast(SimTraceLike, workloads.make_trace(f"{kind}-twitter-like-frontier", ops,
-                                                   np.asarray(tr.op_time_ns)[order], len(tr.chunk_alloc_op)))
+
+def graph_footprint_bytes() -> int:
+    """Every graph job's footprint: the PageRank stand-in's (cuGraph's real one is not published)."""
+    return int(_pagerank().chunk_alloc_op.shape[0]) * CHUNK_BYTES
+
+
+@cache
+def _traversal(kind: str, dataset: str) -> SimTraceLike:
+    """BFS or WCC run for real on the dataset's scaled graph (:mod:`huvm.sim.traversal`)."""
+    from . import traversal
+
+    gen = {"bfs": traversal.bfs_trace, "wcc": traversal.wcc_trace}[kind]
+    return cast(SimTraceLike, gen(dataset, graph_footprint_bytes(), name=f"{kind}-{dataset}"))
+
+
+def _graph(kind: str, case: int) -> SimTraceLike:
+    if kind == "pagerank":
+        return _pagerank()
+    return _traversal(kind, TRAVERSAL_DATASETS[(case, kind)])
 
 
 def _node(shared_switches: bool = True) -> NodeConfig:
@@ -128,15 +134,14 @@ def _graph_lender(gpu: int, name: str, horizon_ns: int) -> TenantSpec:
                       managed=True, role="lender")
 
 
-def fig6_case(case: int, *, shared_switches: bool = True,
-              frontier_order: bool = False) -> tuple[NodeConfig, list[TenantSpec], dict[str, list[int]]]:
+def fig6_case(case: int, *, shared_switches: bool = True) -> tuple[NodeConfig, list[TenantSpec], dict[str, list[int]]]:
     """The node, tenants, and per artifact workload the simulator tenants that stand for it (the keywords: the
     sensitivity variants, :data:`SENSITIVITY`)."""
     horizon = 20 * 10**9
     node = _node(shared_switches)
 
     def graph(kind: str) -> SimTraceLike:
-        return _graph(kind, frontier_order)
+        return _graph(kind, case)
 
     if case == 1:
         tenants = [TenantSpec(0, graph("pagerank"), name="pagerank@0", role="harvester"),
@@ -174,12 +179,12 @@ def _measure(res: SimResult, idx: Sequence[int], role: str = "harvester") -> flo
     return max(t.runtime_ns / t.ops_done if t.ops_done else float("inf") for t in ts) / 1e9
 
 
-def fig6(*, shared_switches: bool = True, frontier_order: bool = False) -> list[dict[str, Any]]:
+def fig6(*, shared_switches: bool = True) -> list[dict[str, Any]]:
     """Per case and workload: the artifact's times and the simulator's, each relative to its Base."""
     out: list[dict[str, Any]] = []
     arts = artifact_fig6()
     for case in (1, 2, 3):
-        node, tenants, which = fig6_case(case, shared_switches=shared_switches, frontier_order=frontier_order)
+        node, tenants, which = fig6_case(case, shared_switches=shared_switches)
         results = {col: _run(node, tenants, pol, ov) for col, _, pol, ov in POLICY_COLUMNS}
         for a in (r for r in arts if r.case == case):
             sim = {col: _measure(results[col], which[a.workload], a.role) for col, *_ in POLICY_COLUMNS}
@@ -193,8 +198,8 @@ def fig6_sensitivity() -> list[dict[str, Any]]:
     """Fig 6's harvester speedups under each variant of :data:`SENSITIVITY` (a measurement of which modelling
     choices the rows still off depend on; the replication itself is the first variant)."""
     rows: list[dict[str, Any]] = []
-    for label, switches, frontier in SENSITIVITY:
-        for r in fig6(shared_switches=switches, frontier_order=frontier):
+    for label, switches in SENSITIVITY:
+        for r in fig6(shared_switches=switches):
             if r["role"] != "harvester":
                 continue
             a, s = r["artifact"], r["sim"]
@@ -229,7 +234,7 @@ def fig9_node() -> NodeConfig:
 
 def fig9() -> list[dict[str, Any]]:
     node = fig9_node()
-    h = TenantSpec(0, _graph("pagerank"), name="pagerank@1", role="harvester")
+    h = TenantSpec(0, _pagerank(), name="pagerank@1", role="harvester")
     base = _run(node, [h, TenantSpec(1, static_bytes=FIG9_BASE_MIB * MIB, role="lender")], "stock")
     t_base = base.tenant(0).runtime_ns
     rows: list[dict[str, Any]] = [{"spare": f"Base (stock, {FIG9_BASE_MIB} MiB)", "policy": "stock",
