@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from huvm.budget import lend_traffic_for
 
@@ -108,7 +108,7 @@ _LEVELS: tuple[str, ...] = ("fit-0", "fit-32", "fit-64", "1.05", "1.25", "1.5", 
 def _bundled(name: str, gpu_preset: str) -> SimTraceLike:
     from .. import traces
 
-    return cast(SimTraceLike, traces.load(traces.bundled(name)).to_sim_events(gpu_preset))
+    return traces.load(traces.bundled(name)).to_sim_events(gpu_preset)
 
 
 @cache
@@ -117,11 +117,11 @@ def _synthetic(name: str) -> SimTraceLike:
 
     ws = 1536 * MIB
     if name == "random":
-        return cast(SimTraceLike, workloads.random_access(ws, 2400, seed=11, name="random"))
+        return workloads.random_access(ws, 2400, seed=11, name="random")
     if name == "hot-cold":
-        return cast(SimTraceLike, workloads.hot_cold(ws, 2400, seed=12, name="hot-cold"))
+        return workloads.hot_cold(ws, 2400, seed=12, name="hot-cold")
     if name == "streaming":
-        return cast(SimTraceLike, workloads.streaming(ws, passes=3, name="streaming"))
+        return workloads.streaming(ws, passes=3, name="streaming")
     raise SimConfigError(f"unknown synthetic harvester {name!r}", field="harvester")
 
 
@@ -129,7 +129,7 @@ def _synthetic(name: str) -> SimTraceLike:
 def _moe() -> SimTraceLike:
     from . import workloads
 
-    return cast(SimTraceLike, workloads.moe_expert_parallel(ep_ranks=4))
+    return workloads.moe_expert_parallel(ep_ranks=4)
 
 
 def _harvester_trace(name: str, gpu_preset: str) -> SimTraceLike:
@@ -304,10 +304,10 @@ def _kv_lender(usable: int, horizon_ns: int, op_ns: int) -> SimTraceLike:
     per_req = -(-int((prompt + output) * kvpt) // CHUNK_BYTES) * CHUNK_BYTES
     batch = max(1.0, cap / per_req * KV_LOAD)
     ns_per_chunk = max(1, op_ns * 2 // max(1, (weights + cap // 2) // CHUNK_BYTES))
-    return cast(SimTraceLike, workloads.kv_serving(weights, cap, ops, kv_bytes_per_token=kvpt,
-                                                   arrivals_per_op=batch / output, prompt_mean=prompt,
-                                                   output_mean=output, ns_per_chunk=ns_per_chunk,
-                                                   name="lender-kv-serve"))
+    return workloads.kv_serving(weights, cap, ops, kv_bytes_per_token=kvpt,
+                                arrivals_per_op=batch / output, prompt_mean=prompt,
+                                output_mean=output, ns_per_chunk=ns_per_chunk,
+                                name="lender-kv-serve")
 
 
 def _allreduce_lender(usable: int, horizon_ns: int, op_ns: int, ranks: int) -> SimTraceLike:
@@ -317,9 +317,9 @@ def _allreduce_lender(usable: int, horizon_ns: int, op_ns: int, ranks: int) -> S
     ops = max(4, horizon_ns // op_ns)
     # buckets scaled like the memory: DDP's 25 MiB of an 80 GB GPU
     bucket = max(CHUNK_BYTES, workloads.DDP_BUCKET_BYTES * usable // (80 << 30))
-    return cast(SimTraceLike, workloads.allreduce_training(state, int(state * ALLREDUCE_GRAD_SHARE), ops, ranks,
-                                                           op_time_ns=op_ns, ops_per_step=20,
-                                                           bucket_bytes=bucket, name="lender-allreduce"))
+    return workloads.allreduce_training(state, int(state * ALLREDUCE_GRAD_SHARE), ops, ranks,
+                                        op_time_ns=op_ns, ops_per_step=20,
+                                        bucket_bytes=bucket, name="lender-allreduce")
 
 
 #: the workload kinds: name -> (node, family, harvester, lender mix). Each runs at two consecutive
@@ -387,9 +387,9 @@ def _fig9(spare_pct: int, half: str) -> Scenario:
 def _fig9_trace() -> SimTraceLike:
     from . import workloads
 
-    return cast(SimTraceLike, workloads.pagerank(vertices=41_652_230, edges=4_900_000_000, iterations=6,
-                                                 edge_chunks_per_op=32, gathers_per_op=32,
-                                                 name="pagerank-twitter-like"))
+    return workloads.pagerank(vertices=41_652_230, edges=4_900_000_000, iterations=6,
+                              edge_chunks_per_op=32, gathers_per_op=32,
+                              name="pagerank-twitter-like")
 
 
 #: what ``kinds`` selects: the base matrix and each workload kind

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
-from typing import Any, cast
+from typing import Any
 
 from .config import CHUNK_BYTES, MIB, NodeConfig
 from .docblock import replace_block
@@ -84,9 +84,9 @@ SENSITIVITY: tuple[tuple[str, bool], ...] = (
 def _pagerank() -> SimTraceLike:
     from . import workloads
 
-    return cast(SimTraceLike, workloads.pagerank(vertices=41_652_230, edges=4_900_000_000,
-                                                 iterations=_PAGERANK_ITERATIONS, edge_chunks_per_op=32,
-                                                 gathers_per_op=32, name="pagerank-twitter-like"))
+    return workloads.pagerank(vertices=41_652_230, edges=4_900_000_000,
+                              iterations=_PAGERANK_ITERATIONS, edge_chunks_per_op=32,
+                              gathers_per_op=32, name="pagerank-twitter-like")
 
 
 def graph_footprint_bytes() -> int:
@@ -100,7 +100,7 @@ def _traversal(kind: str, dataset: str) -> SimTraceLike:
     from . import traversal
 
     gen = {"bfs": traversal.bfs_trace, "wcc": traversal.wcc_trace}[kind]
-    return cast(SimTraceLike, gen(dataset, graph_footprint_bytes(), name=f"{kind}-{dataset}"))
+    return gen(dataset, graph_footprint_bytes(), name=f"{kind}-{dataset}")
 
 
 def _graph(kind: str, case: int) -> SimTraceLike:

@@ -5,23 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-import numpy.typing as npt
+from ..traces.trace import SimTrace
 
-
-class SimTraceLike(Protocol):
-    """What the simulator reads from a trace: :class:`huvm.traces.SimTrace` (docs/traces.md) or the synthetic
-    ones of :mod:`huvm.sim.workloads`."""
-
-    name: str
-    op_time_ns: npt.NDArray[np.uint64]
-    op_first_touch: npt.NDArray[np.uint32]
-    touch_chunk: npt.NDArray[np.uint32]
-    touch_mode: npt.NDArray[np.uint8]
-    chunk_alloc_op: npt.NDArray[np.int32]
-    chunk_free_op: npt.NDArray[np.int32]
+#: What the simulator reads from a trace: a recorded one's :meth:`huvmlab.traces.Trace.to_sim_events` or a
+#: synthetic one of :mod:`huvmlab.sim.workloads`; both are :class:`huvmlab.traces.SimTrace` (docs/traces.md).
+SimTraceLike = SimTrace
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..traces.trace import SimTrace
 from .config import CHUNK_BYTES
 from .errors import SimConfigError
-
-try:
-    from ..traces.trace import SimTrace
-except ImportError:  # pragma: no cover - the traces package is part of huvm
-    SimTrace = None  # type: ignore[assignment,misc]
 
 #: memory-bound compute per touched 2 MiB chunk: 2 MiB at half of ~800 GB/s (RTX A5000 / V100 class HBM).
 DEFAULT_NS_PER_CHUNK = 5_000
