@@ -17,27 +17,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from huvm.policy import KEYS
+
 from .errors import SimConfigError
 from .matrix import Scenario, Variant, _run, evaluate, scenarios
 from .verdict import Verdict, _t_name, huvm_at, variants
 
-#: the flags value the ``huvm/no-peak`` point runs with (the preset's, less LEND_ABOVE_PEAK)
-_NO_PEAK_FLAGS = 5
+_PRESET_INDEX = {"stock": 0, "huvm-atc22": 1, "huvm": 2}
+
+
+def _preset_value(key: str, preset: str) -> int:
+    """A GPU field's value in a preset, as the core exports it (the ABI header's policy field table)."""
+    return KEYS[key].presets[_PRESET_INDEX[preset]]
 
 
 def knobs(v: Variant) -> dict[str, str]:
-    """A point's settings by knob, in words: what :func:`knob_diff` compares."""
+    """A point's settings by knob, in words (the preset's own value where the point leaves it): what
+    :func:`knob_diff` compares."""
     over = dict(v.overrides)
     lover = {f: (x, pct) for f, x, pct in v.lender_overrides}
-    out = {"preset": v.preset,
-           "T": f"{over['gpu.lend_slowdown_max_pct']}%" if "gpu.lend_slowdown_max_pct" in over else "preset",
+    t = over.get("gpu.lend_slowdown_max_pct", _preset_value("lend_slowdown_max_pct", v.preset))
+    flags = over.get("gpu.flags", _preset_value("flags", v.preset))
+    peak = KEYS["flags"].choices()["lend-above-peak"]
+    out = {"preset": v.preset, "T": f"{t}%" if t else "none",
            "budget": f"for {v.lender_slowdown * 100:g}%" if v.lender_slowdown is not None else "none",
-           "reserve": "preset", "LEND_ABOVE_PEAK": "preset"}
+           "reserve": "preset", "LEND_ABOVE_PEAK": "on" if flags & peak else "off"}
     if "lend_reserve_bytes" in lover:
         x, pct = lover["lend_reserve_bytes"]
         out["reserve"] = f"{x}%" if pct else f"{x} B"
-    if "gpu.flags" in over:
-        out["LEND_ABOVE_PEAK"] = "off" if over["gpu.flags"] == _NO_PEAK_FLAGS else f"flags {over['gpu.flags']}"
     for k, x in v.overrides:
         if k not in ("gpu.lend_slowdown_max_pct", "gpu.flags"):
             out[k] = str(x)
