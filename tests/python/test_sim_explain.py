@@ -1,5 +1,5 @@
-"""Why huvm is `behind` the best T-respecting point (docs/policy.md, "Where huvm is behind"): the explanation
-names the knob that differs and its numbers are the runs' own."""
+"""Why huvm is `behind` the best T-respecting point (docs/policy.md, "Where huvm is behind the best T-respecting
+point"): the explanation names the knob that differs and its numbers are the runs' own."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Why huvm is `behind` the best T-respecting point: the measured difference (issue 28; docs/policy.md, "Where
-huvm is behind").
+huvm is behind the best T-respecting point").
 
 For each verdict whose best-gap is ``behind`` (:mod:`huvmlab.sim.verdict`), huvm's point at T and the best
 point are run again on that scenario, and their per-run counters are set side by side: the harvesters'
