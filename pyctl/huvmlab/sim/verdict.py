@@ -19,6 +19,8 @@ An admin bounds how much a lender may be slowed down (T). For each scenario and 
     huvmctl sim verdict --half tuning --spike-period 1000   # with the spiky lenders spiking every second
     huvmctl sim verdict --kind kv-serve --kind moe --all-levels   # workload kinds at every level
     huvmctl sim verdict --update-doc docs/evaluation.md   # the summary into docs/evaluation.md (make eval-doc)
+    huvmctl sim verdict --explain       # then, per `behind`, the measured difference (huvmlab.sim.explain)
+    huvmctl sim verdict --explain-doc docs/policy.md      # that table into docs/policy.md (make eval-doc)
 """
 
 from __future__ import annotations
@@ -168,6 +170,11 @@ def doc_block(verdicts: Sequence[Verdict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .explain import DOC_BEGIN as EXPLAIN_BEGIN
+    from .explain import DOC_END as EXPLAIN_END
+    from .explain import Explanation, explain
+    from .explain import doc_block as explain_block
+
     ap = argparse.ArgumentParser(prog="huvmctl sim verdict", description=__doc__.split("\n\n")[0])
     ap.add_argument("--half", choices=HALVES, default="evaluation")
     ap.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
@@ -179,16 +186,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--all-levels", action="store_true",
                     help="the workload kinds at every oversubscription level (8 each, not 2: a larger matrix)")
     ap.add_argument("--update-doc", metavar="FILE", help="write the summary between FILE's verdict markers")
+    ap.add_argument("--explain", action="store_true",
+                    help="per `behind`, run huvm's point and the best point again and print what differs")
+    ap.add_argument("--explain-doc", metavar="FILE",
+                    help="write that table between FILE's `behind` markers (docs/policy.md)")
     args = ap.parse_args(argv)
+    explanations: list[Explanation] = []
     try:
-        if args.update_doc and (args.only or args.half != "evaluation" or args.spike_period is not None or
-                                args.kind or args.all_levels):
-            raise SimConfigError("--update-doc takes the whole evaluation half at the matrix's cadence",
-                                 field="update_doc")
+        if (args.update_doc or args.explain_doc) and (args.only or args.half != "evaluation" or
+                                                      args.spike_period is not None or args.kind or
+                                                      args.all_levels):
+            raise SimConfigError("--update-doc and --explain-doc take the whole evaluation half at the matrix's "
+                                 "cadence", field="update_doc")
+        if (args.explain or args.explain_doc) and args.spike_period is not None:
+            raise SimConfigError("--explain runs the matrix's cadence: no --spike-period", field="spike_period")
         verdicts = judge(args.half, args.only, args.spike_period, args.kind or None, args.all_levels)
+        if verdicts and (args.explain or args.explain_doc):
+            explanations = explain(verdicts, args.half)
+        if args.explain_doc and verdicts:
+            changed = replace_block(args.explain_doc, EXPLAIN_BEGIN, EXPLAIN_END, explain_block(explanations))
+            print(f"{args.explain_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
         if args.update_doc and verdicts:
             changed = replace_block(args.update_doc, DOC_BEGIN, DOC_END, doc_block(verdicts))
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
+        if (args.update_doc or args.explain_doc) and verdicts:
             return 0
     except (OSError, SimConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -201,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     for line in summary(verdicts):
         print(line)
+    if args.explain:
+        print()
+        for e in explanations:
+            print(e.line())
     return 0
 
 
