@@ -325,8 +325,12 @@ int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce
         if (!sg_mmu_read_entry(vas, &t, idx * NV_MMU_VER2_PDE__SIZE, e, NV_MMU_VER2_PDE__SIZE))
             return SG_FAULT_PDE;
 
-        // Volta has no PTEs above PDE0 (512M pages are Ampere's, uvm_ampere_mmu.c); UVM never writes one.
+        // A PTE in a directory: Ampere's 512M pages at PDE1 (depth 2; uvm_ampere_mmu.c page_table_depth
+        // and page_sizes, in the VER2 PTE format). Volta has none (its HAL never writes one), nor has any
+        // architecture above PDE1.
         if (SG_FLD(e[0], NV_MMU_VER2_PDE_IS_PTE) == NV_MMU_VER2_PDE_IS_PTE_TRUE) {
+            if (depth == 2 && sg_arch->pde1_pte)
+                return sg_mmu_pte(vas, e[0], va, SG_PAGE_512M, acc, ce, x);
             sg_unemulated(vas->gpu, "MMU: PTE above PDE0", depth, (u32)(va >> 29));
             return SG_FAULT_PDE_SIZE;
         }
