@@ -12,6 +12,7 @@ pattern) and from the CPU.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,23 @@ def _peer_totals(before: softgpu.Counters, after: softgpu.Counters) -> tuple[int
     """(physical peer copies, peer bytes) of every GPU's engines between two GET_COUNTERS."""
     d = after.minus(before)
     return sum(g["peer_phys_copies"] for g in d.gpus), sum(g["peer_bytes"] for g in d.gpus)
+
+
+def _settled_counters(sg: softgpu.SoftGpu, seconds: float = 30.0) -> softgpu.Counters:
+    """GET_COUNTERS once no GPU's peer bytes have moved for a second (huvm's pre-eviction goes on in a worker
+    after the allocation that triggered it), or after seconds."""
+    def key(c: softgpu.Counters) -> tuple[int, ...]:
+        return tuple(g["peer_bytes"] for g in c.gpus)
+
+    last = sg.counters()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        cur = sg.counters()
+        if key(cur) == key(last):
+            return cur
+        last = cur
+    return last
 
 
 def _check_copy_mode(what: str, phys: int, peer_bytes: int, want_bytes: int) -> None:
@@ -99,6 +117,8 @@ def _huvm_peer_eviction_and_fetch_back_copy_mode(session: sglib.Session, managed
     node = huvm.open(backend="kernel", device="/dev/nvidia-uvm")
     try:
         node.apply_preset("huvm")
+        # a fault on a block a peer holds brings the block back (not a remote mapping), one block at a time
+        node.set(["prefetch_mode=off", "fetch_mode=migrate"])
         seed = 0x9EE2C1
         size = -(-g0.pma_bytes * 3 // 2 // CHUNK) * CHUNK
         r = managed(size)
@@ -106,7 +126,7 @@ def _huvm_peer_eviction_and_fetch_back_copy_mode(session: sglib.Session, managed
         before = s.sg.counters()
         for off in range(0, size, 16 * MIB):
             r.migrate(g0, off, min(16 * MIB, size - off))
-        evicted = s.sg.counters()
+        evicted = _settled_counters(s.sg)
         counts, _ = sglib.blocks_by_place(s, r.base, size)
         on_peers = {g.index: counts.get(f"GPU{g.index}", 0) for g in s.gpus[1:]}
         print(f"peer-copy [{sglib.ARCH}]: residency after the oversubscription {counts}")
@@ -119,7 +139,7 @@ def _huvm_peer_eviction_and_fetch_back_copy_mode(session: sglib.Session, managed
         off = next(o for o in range(0, size, CHUNK)
                    if s.uvm.va_residency_info(r.base + o).resident_on == (holder.uuid,))
         _gpu_verify(s, g0, r.base + off, CHUNK, seed)
-        fetched = s.sg.counters()
+        fetched = _settled_counters(s.sg)
         where = s.uvm.va_residency_info(r.base + off).resident_on
         assert g0.uuid in where, f"the block read by {g0.name}'s SMs is resident on {where}, not {g0.name}"
         phys, peer_bytes = _peer_totals(evicted, fetched)
