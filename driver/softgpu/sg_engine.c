@@ -7,10 +7,11 @@
  * the Volta classes' method offsets and fields (this file reads them through the Volta headers); Ampere
  * adds the CE's PEERMEM physical target with a peer id (clc6b5.h SET_SRC/DST_PHYS_MODE), the host's TLB
  * invalidate scope (MEM_OP_A INVAL_SCOPE, no effect here), C076 CLEAR_FAULTED_A/B, and UVM's Turing host
- * HAL emits its semaphores as SEM_ADDR/SEM_PAYLOAD/SEM_EXECUTE (uvm_turing_host.c). nvidia-uvm never traps into us: it writes GPFIFO
- * entries, then GP_PUT, then the doorbell word (uvm_volta_host.c:uvm_hal_volta_host_write_gpu_put), and
- * judges completion only by semaphore payloads in memory (uvm_channel.c:
- * uvm_channel_update_progress_with_max). So the thread polls, executes every channel's pushbuffer in
+ * HAL emits its semaphores as SEM_ADDR/SEM_PAYLOAD/SEM_EXECUTE (uvm_turing_host.c).
+ *
+ * nvidia-uvm never traps into us: it writes GPFIFO entries, then GP_PUT, then the doorbell word
+ * (uvm_volta_host.c:uvm_hal_volta_host_write_gpu_put), and judges completion only by semaphore payloads in
+ * memory (uvm_channel.c: uvm_channel_update_progress_with_max). So the thread polls, executes every channel's pushbuffer in
  * order and writes semaphores; it is the only writer of struct sg_exec.
  *
  * Formats emulated (from NVIDIA's public headers and the UVM emitters, 535.261.03):
@@ -694,14 +695,6 @@ static enum sg_step sg_sw_method(struct sg_run *run, u32 method, u32 data)
 
 /* ---- copy engine (class C3B5) --------------------------------------------------------------------- */
 
-/*
- * Resolve [addr, addr + want) as far as one mapping goes (at most SG_CE_CHUNK): physical LOCAL_FB is this
- * GPU's framebuffer, COHERENT/NONCOHERENT_SYSMEM guest physical memory (one page at a time), PEERMEM
- * (Ampere) the framebuffer of the GPU that PEER_ID names from this GPU's point of view (the peer ids of
- * GetP2PCaps: UVM's physical peer copies, uvm_ampere_ce.c:ce_aperture); virtual addresses go through the
- * channel's VA space (RM table or page-table walk: peer identity mappings, uvm_mem, sparse). mode is the
- * SET_SRC/DST_PHYS_MODE register (only read for a physical address). Returns 0, or -1 after an RC error.
- */
 /* SET_DST_PHYS_MODE has SET_SRC_PHYS_MODE's fields (sg_ce_span reads both through the SRC names). */
 static_assert(NVC6B5_SET_SRC_PHYS_MODE_TARGET_PEERMEM == NVC6B5_SET_DST_PHYS_MODE_TARGET_PEERMEM &&
               (0 ? NVC6B5_SET_SRC_PHYS_MODE_PEER_ID) == (0 ? NVC6B5_SET_DST_PHYS_MODE_PEER_ID) &&
@@ -711,6 +704,14 @@ static_assert(NVC6B5_SET_SRC_PHYS_MODE_TARGET_PEERMEM == NVC6B5_SET_DST_PHYS_MOD
               (1 ? NVC3B5_SET_SRC_PHYS_MODE_TARGET) == (1 ? NVC6B5_SET_SRC_PHYS_MODE_TARGET),
               "C6B5 phys mode layout");
 
+/*
+ * Resolve [addr, addr + want) as far as one mapping goes (at most SG_CE_CHUNK): physical LOCAL_FB is this
+ * GPU's framebuffer, COHERENT/NONCOHERENT_SYSMEM guest physical memory (one page at a time), PEERMEM
+ * (Ampere) the framebuffer of the GPU that PEER_ID names from this GPU's point of view (the peer ids of
+ * GetP2PCaps: UVM's physical peer copies, uvm_ampere_ce.c:ce_aperture); virtual addresses go through the
+ * channel's VA space (RM table or page-table walk: peer identity mappings, uvm_mem, sparse). mode is the
+ * SET_SRC/DST_PHYS_MODE register (only read for a physical address). Returns 0, or -1 after an RC error.
+ */
 static int sg_ce_span(struct sg_run *run,
                       bool phys,
                       u32 mode,
