@@ -227,6 +227,11 @@ static int sg_mmu_pte(struct sg_vaspace *vas,
         break;
     }
 
+    // The page's base: the MMU takes the address bits above the page size only. UVM writes page-aligned
+    // addresses, except NVIDIA's 512M-page test (uvm_mem_test.c:test_huge_page_size, 580), which maps a 4K
+    // sysmem page with a 512M PTE holding the page's own address and reads it at that offset into the page.
+    base &= ~(page_size - 1);
+
     // The rest of the page must exist: the FB of its owner (one bounds check), or RAM. RAM is checked
     // pfn by pfn, so a SYS translation only covers the rest of its 4K page: callers walking a large SYS
     // page 4K at a time (the SM) would otherwise check the whole page again at every step. A poisoned
