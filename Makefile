@@ -37,7 +37,9 @@ deps:
 # The project's Python environment: Debian python + system site packages (bcc), our packages editable.
 VENV_STAMP := $(VENV)/.huvm-installed
 venv: $(VENV_STAMP)
-$(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_build.py) | deps
+# The cffi binding (pyctl/huvm/_build.py) compiles the ABI headers: a changed header rebuilds it.
+$(VENV_STAMP): pyctl/pyproject.toml tui/pyproject.toml $(wildcard pyctl/huvm/_build.py) \
+               driver/include/uapi/uvm_huvm_ioctl.h driver/include/uapi/huvm_softgpu_ioctl.h driver/core/huvm_core.h | deps
 	@[ -x $(PY) ] || $(SYSTEM_PY) -m venv --system-site-packages $(VENV)
 	@$(PY) -m pip install -q --upgrade pip "setuptools>=77"
 	@$(PY) -m pip install -q torch==2.13.0

@@ -58,12 +58,43 @@
 #define SG_PAGE_64K     0x10000ULL
 #define SG_PAGE_2M      0x200000ULL
 
-/* Emulated GV100 identity (uvm/ctrl2080mc.h, clc36f.h, clc3b5.h, clc076.h). */
-#define SG_ARCH_GV100    0x140
-#define SG_CLASS_HOST    0xC36F      /* VOLTA_CHANNEL_GPFIFO_A */
-#define SG_CLASS_CE      0xC3B5      /* VOLTA_DMA_COPY_A */
-#define SG_CLASS_COMPUTE 0xC3C0      /* VOLTA_COMPUTE_A (reported only) */
-#define SG_CLASS_UVM_SW  0xC076      /* GP100_UVM_SW */
+#define SG_PAGE_512M 0x20000000ULL
+
+/* Identities the GPUs can emulate (uvm/ctrl2080mc.h; the class headers clc36f.h, clc3b5.h, clc56f.h,
+ * clc6b5.h, clc076.h). The host and CE classes of the two share their method offsets; Ampere's CE adds
+ * the PEERMEM target (PEER_ID, FLA) to SET_SRC/DST_PHYS_MODE. */
+#define SG_ARCH_GV100           0x140
+#define SG_ARCH_GA100           0x170
+#define SG_CLASS_HOST_VOLTA     0xC36F      /* VOLTA_CHANNEL_GPFIFO_A */
+#define SG_CLASS_CE_VOLTA       0xC3B5      /* VOLTA_DMA_COPY_A */
+#define SG_CLASS_COMPUTE_VOLTA  0xC3C0      /* VOLTA_COMPUTE_A (reported only) */
+#define SG_CLASS_HOST_AMPERE    0xC56F      /* AMPERE_CHANNEL_GPFIFO_A */
+#define SG_CLASS_CE_AMPERE      0xC6B5      /* AMPERE_DMA_COPY_A */
+#define SG_CLASS_COMPUTE_AMPERE 0xC6C0      /* AMPERE_COMPUTE_A (reported only) */
+#define SG_CLASS_UVM_SW         0xC076      /* GP100_UVM_SW */
+
+/* The architecture every GPU of the node emulates, chosen at load (module parameter arch=, sg_main.c)
+ * and fixed until unload. What differs between the two is here; sg_arch points at one of them. */
+struct sg_arch_desc {
+    const char *param;            /* "volta" / "ampere" (the arch= value) */
+    const char *model;            /* the GPU name's prefix */
+    u32 gpu_arch;                 /* UvmGpuInfo.gpuArch (NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_*) */
+    u32 gpu_impl;                 /* UvmGpuInfo.gpuImplementation */
+    u32 host_class;
+    u32 ce_class;
+    u32 compute_class;
+    u32 gpc_count;                /* enabled GPCs */
+    u32 max_gpc_count;
+    u32 tpc_count;
+    u32 max_tpc_per_gpc;
+    u32 nvlink_type;              /* UVM_LINK_TYPE_NVLINK_2 / _3 for NVLink peers */
+    u32 nvlink_max_links;         /* links a GPU has */
+    u64 max_vidmem_page;          /* GPU_GET_MAX_SUPPORTED_PAGE_SIZE: 2M (Volta), 512M (Ampere) */
+    bool ce_peermem;              /* CE physical PEERMEM target (UVM's physical peer copies) */
+    bool pde1_pte;                /* 512M PTEs at PDE1 (uvm_ampere_mmu.c) */
+    bool clear_faulted_sw;        /* C076 CLEAR_FAULTED_A/B (uvm_ampere_host.c) */
+};
+extern const struct sg_arch_desc *sg_arch;
 
 /* VA layout of an RM-managed (kernel) address space: RM hands out VAs in [SG_RM_VA_START, SG_RM_VA_END)
  * (below max_channel_va = 2^40, never 0). VAs below the RM range size (128 TB) are RM's; above, UVM's

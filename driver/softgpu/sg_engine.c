@@ -2,19 +2,25 @@
  * huvm-softgpu: the engines of the emulated GPUs (test hardware only).
  * SPDX-License-Identifier: GPL-2.0 OR MIT
  *
- * One kernel thread ("sg-engine") plays the host (PBDMA, class C36F), the copy engines (C3B5) and the
- * UVM software object (C076) of every emulated GPU. nvidia-uvm never traps into us: it writes GPFIFO
- * entries, then GP_PUT, then the doorbell word (uvm_volta_host.c:uvm_hal_volta_host_write_gpu_put), and
- * judges completion only by semaphore payloads in memory (uvm_channel.c:
- * uvm_channel_update_progress_with_max). So the thread polls, executes every channel's pushbuffer in
+ * One kernel thread ("sg-engine") plays the host (PBDMA, class C36F on Volta, C56F on Ampere), the copy
+ * engines (C3B5 / C6B5) and the UVM software object (C076) of every emulated GPU. The Ampere classes keep
+ * the Volta classes' method offsets and fields (this file reads them through the Volta headers); Ampere
+ * adds the CE's PEERMEM physical target with a peer id (clc6b5.h SET_SRC/DST_PHYS_MODE), the host's TLB
+ * invalidate scope (MEM_OP_A INVAL_SCOPE, no effect here), C076 CLEAR_FAULTED_A/B, and UVM's Turing host
+ * HAL emits its semaphores as SEM_ADDR/SEM_PAYLOAD/SEM_EXECUTE (uvm_turing_host.c).
+ *
+ * nvidia-uvm never traps into us: it writes GPFIFO entries, then GP_PUT, then the doorbell word
+ * (uvm_volta_host.c:uvm_hal_volta_host_write_gpu_put), and judges completion only by semaphore payloads in
+ * memory (uvm_channel.c: uvm_channel_update_progress_with_max). So the thread polls, executes every channel's pushbuffer in
  * order and writes semaphores; it is the only writer of struct sg_exec.
  *
  * Formats emulated (from NVIDIA's public headers and the UVM emitters, 535.261.03):
  *   - GPFIFO entries: cla16f.h / clc36f.h GP_ENTRY0/1 (uvm_maxwell_host.c:set_gpfifo_entry, _noop);
  *   - method headers: clc36f.h NVC36F_DMA_* (= clb06f.h NVB06F_DMA_*; uvm_push_macros.h emits INC and
  *     NON_INC; IMMD and ONE_INC are accepted too);
- *   - host methods: clc36f.h (uvm_maxwell_host.c, uvm_pascal_host.c, uvm_volta_host.c);
- *   - CE methods: clc3b5.h (uvm_maxwell_ce.c, uvm_pascal_ce.c, uvm_volta_ce.c);
+ *   - host methods: clc36f.h (uvm_maxwell_host.c, uvm_pascal_host.c, uvm_volta_host.c), clc56f.h
+ *     (uvm_turing_host.c, uvm_ampere_host.c);
+ *   - CE methods: clc3b5.h (uvm_maxwell_ce.c, uvm_pascal_ce.c, uvm_volta_ce.c), clc6b5.h (uvm_ampere_ce.c);
  *   - SW methods: clc076.h (uvm_pascal_host.c: cancel_faults_global/targeted).
  * Anything else is refused loudly: sg_unemulated() and an RC error on the channel.
  *
@@ -38,6 +44,7 @@
 #include "sg.h"
 #include "clc36f.h"
 #include "clc3b5.h"
+#include "clc6b5.h"
 #include "clc076.h"
 
 /* Field access with the class headers' "hi:lo" field macros (the ternary trick of nvmisc.h's DRF_*). */
@@ -93,6 +100,7 @@ struct sg_run {
     u32 methods;            /* methods executed this turn (SOFTGPU_CTR_METHODS) */
     bool progress;
     bool heavy;             /* a CE launch moved data: look at the clock before the next method */
+    bool peer_phys;         /* the current CE launch addressed a peer's FB physically (PEERMEM) */
         /* pushbuffer fetch cache: [pb_va, pb_va + pb_len) is readable at pb_kva (valid for this turn) */
     u64 pb_va;
     u64 pb_len;
@@ -109,6 +117,7 @@ struct sg_span {
     u64 len;
     bool sparse;            /* reads return 0, writes are dropped */
     bool peer;              /* another GPU's framebuffer (SOFTGPU_CTR_PEER_BYTES, link latency) */
+    bool peer_phys;         /* ... addressed physically (PEERMEM): SOFTGPU_CTR_PEER_PHYS_COPIES */
 };
 
 static struct task_struct *sg_engine_task;
@@ -601,7 +610,7 @@ static enum sg_step sg_host_method(struct sg_run *run, u32 subch, u32 method, u3
         /* UVM binds the CE class on subchannel 0 (uvm_maxwell_ce.c:ce_init) and GP100_UVM_SW on 5
          * (uvm_pascal_host.c:host_init); CE methods always go to subchannel 4. */
         cls = SG_FLD(NVC36F_SET_OBJECT_NVCLASS, data);
-        if (cls != SG_CLASS_CE && cls != SG_CLASS_UVM_SW)
+        if (cls != sg_arch->ce_class && cls != SG_CLASS_UVM_SW)
             return sg_refuse(run, "SET_OBJECT class", SG_RC_PBDMA_ERROR);
         ex->subch_class[subch] = cls;
         return SG_OK;
@@ -647,6 +656,15 @@ static enum sg_step sg_sw_method(struct sg_run *run, u32 method, u32 data)
     case NVC076_FAULT_CANCEL_A:
     case NVC076_FAULT_CANCEL_B: return SG_OK;
 
+    case NVC076_CLEAR_FAULTED_A:
+    case NVC076_CLEAR_FAULTED_B:
+        /* Ampere's clear of a channel's faulted state after a non-replayable fault
+         * (uvm_ampere_host.c:clear_faulted_channel_sw_method). No channel is ever faulted here (engine
+         * faults are RC errors, no non-replayable fault is raised), so there is nothing to clear. */
+        if (!sg_arch->clear_faulted_sw)
+            break;
+        return SG_OK;
+
     case NVC076_FAULT_CANCEL_C:
         /* uvm_pascal_host.c:cancel_faults_global/targeted: INST_LOW = inst[31:12], INST_HI = inst[63:32]. */
         a = ex->sw[NVC076_FAULT_CANCEL_A >> 2];
@@ -671,21 +689,32 @@ static enum sg_step sg_sw_method(struct sg_run *run, u32 method, u32 data)
                              SG_FLD(NVC076_FAULT_CANCEL_C_CLIENT_ID, data));
         return SG_OK;
     }
-    /* CLEAR_FAULTED_A/B are Ampere's (has_clear_faulted_channel_sw_method is 0 on Volta). */
+    /* Anything else, and CLEAR_FAULTED_A/B on Volta (has_clear_faulted_channel_sw_method is 0 there). */
     return sg_refuse(run, "sw method", SG_RC_PBDMA_ERROR);
 }
 
 /* ---- copy engine (class C3B5) --------------------------------------------------------------------- */
 
+/* SET_DST_PHYS_MODE has SET_SRC_PHYS_MODE's fields (sg_ce_span reads both through the SRC names). */
+static_assert(NVC6B5_SET_SRC_PHYS_MODE_TARGET_PEERMEM == NVC6B5_SET_DST_PHYS_MODE_TARGET_PEERMEM &&
+              (0 ? NVC6B5_SET_SRC_PHYS_MODE_PEER_ID) == (0 ? NVC6B5_SET_DST_PHYS_MODE_PEER_ID) &&
+              (1 ? NVC6B5_SET_SRC_PHYS_MODE_PEER_ID) == (1 ? NVC6B5_SET_DST_PHYS_MODE_PEER_ID) &&
+              (0 ? NVC6B5_SET_SRC_PHYS_MODE_FLA) == (0 ? NVC6B5_SET_DST_PHYS_MODE_FLA) &&
+              (0 ? NVC3B5_SET_SRC_PHYS_MODE_TARGET) == (0 ? NVC6B5_SET_SRC_PHYS_MODE_TARGET) &&
+              (1 ? NVC3B5_SET_SRC_PHYS_MODE_TARGET) == (1 ? NVC6B5_SET_SRC_PHYS_MODE_TARGET),
+              "C6B5 phys mode layout");
+
 /*
  * Resolve [addr, addr + want) as far as one mapping goes (at most SG_CE_CHUNK): physical LOCAL_FB is this
- * GPU's framebuffer, COHERENT/NONCOHERENT_SYSMEM guest physical memory (one page at a time), virtual
- * addresses go through the channel's VA space (RM table or page-table walk: peer identity mappings,
- * uvm_mem, sparse). Returns 0, or -1 after an RC error.
+ * GPU's framebuffer, COHERENT/NONCOHERENT_SYSMEM guest physical memory (one page at a time), PEERMEM
+ * (Ampere) the framebuffer of the GPU that PEER_ID names from this GPU's point of view (the peer ids of
+ * GetP2PCaps: UVM's physical peer copies, uvm_ampere_ce.c:ce_aperture); virtual addresses go through the
+ * channel's VA space (RM table or page-table walk: peer identity mappings, uvm_mem, sparse). mode is the
+ * SET_SRC/DST_PHYS_MODE register (only read for a physical address). Returns 0, or -1 after an RC error.
  */
 static int sg_ce_span(struct sg_run *run,
                       bool phys,
-                      u32 target,
+                      u32 mode,
                       u64 addr,
                       u64 want,
                       enum sg_access acc,
@@ -696,29 +725,53 @@ static int sg_ce_span(struct sg_run *run,
 
     want = min_t(u64, want, SG_CE_CHUNK);
     if (phys) {
+        struct sg_gpu *owner = run->gpu;
         u32 ap;
 
-        switch (target) {
+        switch (SG_FLD(NVC3B5_SET_SRC_PHYS_MODE_TARGET, mode)) {
         case NVC3B5_SET_SRC_PHYS_MODE_TARGET_LOCAL_FB: ap = SG_AP_VID; break;
         case NVC3B5_SET_SRC_PHYS_MODE_TARGET_COHERENT_SYSMEM:
         case NVC3B5_SET_SRC_PHYS_MODE_TARGET_NONCOHERENT_SYSMEM:
             ap = SG_AP_SYS;
             want = min_t(u64, want, PAGE_SIZE - offset_in_page(addr));
             break;
+        case NVC6B5_SET_SRC_PHYS_MODE_TARGET_PEERMEM: {
+            u32 id = SG_FLD(NVC6B5_SET_SRC_PHYS_MODE_PEER_ID, mode);
+
+            /* Volta's CE has no PEERMEM target (UVM copies between peers virtually there). */
+            if (!sg_arch->ce_peermem) {
+                sg_refuse(run, "ce physical mode target", SG_RC_CE_ERROR);
+                return -1;
+            }
+            /* FLA (fabric linear addresses) are NVSwitch fabric addresses: UVM always clears it. */
+            if (SG_FLD(NVC6B5_SET_SRC_PHYS_MODE_FLA, mode)) {
+                sg_refuse(run, "ce PEERMEM with FLA", SG_RC_CE_ERROR);
+                return -1;
+            }
+            owner = run->gpu->peer_by_id[id];
+            if (!owner) {
+                sg_rc(run, SG_RC_MMU_FAULT, "CE PEERMEM names a peer id with no peer GPU", id);
+                return -1;
+            }
+            ap = SG_AP_VID;
+            break;
+        }
         default: sg_refuse(run, "ce physical mode target", SG_RC_CE_ERROR); return -1;
         }
-        s->kva = sg_phys_ptr(run->gpu, ap, addr, want);
+        s->kva = sg_phys_ptr(owner, ap, addr, want);
         if (!s->kva) {
             sg_rc(run,
                   SG_RC_MMU_FAULT,
-                  ap == SG_AP_VID ? "CE physical address beyond the framebuffer"
-                                  : "CE physical address outside system memory",
+                  owner != run->gpu ? "CE PEERMEM address beyond the peer's framebuffer"
+                  : ap == SG_AP_VID ? "CE physical address beyond the framebuffer"
+                                    : "CE physical address outside system memory",
                   addr);
             return -1;
         }
         s->len = want;
         s->sparse = false;
-        s->peer = false;
+        s->peer = owner != run->gpu;
+        s->peer_phys = owner != run->gpu;
         return 0;
     }
 
@@ -739,6 +792,7 @@ static int sg_ce_span(struct sg_run *run,
     s->len = min(x.len, want);
     s->sparse = x.sparse;
     s->peer = x.aperture == SG_AP_PEER || (x.gpu && x.gpu != run->gpu);
+    s->peer_phys = false;
     return 0;
 }
 
@@ -765,8 +819,8 @@ static enum sg_step sg_ce_copy(struct sg_run *run, bool src_phys, bool dst_phys,
               r[NVC3B5_OFFSET_IN_LOWER >> 2];
     u64 dst = ((u64)SG_FLD(NVC3B5_OFFSET_OUT_UPPER_UPPER, r[NVC3B5_OFFSET_OUT_UPPER >> 2]) << 32) |
               r[NVC3B5_OFFSET_OUT_LOWER >> 2];
-    u32 src_target = SG_FLD(NVC3B5_SET_SRC_PHYS_MODE_TARGET, r[NVC3B5_SET_SRC_PHYS_MODE >> 2]);
-    u32 dst_target = SG_FLD(NVC3B5_SET_DST_PHYS_MODE_TARGET, r[NVC3B5_SET_DST_PHYS_MODE >> 2]);
+    u32 src_mode = r[NVC3B5_SET_SRC_PHYS_MODE >> 2];
+    u32 dst_mode = r[NVC3B5_SET_DST_PHYS_MODE >> 2];
     u64 len = r[NVC3B5_LINE_LENGTH_IN >> 2];
     u64 done = 0;
 
@@ -774,8 +828,8 @@ static enum sg_step sg_ce_copy(struct sg_run *run, bool src_phys, bool dst_phys,
         struct sg_span s, t;
         u64 n;
 
-        if (sg_ce_span(run, src_phys, src_target, src + done, len - done, SG_ACC_READ, &s) ||
-            sg_ce_span(run, dst_phys, dst_target, dst + done, len - done, SG_ACC_WRITE, &t))
+        if (sg_ce_span(run, src_phys, src_mode, src + done, len - done, SG_ACC_READ, &s) ||
+            sg_ce_span(run, dst_phys, dst_mode, dst + done, len - done, SG_ACC_WRITE, &t))
             return SG_STOP;
         n = min(s.len, t.len);
         if (t.sparse)
@@ -788,6 +842,7 @@ static enum sg_step sg_ce_copy(struct sg_run *run, bool src_phys, bool dst_phys,
             sg_count(run->gpu, SOFTGPU_CTR_PEER_BYTES, n);
             *peer = true;
         }
+        run->peer_phys |= s.peer_phys || t.peer_phys;
         done += n;
         cond_resched();
     }
@@ -824,7 +879,7 @@ static enum sg_step sg_ce_memset(struct sg_run *run, bool dst_phys, u64 *bytes, 
     u32 csize = SG_FLD(NVC3B5_SET_REMAP_COMPONENTS_COMPONENT_SIZE, comps) + 1;
     u32 ncomp = SG_FLD(NVC3B5_SET_REMAP_COMPONENTS_NUM_DST_COMPONENTS, comps) + 1;
     u32 esize = csize * ncomp;
-    u32 dst_target = SG_FLD(NVC3B5_SET_DST_PHYS_MODE_TARGET, r[NVC3B5_SET_DST_PHYS_MODE >> 2]);
+    u32 dst_mode = r[NVC3B5_SET_DST_PHYS_MODE >> 2];
     u64 dst = ((u64)SG_FLD(NVC3B5_OFFSET_OUT_UPPER_UPPER, r[NVC3B5_OFFSET_OUT_UPPER >> 2]) << 32) |
               r[NVC3B5_OFFSET_OUT_LOWER >> 2];
     u64 len = (u64)r[NVC3B5_LINE_LENGTH_IN >> 2] * esize;
@@ -853,7 +908,7 @@ static enum sg_step sg_ce_memset(struct sg_run *run, bool dst_phys, u64 *bytes, 
     while (done < len) {
         struct sg_span t;
 
-        if (sg_ce_span(run, dst_phys, dst_target, dst + done, len - done, SG_ACC_WRITE, &t))
+        if (sg_ce_span(run, dst_phys, dst_mode, dst + done, len - done, SG_ACC_WRITE, &t))
             return SG_STOP;
         if (!t.sparse) {
             if (uniform)
@@ -865,6 +920,7 @@ static enum sg_step sg_ce_memset(struct sg_run *run, bool dst_phys, u64 *bytes, 
             sg_count(run->gpu, SOFTGPU_CTR_PEER_BYTES, t.len);
             *peer = true;
         }
+        run->peer_phys |= t.peer_phys;
         done += t.len;
         cond_resched();
     }
@@ -903,9 +959,12 @@ static enum sg_step sg_ce_launch(struct sg_run *run, u32 d)
             return sg_refuse(run, "ce blocklinear layout", SG_RC_CE_ERROR);
         if (SG_FLD(NVC3B5_LAUNCH_DMA_MULTI_LINE_ENABLE, d) != NVC3B5_LAUNCH_DMA_MULTI_LINE_ENABLE_FALSE)
             return sg_refuse(run, "ce multi-line transfer", SG_RC_CE_ERROR);
+        run->peer_phys = false;
         step = remap ? sg_ce_memset(run, dst_phys, &bytes, &peer) : sg_ce_copy(run, src_phys, dst_phys, &bytes, &peer);
         if (step != SG_OK)
             return step;
+        if (run->peer_phys)
+            sg_count(run->gpu, SOFTGPU_CTR_PEER_PHYS_COPIES, 1);
         /* Before the semaphore: a throttled copy also completes late. */
         sg_ce_throttle(run, bytes, peer);
         run->heavy = true;
@@ -990,7 +1049,7 @@ static enum sg_step sg_exec_method(struct sg_run *run, u32 subch, u32 method, u3
     /* Host methods are the same on every subchannel. */
     if (method < 0x100)
         return sg_host_method(run, subch, method, data);
-    if (subch == SG_SUBCH_CE || cls == SG_CLASS_CE)
+    if (subch == SG_SUBCH_CE || cls == sg_arch->ce_class)
         return sg_ce_method(run, method, data);
     if (subch == SG_SUBCH_SW || cls == SG_CLASS_UVM_SW)
         return sg_sw_method(run, method, data);

@@ -2,7 +2,8 @@
  * huvm-softgpu: the replayable fault unit and the SM.
  * SPDX-License-Identifier: GPL-2.0 OR MIT
  *
- * TEST HARDWARE ONLY (see sg.h). What a Volta GPU's MMU and SMs do about replayable faults, as NVIDIA's
+ * TEST HARDWARE ONLY (see sg.h). What a Volta or Ampere GPU's MMU and SMs do about replayable faults (the
+ * fault packet, GET/PUT and client ids are the same on both; the uTLB grouping of clients differs), as NVIDIA's
  * nvidia-uvm 535.261.03 relies on it:
  *
  *   - The fault buffer: a ring of 32-byte C369 packets (clc369.h; parsed by uvm_volta_fault_buffer.c)
@@ -96,9 +97,10 @@
 #define SG_SM_REKICK_MS       2
 #define SG_SM_DEFAULT_TIMEOUT 10000
 
-/* Fault sources the SM reports: GPC_ID < SG_SM_GPCS and T1 clients 0, 2, 4, 6, i.e. uTLBs LTP0-LTP3
- * (uvm_hal_volta_mmu_client_id_to_utlb_id). UVM asserts gpc * (maxTpcPerGpcCount + 1) + utlb < gpcCount *
- * (maxTpcPerGpcCount + 1): sg_rm.c reports gpcCount 6 and maxTpcPerGpcCount 7. */
+/* Fault sources the SM reports: GPC_ID < SG_SM_GPCS and T1 clients 0, 2, 4, 6, i.e. uTLBs LTP0-LTP3 on
+ * Volta (uvm_hal_volta_mmu_client_id_to_utlb_id), LTP0, 2, 4, 6 on Ampere (..._ampere_...). UVM asserts
+ * gpc * utlbs_per_gpc + utlb < its uTLB count: Volta gpcCount 6 x (maxTpcPerGpcCount 7 + 1), Ampere
+ * maxGpcCount 8 x (2 x maxTpcPerGpcCount 8 + 1) (sg_main.c's sg_arch). */
 #define SG_SM_GPCS    6
 #define SG_SM_CLIENTS 4
 
@@ -139,12 +141,30 @@ static u32 sg_fault_hw_access_type(enum sg_access acc)
     }
 }
 
+/* The uTLB a GPC client belongs to on Ampere (uvm_hal_ampere_mmu_client_id_to_utlb_id over
+ * hwref/ampere/ga100/dev_fault.h's client ids, which equal GV100's): two LTP uTLBs per TPC, T1_2n alone
+ * on LTP 2n, T1_2n+1, PE_n and TPCCS_n on LTP 2n+1; RGG 0, LTPn n + 1. */
+static u32 sg_fault_client_utlb_ampere(u32 client)
+{
+    if (client <= NV_PFAULT_CLIENT_GPC_T1_7)
+        return client + 1;
+    if (client >= NV_PFAULT_CLIENT_GPC_PE_0 && client <= NV_PFAULT_CLIENT_GPC_PE_7)
+        return 2 * (client - NV_PFAULT_CLIENT_GPC_PE_0) + 2;
+    if (client >= NV_PFAULT_CLIENT_GPC_T1_8 && client <= NV_PFAULT_CLIENT_GPC_T1_15)
+        return client - NV_PFAULT_CLIENT_GPC_T1_8 + 8 + 1;
+    if (client >= NV_PFAULT_CLIENT_GPC_TPCCS_0 && client <= NV_PFAULT_CLIENT_GPC_TPCCS_7)
+        return 2 * (client - NV_PFAULT_CLIENT_GPC_TPCCS_0) + 2;
+    return 0xff;
+}
+
 /* The uTLB a GPC client belongs to on Volta (the grouping of uvm_hal_volta_mmu_client_id_to_utlb_id over
  * hwref/volta/gv100/dev_fault.h's client ids): RGG 0, LTPn n + 1; 0xff for a client it does not know. */
 static u32 sg_fault_client_utlb(u32 client)
 {
     if (client >= NV_PFAULT_CLIENT_GPC_RAST && client <= NV_PFAULT_CLIENT_GPC_GPCCS)
         return 0;
+    if (sg_arch->gpu_arch == SG_ARCH_GA100)
+        return sg_fault_client_utlb_ampere(client);
     if (client <= NV_PFAULT_CLIENT_GPC_T1_7)
         return client / 2 + 1;
     if (client >= NV_PFAULT_CLIENT_GPC_PE_0 && client <= NV_PFAULT_CLIENT_GPC_PE_7)

@@ -2,7 +2,7 @@
  * huvm-softgpu: module load/unload, parameters, PCI binding, topology and /dev/huvm-softgpu.
  * SPDX-License-Identifier: GPL-2.0 OR MIT
  *
- * TEST HARDWARE ONLY (see sg.h). This file creates the emulated GV100 GPUs of the qemu test bed: one
+ * TEST HARDWARE ONLY (see sg.h). This file creates the emulated GPUs (GA100 or GV100) of the qemu test bed: one
  * qemu pci-testdev per GPU gives UVM a real struct device for the DMA API (UvmGpuPlatformInfo.pci_dev,
  * as nvidia.ko's kernel-open/nvidia/nv-pci.c hands out), the framebuffer is vmalloc'd host memory, and
  * the topology (NVLink widths, peer ids) comes from a module parameter.
@@ -65,14 +65,19 @@
 #define SG_RAM_MARGIN_MIB        256     /* guest RAM left over after all framebuffers, at least */
 #define SG_KNOB_COPY_MBPS_MAX    1000000ULL  /* 1 TB/s: more is not a throttle */
 #define SG_KNOB_LATENCY_US_MAX   1000000ULL  /* 1 s */
-#define SG_NVLINK_MAX_LINKS      6       /* a V100 has six NVLink 2 links */
 #define SG_SM_DEFAULT_TIMEOUT_MS 10000   /* SOFTGPU_SM_ACCESS_PARAMS.timeout_ms == 0 */
 
 /* ---- module parameters ----------------------------------------------------------------------- */
 
 static unsigned int sg_param_gpus = 4;
 module_param_named(gpus, sg_param_gpus, uint, 0444);
-MODULE_PARM_DESC(gpus, "Emulated GV100 GPUs, 1-8 (default 4); each needs its own qemu -device pci-testdev");
+MODULE_PARM_DESC(gpus, "Emulated GPUs, 1-8 (default 4); each needs its own qemu -device pci-testdev");
+
+static char *sg_param_arch = "ampere";
+module_param_named(arch, sg_param_arch, charp, 0444);
+MODULE_PARM_DESC(arch,
+                 "Architecture every GPU emulates: ampere (A100 SXM4, GA100; default) or volta (V100 SXM2, "
+                 "GV100)");
 
 static unsigned int sg_param_fb_mib = 128;
 module_param_named(fb_mib, sg_param_fb_mib, uint, 0444);
@@ -107,6 +112,73 @@ module_param_named(link_latency_us, sg_param_link_latency_us, ulong, 0444);
 MODULE_PARM_DESC(link_latency_us,
                  "Initial extra latency per peer CE launch of every GPU in us, 0-1000000 "
                  "(default 0 = off)");
+
+/* ---- the architecture ---------------------------------------------------------------------------- */
+
+/*
+ * V100 SXM2 (GV100): 6 GPCs x 7 TPCs as reported before (UVM's Volta HAL needs only gpcCount and
+ * maxTpcPerGpcCount), six NVLink 2 links. A100 SXM4 (GA100): 7 of GA100's 8 GPCs enabled, 54 TPCs (108
+ * SMs), at most 8 TPCs per GPC, twelve NVLink 3 links of 25 GB/s per direction (NVIDIA A100 Tensor Core
+ * GPU Architecture white paper, 2020). GPU_GET_MAX_SUPPORTED_PAGE_SIZE: 2 MiB on Volta, 512 MiB from
+ * Ampere on (RM's kgmmuGetMaxVidmemPageSize; UVM's Ampere MMU HAL adds 512M PTEs at PDE1).
+ */
+static const struct sg_arch_desc sg_arch_volta = {
+    .param = "volta",
+    .model = "Tesla V100-SXM2",
+    .gpu_arch = SG_ARCH_GV100,
+    .gpu_impl = 0,                      /* NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GV100 */
+    .host_class = SG_CLASS_HOST_VOLTA,
+    .ce_class = SG_CLASS_CE_VOLTA,
+    .compute_class = SG_CLASS_COMPUTE_VOLTA,
+    .gpc_count = 6,
+    .max_gpc_count = 6,
+    .tpc_count = 40,
+    .max_tpc_per_gpc = 7,
+    .nvlink_type = UVM_LINK_TYPE_NVLINK_2,
+    .nvlink_max_links = 6,
+    .max_vidmem_page = SG_PAGE_2M,
+    .ce_peermem = false,
+    .pde1_pte = false,
+    .clear_faulted_sw = false,
+};
+
+static const struct sg_arch_desc sg_arch_ampere = {
+    .param = "ampere",
+    .model = "A100-SXM4-40GB",
+    .gpu_arch = SG_ARCH_GA100,
+    .gpu_impl = 0,                      /* NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GA100 */
+    .host_class = SG_CLASS_HOST_AMPERE,
+    .ce_class = SG_CLASS_CE_AMPERE,
+    .compute_class = SG_CLASS_COMPUTE_AMPERE,
+    .gpc_count = 7,
+    .max_gpc_count = 8,
+    .tpc_count = 54,
+    .max_tpc_per_gpc = 8,               /* uvm_ampere_get_utlbs_per_gpc: 2 * 8 + 1 = 17 uTLBs, its maximum */
+    .nvlink_type = UVM_LINK_TYPE_NVLINK_3,
+    .nvlink_max_links = 12,
+    .max_vidmem_page = SG_PAGE_512M,
+    .ce_peermem = true,
+    .pde1_pte = true,
+    .clear_faulted_sw = true,
+};
+
+const struct sg_arch_desc *sg_arch = &sg_arch_ampere;
+
+static int sg_arch_parse(void)
+{
+    BUILD_BUG_ON(SOFTGPU_ARCH_GV100 != SG_ARCH_GV100);
+    BUILD_BUG_ON(SOFTGPU_ARCH_GA100 != SG_ARCH_GA100);
+
+    if (sg_param_arch && !strcmp(sg_param_arch, sg_arch_volta.param))
+        sg_arch = &sg_arch_volta;
+    else if (sg_param_arch && !strcmp(sg_param_arch, sg_arch_ampere.param))
+        sg_arch = &sg_arch_ampere;
+    else {
+        pr_err(SG_NAME ": arch=\"%s\": expected ampere or volta\n", sg_param_arch ? sg_param_arch : "");
+        return -EINVAL;
+    }
+    return 0;
+}
 
 /* ---- the node ---------------------------------------------------------------------------------- */
 
@@ -352,8 +424,8 @@ static int sg_topology_parse_list(const char *s, unsigned int n, const char **wh
             *why = "a GPU cannot be linked to itself";
             return -EINVAL;
         }
-        if (links < 1 || links > SG_NVLINK_MAX_LINKS) {
-            *why = "links must be 1-6 (a V100 has six NVLink links)";
+        if (links < 1 || links > sg_arch->nvlink_max_links) {
+            *why = "too many links (a V100 has six NVLink links, an A100 twelve)";
             return -EINVAL;
         }
         if (sg_topo[a][b]) {
@@ -421,7 +493,7 @@ static int sg_topology_parse(void)
                t ? t : "",
                why,
                n,
-               SG_NVLINK_MAX_LINKS);
+               sg_arch->nvlink_max_links);
         memset(sg_topo, 0, sizeof(sg_topo));
     }
     return ret;
@@ -630,7 +702,7 @@ static int sg_gpu_alloc(unsigned int i, struct pci_dev *pdev)
 
     gpu->index = i;
     sg_gpu_make_uuid(i, &gpu->uuid);
-    snprintf(gpu->name, sizeof(gpu->name), "Tesla V100-SXM2 (softgpu %u)", i);
+    snprintf(gpu->name, sizeof(gpu->name), "%s (softgpu %u)", sg_arch->model, i);
     gpu->pdev = pdev;
     gpu->fb_size = fb_size;
     gpu->pma_size = fb_size - ((u64)sg_param_rm_reserved_mib << 20);
@@ -791,8 +863,10 @@ static void sg_gpus_report(void)
 {
     unsigned int i, j;
 
-    pr_info(SG_NAME ": %u emulated GV100 GPUs, %u MiB framebuffer each (%u MiB RM-reserved), topology %s\n",
+    pr_info(SG_NAME ": %u emulated %s GPUs (arch=%s), %u MiB framebuffer each (%u MiB RM-reserved), topology %s\n",
             sg_node.gpu_count,
+            sg_arch->model,
+            sg_arch->param,
             sg_param_fb_mib,
             sg_param_rm_reserved_mib,
             sg_param_topology);
@@ -1080,6 +1154,7 @@ static NV_STATUS sg_ioctl_get_info(struct sg_client *cl, void *arg)
             gi->link_count[j] = gpu->link_count[j];
         }
         gi->registered = gpu->registered > 0 ? (u32)gpu->registered : 0;
+        gi->gpu_arch = sg_arch->gpu_arch;
     }
     mutex_unlock(&sg_node.lock);
 
@@ -1550,6 +1625,9 @@ static int __init sg_init(void)
     sg_abi_checks();
 
     ret = sg_params_check();
+    if (ret)
+        return ret;
+    ret = sg_arch_parse();
     if (ret)
         return ret;
     ret = sg_topology_parse();

@@ -227,6 +227,11 @@ static int sg_mmu_pte(struct sg_vaspace *vas,
         break;
     }
 
+    // The page's base: the MMU takes the address bits above the page size only. UVM writes page-aligned
+    // addresses, except NVIDIA's 512M-page test (uvm_mem_test.c:test_huge_page_size, 580), which maps a 4K
+    // sysmem page with a 512M PTE holding the page's own address and reads it at that offset into the page.
+    base &= ~(page_size - 1);
+
     // The rest of the page must exist: the FB of its owner (one bounds check), or RAM. RAM is checked
     // pfn by pfn, so a SYS translation only covers the rest of its 4K page: callers walking a large SYS
     // page 4K at a time (the SM) would otherwise check the whole page again at every step. A poisoned
@@ -325,8 +330,12 @@ int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce
         if (!sg_mmu_read_entry(vas, &t, idx * NV_MMU_VER2_PDE__SIZE, e, NV_MMU_VER2_PDE__SIZE))
             return SG_FAULT_PDE;
 
-        // Volta has no PTEs above PDE0 (512M pages are Ampere's, uvm_ampere_mmu.c); UVM never writes one.
+        // A PTE in a directory: Ampere's 512M pages at PDE1 (depth 2; uvm_ampere_mmu.c page_table_depth
+        // and page_sizes, in the VER2 PTE format). Volta has none (its HAL never writes one), nor has any
+        // architecture above PDE1.
         if (SG_FLD(e[0], NV_MMU_VER2_PDE_IS_PTE) == NV_MMU_VER2_PDE_IS_PTE_TRUE) {
+            if (depth == 2 && sg_arch->pde1_pte)
+                return sg_mmu_pte(vas, e[0], va, SG_PAGE_512M, acc, ce, x);
             sg_unemulated(vas->gpu, "MMU: PTE above PDE0", depth, (u32)(va >> 29));
             return SG_FAULT_PDE_SIZE;
         }

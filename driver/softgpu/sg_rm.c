@@ -42,21 +42,17 @@
 
 #include "sg.h"
 
-/* GV100 properties reported to UVM (uvm_volta.c, uvm_gpu.c:fill_gpu_info, ctrl2080mc.h). */
-#define SG_GPC_COUNT            6
-#define SG_MAX_TPC_PER_GPC      7
-#define SG_TPC_COUNT            40
-#define SG_MAX_SUBCTX           64
-#define SG_BIG_PAGE_SIZE        SG_PAGE_64K
-#define SG_SYSMEM_LINK_MBPS     16000       /* PCIe gen3 x16 */
-#define SG_NVLINK2_LINK_MBPS    25000       /* per NVLink 2 link */
-#define SG_PCIE_P2P_MBPS        16000
-#define SG_DMA_LIMIT            ((1ULL << 47) - 1)
-/* NV2080_CTRL_CMD_GPU_GET_MAX_SUPPORTED_PAGE_SIZE on Volta: 2 MiB (512 MiB pages start with Ampere). */
-#define SG_MAX_VIDMEM_PAGE_SIZE SG_PAGE_2M
+/* Properties reported to UVM for either architecture (uvm_gpu.c:fill_gpu_info); what differs per
+ * architecture (GPC/TPC counts, classes, page sizes) is in sg_arch (sg_main.c). */
+#define SG_MAX_SUBCTX          64
+#define SG_BIG_PAGE_SIZE       SG_PAGE_64K
+#define SG_SYSMEM_LINK_MBPS    16000       /* PCIe gen3 x16 */
+#define SG_NVLINK_LINK_MBPS    25000       /* per NVLink 2 or 3 link and direction (V100, A100) */
+#define SG_PCIE_P2P_MBPS       16000
+#define SG_DMA_LIMIT           ((1ULL << 47) - 1)
 /* NV2080_CTRL_FB_INFO_INDEX_ACCESS_COUNTER_BUFFER_COUNT on GV100: one buffer (uvm_gpu_isr.c: "On Volta,
  * accessCntrBufferCount is > 0"); 580's UVM then clears access_counters_supported in its Volta HAL. */
-#define SG_ACCESS_CNTR_BUFFERS  1
+#define SG_ACCESS_CNTR_BUFFERS 1
 
 /* Copy engines: CE0 is the GRCE (UVM skips it), CE1..CE3 are the usable async CEs. */
 #define SG_CE_COUNT      4
@@ -302,21 +298,21 @@ NV_STATUS nvUvmInterfaceGetGpuInfo(const NvProcessorUuid *gpuUuid,
     memset(pGpuInfo, 0, sizeof(*pGpuInfo));
     strscpy(pGpuInfo->name, gpu->name, sizeof(pGpuInfo->name));
     pGpuInfo->uuid = gpu->uuid;
-    pGpuInfo->gpuArch = SG_ARCH_GV100;
-    pGpuInfo->gpuImplementation = 0;                /* GV100 */
-    pGpuInfo->hostClass = SG_CLASS_HOST;
-    pGpuInfo->ceClass = SG_CLASS_CE;
-    pGpuInfo->computeClass = SG_CLASS_COMPUTE;
+    pGpuInfo->gpuArch = sg_arch->gpu_arch;
+    pGpuInfo->gpuImplementation = sg_arch->gpu_impl; /* GV100 / GA100: map-remap promotion on GA100 */
+    pGpuInfo->hostClass = sg_arch->host_class;
+    pGpuInfo->ceClass = sg_arch->ce_class;
+    pGpuInfo->computeClass = sg_arch->compute_class;
     pGpuInfo->gpuInTcc = NV_FALSE;
     pGpuInfo->subdeviceCount = 1;                   /* >1 is refused by uvm_gpu.c:gpu_supports_uvm */
     pGpuInfo->virtMode = UVM_VIRT_MODE_NONE;
         /* Not "simulated": that flag changes UVM's behaviour (skips RC tests, forces access counters,
          * stretches thrashing timeouts, disables PMA batching), and we want the bare-metal paths. */
     pGpuInfo->isSimulated = NV_FALSE;
-    pGpuInfo->gpcCount = SG_GPC_COUNT;
-    pGpuInfo->maxGpcCount = SG_GPC_COUNT;
-    pGpuInfo->tpcCount = SG_TPC_COUNT;
-    pGpuInfo->maxTpcPerGpcCount = SG_MAX_TPC_PER_GPC;
+    pGpuInfo->gpcCount = sg_arch->gpc_count;
+    pGpuInfo->maxGpcCount = sg_arch->max_gpc_count;
+    pGpuInfo->tpcCount = sg_arch->tpc_count;
+    pGpuInfo->maxTpcPerGpcCount = sg_arch->max_tpc_per_gpc;
     pGpuInfo->smcEnabled = NV_FALSE;
     pGpuInfo->smcSwizzId = 0;
 #if SG_NV_BRANCH >= 580
@@ -456,7 +452,7 @@ NV_STATUS nvUvmInterfaceGetFbInfo(uvmGpuDeviceHandle device, UvmGpuFbInfo *fbInf
 #if SG_NV_BRANCH >= 580
         /* The heap starts at physical 0 (heapStart is in KiB; not 0 only for MIG); no static BAR1 mapping. */
     fbInfo->heapStart = 0;
-    fbInfo->maxVidmemPageSize = SG_MAX_VIDMEM_PAGE_SIZE;
+    fbInfo->maxVidmemPageSize = sg_arch->max_vidmem_page;
 #endif
     return NV_OK;
 }
@@ -1295,7 +1291,7 @@ NV_STATUS nvUvmInterfaceChannelAllocate(const uvmGpuTsgHandle tsg,
     channelInfo->gpPut = (volatile unsigned *)&ch->userd[SG_USERD_GP_PUT];
     channelInfo->gpFifoEntries = (UvmGpuPointer *)ch->gpfifo;
     channelInfo->numGpFifoEntries = entries;
-    channelInfo->channelClassNum = SG_CLASS_HOST;
+    channelInfo->channelClassNum = sg_arch->host_class;
     channelInfo->errorNotifier = ch->error_notifier;
         /* Each LCE has its own runlist after GR's runlist 0. */
     channelInfo->hwRunlistId = 1 + tsg->engine_index;
@@ -1649,11 +1645,11 @@ NV_STATUS nvUvmInterfaceGetP2PCaps(uvmGpuDeviceHandle device1,
 
     switch (g1->link_type[g2->index]) {
     case SOFTGPU_LINK_NVLINK2:
-        p2pCapsParams->p2pLink = UVM_LINK_TYPE_NVLINK_2;
+        p2pCapsParams->p2pLink = sg_arch->nvlink_type;
                 /* Must be usable CEs (uvm_channel_manager_set_p2p_ce asserts it). */
         p2pCapsParams->optimalNvlinkWriteCEs[0] = SG_CE_PEER_WRITE;
         p2pCapsParams->optimalNvlinkWriteCEs[1] = SG_CE_PEER_WRITE;
-        p2pCapsParams->totalLinkLineRateMBps = SG_NVLINK2_LINK_MBPS * max_t(u32, g1->link_count[g2->index], 1);
+        p2pCapsParams->totalLinkLineRateMBps = SG_NVLINK_LINK_MBPS * max_t(u32, g1->link_count[g2->index], 1);
         break;
     case SOFTGPU_LINK_PCIE:
         p2pCapsParams->p2pLink = UVM_LINK_TYPE_PCIE;

@@ -30,6 +30,8 @@ from . import abi, errors, uvm
 DEFAULT_DEVICE = "/dev/huvm-softgpu"
 
 LINK_NAMES = {0: "none", 1: "pcie", 2: "nvlink2"}
+ARCH_NAMES = {0x140: "volta", 0x170: "ampere"}
+_ARCH_CONSTANTS = {0x140: "SOFTGPU_ARCH_GV100", 0x170: "SOFTGPU_ARCH_GA100"}
 ACCESS_TYPES = {"read": 0, "write": 1, "atomic_inc": 2, "prefetch": 3}
 KNOBS = {"copy_mbps": 1, "link_latency_us": 2, "fail_pma_alloc": 3}
 
@@ -43,6 +45,7 @@ def _check_tables() -> None:
         **{f"SOFTGPU_LINK_{k.upper()}": v for v, k in LINK_NAMES.items()},
         **{f"SOFTGPU_ACCESS_{k.upper()}": v for k, v in ACCESS_TYPES.items()},
         **{f"SOFTGPU_KNOB_{k.upper()}": v for k, v in KNOBS.items()},
+        **{name: v for v, name in _ARCH_CONSTANTS.items()},
     }
     for name, value in expected.items():
         if getattr(lib, name) != value:
@@ -77,6 +80,12 @@ class GpuInfo:
     pci_bdf: int       # bus << 8 | devfn
     links: tuple[Link, ...]
     registered: int    # nvUvmInterfaceRegisterGpu references
+    gpu_arch: int = 0  # UvmGpuInfo.gpuArch UVM is given: 0x140 GV100 (Volta), 0x170 GA100 (Ampere)
+
+    @property
+    def arch(self) -> str:
+        """``ampere``, ``volta`` (the module's arch= parameter), or ``0x...`` for an unknown value."""
+        return ARCH_NAMES.get(self.gpu_arch, f"{self.gpu_arch:#x}")
 
     @property
     def uuid_str(self) -> str:
@@ -273,7 +282,8 @@ class SoftGpu:
             links = tuple(Link(j, LINK_NAMES.get(int(g.link_type[j]), f"type{int(g.link_type[j])}"),
                                int(g.link_count[j])) for j in range(n))
             gpus.append(GpuInfo(i, bytes(abi.ffi.buffer(g.uuid, 16)), abi.cstr(g.name), int(g.fb_bytes),
-                                int(g.pma_bytes), int(g.pci_domain), int(g.pci_bdf), links, int(g.registered)))
+                                int(g.pma_bytes), int(g.pci_domain), int(g.pci_bdf), links, int(g.registered),
+                                int(g.gpu_arch)))
         self._info = Info(int(p.client), tuple(gpus))
         return self._info
 

@@ -72,6 +72,7 @@ class FakeDevice:
                 g.link_type[j] = lib.SOFTGPU_LINK_NONE if i == j else lib.SOFTGPU_LINK_NVLINK2
                 g.link_count[j] = 0 if i == j else 2
             g.registered = 1
+            g.gpu_arch = lib.SOFTGPU_ARCH_GA100 if i == 0 else 0x999
 
     def create_vaspace(self, p: Any) -> None:
         if p.gpu_index >= self.gpus:
@@ -140,6 +141,8 @@ def test_abi_is_in_huvms_extension() -> None:
     assert ffi.sizeof("softgpu_access_t") % 8 == 0
     assert softgpu.counter_names()[lib.SOFTGPU_CTR_FAULTS] == "faults"
     assert len(softgpu.counter_names()) == lib.SOFTGPU_CTR_COUNT
+    assert softgpu.counter_names()[lib.SOFTGPU_CTR_PEER_PHYS_COPIES] == "peer_phys_copies"
+    assert (lib.SOFTGPU_ARCH_GV100, lib.SOFTGPU_ARCH_GA100) == (0x140, 0x170)
 
 
 def test_info_objects_and_close() -> None:
@@ -151,6 +154,7 @@ def test_info_objects_and_close() -> None:
     assert g0.uuid == bytes([0xA0]) * 16 and g0.uuid_str == "GPU-a0a0a0a0-a0a0-a0a0-a0a0-a0a0a0a0a0a0"
     assert g1.name == "GV100-softgpu-1" and g1.pma_bytes == 224 << 20 and g1.pci_address == "0000:01:04.0"
     assert g0.link_to(g1) == softgpu.Link(1, "nvlink2", 2) and g0.link_to(0).type == "none"
+    assert (g0.gpu_arch, g0.arch) == (0x170, "ampere") and g1.arch == "0x999"
     vas = dev.create_vaspace(g1)
     chan = dev.create_channel(vas)
     assert (vas.gpu, chan.gpu, chan.instance_pa) == (1, 1, 0x1234000)

@@ -17,7 +17,8 @@
 # VM_PYTEST_ARGS (extra pytest arguments of the guest suite, one word each, e.g. -k policy),
 # VM_SOFTGPU_PYTEST_ARGS (the same for the softgpu phase), VM_SOFTGPU_VARIANTS (nvidia-uvm builds to run, in
 # order: a kind, stock-release stock-debug patched-release patched-debug, of the default upstream 535.261.03,
-# or <version>-<kind> of another, e.g. 580.142-patched-release; default $(VM_DEFAULT_VARIANTS), or every
+# or <version>-<kind> of another, e.g. 580.142-patched-release, either with -volta appended to run it on emulated
+# V100s instead of A100s; default $(VM_DEFAULT_VARIANTS), or every
 # kind of both upstreams with VM_MATRIX=full), VM_GPUS (default 4), VM_FB_MIB (framebuffer MiB per GPU, default 128), VM_MEM (guest MiB,
 # default 1536 + VM_GPUS * VM_FB_MIB), VM_SMP (vCPUs, default 2), VM_TCG_THREAD (multi: a host thread per
 # vCPU, the default; single), VM_STALL_S (the host's stall watchdog, docs/testing.md), VM_MONITOR (qemu's
@@ -46,22 +47,27 @@ $(foreach v,$(VM_ENV_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval expor
 # A variant is a kind of the default upstream or <version>-<kind> of another (its nvidia-uvm, software GPU
 # and UVM binding are built with UPSTREAM=<version>). By default vm-test runs 535's three variants and 580's
 # stock and patched release builds; VM_MATRIX=full runs all four kinds of both (docs/testing.md: the budget).
+# The emulated GPUs are A100s (GA100, the software GPU's default arch=ampere); a variant named <...>-volta runs
+# the same nvidia-uvm on emulated V100s (arch=volta: virtual peer copies, the Volta HAL).
 VM_SOFTGPU_KINDS := stock-release stock-debug patched-release patched-debug
 VM_OTHER_UPSTREAMS := 580.142
-VM_SOFTGPU_KNOWN := $(VM_SOFTGPU_KINDS) $(foreach u,$(VM_OTHER_UPSTREAMS),$(addprefix $(u)-,$(VM_SOFTGPU_KINDS)))
-VM_DEFAULT_VARIANTS := stock-release patched-release patched-debug 580.142-stock-release 580.142-patched-release
+VM_SOFTGPU_ARCH_KNOWN := $(VM_SOFTGPU_KINDS) $(foreach u,$(VM_OTHER_UPSTREAMS),$(addprefix $(u)-,$(VM_SOFTGPU_KINDS)))
+VM_SOFTGPU_KNOWN := $(VM_SOFTGPU_ARCH_KNOWN) $(addsuffix -volta,$(VM_SOFTGPU_ARCH_KNOWN))
+VM_DEFAULT_VARIANTS := stock-release patched-release patched-debug 580.142-stock-release 580.142-patched-release \
+                       patched-release-volta
 VM_MATRIX ?=
 ifeq ($(VM_MATRIX),full)
-VM_DEFAULT_VARIANTS := $(VM_SOFTGPU_KNOWN)
+VM_DEFAULT_VARIANTS := $(VM_SOFTGPU_ARCH_KNOWN) $(addsuffix -volta,$(VM_SOFTGPU_ARCH_KNOWN))
 else ifneq ($(VM_MATRIX),)
 $(error VM_MATRIX=$(VM_MATRIX): expected full, or nothing for the default variants)
 endif
 vm_variants = $(if $(filter undefined,$(origin VM_SOFTGPU_VARIANTS)),$(1),$(VM_SOFTGPU_VARIANTS))
 VM_TEST_VARIANTS := $(call vm_variants,$(VM_DEFAULT_VARIANTS))
 VM_SGVM_VARIANTS := $(call vm_variants,stock-release)
-# The upstream of a variant (empty: the default) and its kind.
+# The upstream of a variant (empty: the default) and its kind (the nvidia-uvm build: without the -volta suffix).
 vm_upstream = $(firstword $(foreach u,$(VM_OTHER_UPSTREAMS),$(if $(filter $(u)-%,$(1)),$(u))))
-vm_kind = $(if $(call vm_upstream,$(1)),$(patsubst $(call vm_upstream,$(1))-%,%,$(1)),$(1))
+vm_noarch = $(patsubst %-volta,%,$(1))
+vm_kind = $(call vm_noarch,$(if $(call vm_upstream,$(1)),$(patsubst $(call vm_upstream,$(1))-%,%,$(1)),$(1)))
 vm_upstreams = $(sort $(foreach v,$(1),$(call vm_upstream,$(v))))
 # run-vm.sh arguments of the softgpu phase for a list of variants (build/module[-<version>]/<kind>/nvidia-uvm.ko)
 vm_softgpu_args = $(if $(1),--softgpu-ko $(SOFTGPU_KO) \
@@ -102,9 +108,9 @@ softgpu-vm-modules: | venv
 	    *) echo "VM_SOFTGPU_VARIANTS: unknown variant '$$v' (known: $(VM_SOFTGPU_KNOWN))" >&2; exit 1 ;; esac; \
 	done
 	@$(MAKE) --no-print-directory softgpu-module \
-	    $(foreach v,$(VM_SOFTGPU_VARIANTS),$(if $(call vm_upstream,$(v)),,$(HUVM_MODULES)/$(v)/.huvm-built))
+	    $(sort $(foreach v,$(VM_SOFTGPU_VARIANTS),$(if $(call vm_upstream,$(v)),,$(HUVM_MODULES)/$(call vm_kind,$(v))/.huvm-built)))
 	@$(MAKE) --no-print-directory uvm-binding
 	@$(foreach u,$(call vm_upstreams,$(VM_SOFTGPU_VARIANTS)),$(MAKE) --no-print-directory UPSTREAM=$(u) softgpu-module \
-	    $(foreach v,$(filter $(u)-%,$(VM_SOFTGPU_VARIANTS)),$(BUILD)/module-$(u)/$(call vm_kind,$(v))/.huvm-built) uvm-binding &&) true
+	    $(sort $(foreach v,$(filter $(u)-%,$(VM_SOFTGPU_VARIANTS)),$(BUILD)/module-$(u)/$(call vm_kind,$(v))/.huvm-built)) uvm-binding &&) true
 
 test: vm-test

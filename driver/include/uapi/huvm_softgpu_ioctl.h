@@ -66,23 +66,28 @@
 #define SOFTGPU_KNOB_FAIL_PMA_ALLOC  3   /* fail the next N PMA allocations of this GPU with NO_MEMORY */
 
 /* Counters (SOFTGPU_GET_COUNTERS_PARAMS.gpus[g].counters[i]). */
-#define SOFTGPU_CTR_GPFIFO_ENTRIES  0   /* GPFIFO entries executed */
-#define SOFTGPU_CTR_METHODS         1   /* methods executed */
-#define SOFTGPU_CTR_CE_LAUNCHES     2   /* CE LAUNCH_DMA executed */
-#define SOFTGPU_CTR_CE_BYTES        3   /* bytes copied or set by the CE */
-#define SOFTGPU_CTR_PEER_BYTES      4   /* CE bytes that went to or came from a peer FB */
-#define SOFTGPU_CTR_SEM_RELEASES    5   /* semaphore releases (host + CE) */
-#define SOFTGPU_CTR_ACQUIRE_PARKS   6   /* times a channel parked on an unsatisfied acquire */
-#define SOFTGPU_CTR_FAULTS          7   /* replayable fault entries written */
-#define SOFTGPU_CTR_REPLAYS         8   /* replay methods executed */
-#define SOFTGPU_CTR_CANCELS         9   /* cancel methods executed */
-#define SOFTGPU_CTR_INTERRUPTS      10  /* top-half calls into UVM */
-#define SOFTGPU_CTR_RC_ERRORS       11  /* channels stopped with an RC error */
-#define SOFTGPU_CTR_UNEMULATED      12  /* methods / calls refused as not emulated */
-#define SOFTGPU_CTR_PMA_ALLOC_PAGES 13  /* PMA pages allocated */
-#define SOFTGPU_CTR_PMA_EVICTIONS   14  /* evictPages/evictRange callbacks made into UVM */
-#define SOFTGPU_CTR_SM_ACCESSES     15  /* SM accesses completed */
-#define SOFTGPU_CTR_COUNT           16
+#define SOFTGPU_CTR_GPFIFO_ENTRIES   0   /* GPFIFO entries executed */
+#define SOFTGPU_CTR_METHODS          1   /* methods executed */
+#define SOFTGPU_CTR_CE_LAUNCHES      2   /* CE LAUNCH_DMA executed */
+#define SOFTGPU_CTR_CE_BYTES         3   /* bytes copied or set by the CE */
+#define SOFTGPU_CTR_PEER_BYTES       4   /* CE bytes that went to or came from a peer FB */
+#define SOFTGPU_CTR_SEM_RELEASES     5   /* semaphore releases (host + CE) */
+#define SOFTGPU_CTR_ACQUIRE_PARKS    6   /* times a channel parked on an unsatisfied acquire */
+#define SOFTGPU_CTR_FAULTS           7   /* replayable fault entries written */
+#define SOFTGPU_CTR_REPLAYS          8   /* replay methods executed */
+#define SOFTGPU_CTR_CANCELS          9   /* cancel methods executed */
+#define SOFTGPU_CTR_INTERRUPTS       10  /* top-half calls into UVM */
+#define SOFTGPU_CTR_RC_ERRORS        11  /* channels stopped with an RC error */
+#define SOFTGPU_CTR_UNEMULATED       12  /* methods / calls refused as not emulated */
+#define SOFTGPU_CTR_PMA_ALLOC_PAGES  13  /* PMA pages allocated */
+#define SOFTGPU_CTR_PMA_EVICTIONS    14  /* evictPages/evictRange callbacks made into UVM */
+#define SOFTGPU_CTR_SM_ACCESSES      15  /* SM accesses completed */
+#define SOFTGPU_CTR_PEER_PHYS_COPIES 16 /* CE launches with a physical PEERMEM source or destination (Ampere) */
+#define SOFTGPU_CTR_COUNT            17
+
+/* softgpu_gpu_info_t.gpu_arch: NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_* of the emulated GPUs. */
+#define SOFTGPU_ARCH_GV100 0x140    /* Volta V100 (arch=volta) */
+#define SOFTGPU_ARCH_GA100 0x170    /* Ampere A100 (arch=ampere) */
 
 typedef struct {
     uint8_t uuid[SOFTGPU_UUID_LEN];
@@ -94,7 +99,7 @@ typedef struct {
     uint32_t link_type[SOFTGPU_MAX_GPUS];   /* SOFTGPU_LINK_* to GPU j */
     uint32_t link_count[SOFTGPU_MAX_GPUS];  /* NVLink links (width) to GPU j */
     uint32_t registered;          /* nvUvmInterfaceRegisterGpu references */
-    uint32_t pad;
+    uint32_t gpu_arch;            /* the architecture UVM is told (module parameter arch=): SOFTGPU_ARCH_* */
 } softgpu_gpu_info_t;
 
 typedef struct {

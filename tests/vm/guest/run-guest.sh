@@ -102,20 +102,24 @@ softgpu_variant() {  # variant: <kind> (the default upstream) or <version>-<kind
     # The kind (stock-release, patched-debug, ...) and, for another upstream than the default, its version,
     # its software GPU (built against that version's nv_uvm_interface.h) and its UVM binding (that version's
     # ioctl headers).
-    local kind=$v up="" sgko=$HUVM_SOFTGPU_KO binding=${HUVM_UVM_BINDING:-}
-    case $v in [0-9]*-*)
-        up=${v%%-*}; kind=${v#*-}
+    # A -volta variant runs the same nvidia-uvm on emulated V100s (huvm-softgpu arch=volta), the others on
+    # A100s (arch=ampere, the module's default, named anyway so that the check below sees it).
+    local kind=$v up="" sgko=$HUVM_SOFTGPU_KO binding=${HUVM_UVM_BINDING:-} arch=ampere
+    case $kind in *-volta) arch=volta; kind=${kind%-volta} ;; esac
+    case $kind in [0-9]*-*)
+        up=${kind%%-*}; kind=${kind#*-}
         sgko=$out/huvm-softgpu-$up.ko; binding=$HUVM_BUILD/pyuvm-$up ;;
     esac
     taint0=$(cat /proc/sys/kernel/tainted)
     log=$out/dmesg-softgpu-$v.log
     echo "$mark" > /dev/kmsg
-    echo "[t=$(t)s] == softgpu [$v]: insmod $(basename "$sgko") gpus=$gpus fb_mib=$fb_mib; insmod $(basename "$ko")"
+    echo "[t=$(t)s] == softgpu [$v]: insmod $(basename "$sgko") gpus=$gpus fb_mib=$fb_mib arch=$arch; insmod $(basename "$ko")"
     if loaded huvm_softgpu || loaded nvidia_uvm; then
         load="FAIL(modules still loaded from before)"
-    elif ! insmod "$sgko" gpus="$gpus" fb_mib="$fb_mib"; then
+    elif ! insmod "$sgko" gpus="$gpus" fb_mib="$fb_mib" arch="$arch"; then
         load="FAIL(insmod huvm-softgpu)"
-    elif ! check_param huvm_softgpu gpus "$gpus" || ! check_param huvm_softgpu fb_mib "$fb_mib"; then
+    elif ! check_param huvm_softgpu gpus "$gpus" || ! check_param huvm_softgpu fb_mib "$fb_mib" ||
+         ! check_param huvm_softgpu arch "$arch"; then
         load="FAIL(huvm-softgpu parameters)"
     elif ! load=$(load_uvm "$ko"); then
         :
@@ -124,15 +128,17 @@ softgpu_variant() {  # variant: <kind> (the default upstream) or <version>-<kind
     # The upstream nvidia-uvm this variant is (its MODULE_VERSION), for the summary line.
     local upstream
     upstream=$(cat /sys/module/nvidia_uvm/version 2>/dev/null || echo "${up:-?}")
-    # The summary names the upstream and the kind: "== softgpu [580.142 patched-release]: PASS: ...".
-    local label="$upstream $kind"
+    # The summary names the upstream, the emulated architecture and the kind:
+    # "== softgpu [580.142 ampere patched-release]: PASS: ...".
+    local label="$upstream $arch $kind"
     echo "[t=$(t)s] == softgpu [$v]: $(grep -E '^(huvm_softgpu|nvidia_uvm) ' /proc/modules | cut -d' ' -f1-4 | paste -sd';'); $(ls -l /dev/nvidia-uvm /dev/nvidia-uvm-tools 2>/dev/null | awk '{print $1, $5, $6, $NF}' | paste -sd';')"
 
     local env=(env "HUVM_UVM_VARIANT=$kind" "HUVM_UVM_VARIANT_ID=$v" "HUVM_UVM_UPSTREAM=$upstream"
                "HUVM_SOFTGPU_GPUS=$gpus" "HUVM_SOFTGPU_FB_MIB=$fb_mib" "HUVM_SOFTGPU_KO=$sgko"
-               "HUVM_UVM_KO=$ko" "HUVM_SOFTGPU_LONG=${HUVM_SOFTGPU_LONG:-}")
+               "HUVM_UVM_KO=$ko" "HUVM_SOFTGPU_LONG=${HUVM_SOFTGPU_LONG:-}" "HUVM_SOFTGPU_ARCH=$arch")
     [ -z "$binding" ] || env+=("HUVM_UVM_BINDING=$binding")
-    if [ ! -f "$sg_cmd" ] && [ "$load" = ok ] && has_part guest; then
+    # The guest suite registers no GPU: it runs on the default (Ampere) variant of a build only.
+    if [ ! -f "$sg_cmd" ] && [ "$load" = ok ] && has_part guest && [ "$arch" = ampere ]; then
         case $kind in patched-*)
             guest_suite "$v" "$ko" "$binding"
             [ "$load" = ok ] || { echo "== softgpu [$v]: load $load"; vrc=1; }
@@ -186,7 +192,7 @@ softgpu_variant() {  # variant: <kind> (the default upstream) or <version>-<kind
         echo "== softgpu [$v]: kernel tainted: $taint (was $taint0; see $(basename "$log"))"
         taint="FAIL($taint)"; vrc=1
     fi
-    echo "$v upstream=$upstream load=$load guest=$guest tests=$tests unload=$unload not_emulated=$ne uvm_asserts=$na taint=$taint" >> "$results"
+    echo "$v upstream=$upstream arch=$arch load=$load guest=$guest tests=$tests unload=$unload not_emulated=$ne uvm_asserts=$na taint=$taint" >> "$results"
     echo "[t=$(t)s] == softgpu [$label]: $([ $vrc = 0 ] && echo PASS || echo FAIL): load=$load guest=$guest tests=$tests unload=$unload"
     [ $vrc = 0 ] || [ $rc != 0 ] || rc=1
 }

@@ -88,6 +88,9 @@ VARIANT = os.environ.get("HUVM_UVM_VARIANT", "unknown")       # stock-release, p
 VARIANT_ID = os.environ.get("HUVM_UVM_VARIANT_ID", VARIANT)
 # nvidia-uvm's version (its MODULE_VERSION) and branch (the major: 535, 580).
 UPSTREAM = os.environ.get("HUVM_UVM_UPSTREAM", "")
+# The architecture the software GPU emulates (its arch= parameter; run-guest.sh): ampere (A100s, physical
+# peer copies) or volta (V100s, virtual peer copies).
+ARCH = os.environ.get("HUVM_SOFTGPU_ARCH", "ampere")
 BRANCH = int(UPSTREAM.split(".")[0]) if UPSTREAM.split(".")[0].isdigit() else 0
 
 

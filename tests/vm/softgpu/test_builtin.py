@@ -291,6 +291,17 @@ def run_check_channel_va_space(ctx: Ctx) -> None:
                 ve_id=0, va_space_fd=ctx.u.fd)
 
 
+def run_peer_identity_mappings(ctx: Ctx) -> None:
+    """Volta copies between peers virtually, through identity mappings of each peer's memory, which the test
+    writes and reads. Ampere copies physically by default (uvm_peer_copy=phys: PEERMEM), makes no identity
+    mappings, and the test answers NV_WARN_NOTHING_TO_DO (uvm_peer_identity_mappings_test.c)."""
+    assert ctx.session is not None
+    ok = uvm.status_code("NV_WARN_NOTHING_TO_DO") if sglib.ARCH == "ampere" else uvm.NV_OK
+    for a, b in ctx.session.pairs():
+        ctx.run("PEER_IDENTITY_MAPPINGS", ok=(ok,), gpuA=a, gpuB=b)
+    ctx.details["expected_status"] = "NV_WARN_NOTHING_TO_DO (physical peer copies)" if ok else "NV_OK"
+
+
 def run_nvlink_toggle(name: str) -> Callable[[Ctx], None]:
     def run(ctx: Ctx) -> None:
         assert ctx.session is not None
@@ -376,8 +387,7 @@ BUILTINS: list[Builtin] = [
     Builtin("VA_BLOCK", 4, "MMU/uvm_mem"),
     Builtin("GET_KERNEL_VIRTUAL_ADDRESS", 4, "MMU/uvm_mem", check=check_positive("addr")),
     # 5. peers (>= 2 GPUs)
-    Builtin("PEER_IDENTITY_MAPPINGS", 5, "peers", params=per_pair(lambda c, a, b: {"gpuA": a, "gpuB": b}),
-            min_gpus=2),
+    Builtin("PEER_IDENTITY_MAPPINGS", 5, "peers", run=run_peer_identity_mappings, min_gpus=2),
     Builtin("PEER_REF_COUNT", 5, "peers", params=per_pair(lambda c, a, b: {"gpu_uuid_1": a, "gpu_uuid_2": b}),
             min_gpus=2),
     Builtin("DISABLE_NVLINK_PEER_ACCESS", 5, "peers", run=run_nvlink_toggle("DISABLE_NVLINK_PEER_ACCESS"),
