@@ -7,6 +7,23 @@
 
 /* ---- Eviction ---- */
 
+// Test-only fault injection (honoured with uvm_enable_builtin_tests=1 only): the next N peer moves of a guest
+// chunk report a failure after their pages reached the peer (a partly failed move).
+static int uvm_huvm_test_fail_peer_moves;
+module_param(uvm_huvm_test_fail_peer_moves, int, S_IRUGO | S_IWUSR);
+MODULE_PARM_DESC(uvm_huvm_test_fail_peer_moves,
+                 "test only (uvm_enable_builtin_tests=1): the next N peer moves report a failure after the copy");
+
+// LOCKING: none (atomic on the parameter).
+static bool test_fail_peer_move(void)
+{
+    int left = READ_ONCE(uvm_huvm_test_fail_peer_moves);
+
+    if (!uvm_enable_builtin_tests || left <= 0)
+        return false;
+    return cmpxchg(&uvm_huvm_test_fail_peer_moves, left, left - 1) == left;
+}
+
 // Peers the chunk may go to: GPUs registered in the block's VA space that can copy directly from gpu,
 // that can have no indirect peers (their chunk mappings need the VA space lock, which eviction does not
 // hold: block_populate_gpu_chunk() skips them for an eviction and asserts that the destination is not
@@ -102,6 +119,16 @@ static void chunk_set_harvested(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 ow
     uvm_spin_lock(&gpu->pmm.list_lock);
     chunk->is_harvested = true;
     chunk->huvm_owner = owner;
+    uvm_spin_unlock(&gpu->pmm.list_lock);
+}
+
+// The chunk stays allocated but no longer holds another GPU's data (a failed give-back before a split).
+// PMM moves it off its harvested list at its next list update.
+// LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
+void uvm_huvm_chunk_clear_harvested(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk)
+{
+    uvm_spin_lock(&gpu->pmm.list_lock);
+    chunk->is_harvested = false;
     uvm_spin_unlock(&gpu->pmm.list_lock);
 }
 
@@ -236,6 +263,8 @@ NV_STATUS uvm_huvm_move_with_chunk(uvm_va_block_t *va_block,
 
     status = uvm_va_block_make_resident(va_block, &retry, block_context, peer->id, region, pages_to_evict, NULL, cause);
     UVM_ASSERT(status != NV_ERR_MORE_PROCESSING_REQUIRED);
+    if (status == NV_OK && harvest && !was_harvested && test_fail_peer_move())
+        status = NV_ERR_NO_MEMORY;
     if (status != NV_OK) {
         *reason = HUVM_REASON_COPY_FAILED;
     }
@@ -249,13 +278,21 @@ out:
     // Frees the chunk if populate did not take it; unpins it (onto the peer's harvested list) if it did.
     uvm_va_block_retry_deinit(&retry, va_block);
 
-    if (status != NV_OK && harvest && !was_harvested && !uvm_processor_mask_test(&va_block->resident, peer->id)) {
-        // Give back a chunk populated by the failed attempt.
+    if (status != NV_OK && harvest && !was_harvested) {
         peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
-        if (peer_state && peer_state->chunks && peer_state->chunks[0]) {
-            uvm_mmu_chunk_unmap(peer_state->chunks[0], &va_block->tracker);
-            uvm_pmm_gpu_free(&peer->pmm, peer_state->chunks[0], &va_block->tracker);
-            peer_state->chunks[0] = NULL;
+        if (!uvm_processor_mask_test(&va_block->resident, peer->id)) {
+            // Give back a chunk populated by the failed attempt.
+            if (peer_state && peer_state->chunks && peer_state->chunks[0]) {
+                uvm_mmu_chunk_unmap(peer_state->chunks[0], &va_block->tracker);
+                uvm_pmm_gpu_free(&peer->pmm, peer_state->chunks[0], &va_block->tracker);
+                peer_state->chunks[0] = NULL;
+            }
+        }
+        else if (peer_state && peer_state->chunks && peer_state->chunks[0]) {
+            // Partly failed: some pages reached the peer. Nothing accounted the chunk, so it is not harvested
+            // data: those pages are the block's ordinary residency on the peer (the caller's fallback moves
+            // pages_to_evict on to the host) and the chunk a plain chunk of the peer.
+            uvm_huvm_chunk_clear_harvested(peer, peer_state->chunks[0]);
         }
         uvm_processor_mask_clear(&va_block->harvested_on, peer->id);
     }

@@ -938,8 +938,9 @@ def test_block_split(session: sglib.Session, managed: Any, huvm_node: Any, kmsg:
 @_scenario("block-split-failure")
 def test_block_split_failure(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
     """A block written by GPU0's SMs only (no CPU page ever allocated for it) is evicted to a peer by NVIDIA's
-    test path; UVM's own error injection (UVM_TEST_VA_BLOCK_INJECT_ERROR, cpu_pages_allocation_error_count=1)
-    makes the block's next CPU allocation fail; then the second half of the block is unmapped. huvm's give-back
+    test path; UVM's own error injection (UVM_TEST_VA_BLOCK_INJECT_ERROR: 4 KiB CPU chunks,
+    cpu_pages_allocation_error_count=1) makes the block's next CPU allocation fail; then the second half of the
+    block is unmapped. huvm's give-back
     before the split (to the CPU) fails for want of CPU memory: the split must go on anyway (on munmap UVM
     destroys the whole VA range when a split fails, uvm_vm_open_failure()), the pages staying on the peer as the
     block's own residency there, no longer harvested. Checked: the range is still there, its data (written by
@@ -950,7 +951,7 @@ def test_block_split_failure(session: sglib.Session, managed: Any, huvm_node: An
     owner = slot[g0.index]
     node.apply_preset("huvm")
     _, policy = node.set(["preevict_chunks=0", "prefetch_mode=off"])
-    assert policy.preset_name == "huvm"
+    assert policy.preevict_chunks == 0
 
     blocks = 4
     r = managed(blocks * CHUNK)
@@ -967,7 +968,10 @@ def test_block_split_failure(session: sglib.Session, managed: Any, huvm_node: An
     st1 = _settled_stats(node, owner)
     assert st1.pair(owner, holder)["held_bytes"] >= CHUNK
 
-    s.uvm.run_test("VA_BLOCK_INJECT_ERROR", lookup_address=r.base + victim, cpu_pages_allocation_error_count=1)
+    # 4 KiB CPU chunks only, so that one injected failure fails the populate (with larger sizes allowed, UVM
+    # falls back to a smaller size after a failed allocation, and the injection counts each try)
+    s.uvm.run_test("VA_BLOCK_INJECT_ERROR", lookup_address=r.base + victim, cpu_chunk_allocation_size_mask=sglib.PAGE,
+                   cpu_pages_allocation_error_count=1)
     half = CHUNK // 2
     _munmap(r.base + victim + half, half)
     st2 = _settled_stats(node, owner, also=(holder,))
@@ -994,6 +998,78 @@ def test_block_split_failure(session: sglib.Session, managed: Any, huvm_node: An
     assert n_bad == 0, f"the CPU reads {n_bad} words that differ before the unmapped half, first at 0x{first:x}"
     n_bad, first = sglib.pattern_mismatches(r, seed, victim + CHUNK, r.size - victim - CHUNK)
     assert n_bad == 0, f"the CPU reads {n_bad} words that differ after the unmapped half, first at 0x{first:x}"
+
+
+# ---- partial-move (issue 26: a partly failed peer move leaves no harvested chunk behind) --------------------------
+
+FAIL_PEER_MOVES = "/sys/module/nvidia_uvm/parameters/uvm_huvm_test_fail_peer_moves"
+
+
+def _set_param(path: str, value: int) -> None:
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+@_scenario("partial-move")
+def test_partial_peer_move(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
+    """GPU1 the only lender; one block of GPU0 harvested there (UVM_TEST_EVICT_CHUNK). Then another block's move
+    to GPU1 fails after its pages reached GPU1 (huvm's test-only injection uvm_huvm_test_fail_peer_moves,
+    honoured with uvm_enable_builtin_tests=1): the eviction falls back to the host (reason copy_failed), GPU0's
+    data (written by its SMs) reaches the CPU, and the chunk left on GPU1 is not harvested data: nothing counted
+    it, so freeing the block must not uncount anything. Before the fix the chunk stayed marked harvested and its
+    release took the first block's bytes off the pair's held_bytes."""
+    from huvm import abi
+
+    s, node = session, huvm_node
+    assert len(s.gpus) >= 2, "partial-move needs at least 2 GPUs"
+    g0, lender = s.gpus[0], s.gpus[1]
+    slot = _slots(node, s)
+    owner, holder = slot[g0.index], slot[lender.index]
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=off"]
+                         + [f"gpu.{slot[o.index]}.role=harvester" for o in s.gpus[2:]])
+    assert policy.preevict_chunks == 0
+
+    keep, keep_seed = managed(CHUNK), 0x6EE9
+    sglib.gpu_fill(s, g0.index, keep, keep_seed)
+    assert s.uvm.evict_chunk(g0, keep.base).evicted
+    assert s.uvm.va_residency_info(keep.base).resident_on == (lender.uuid,), "the first block is not on GPU1"
+    st0 = _settled_stats(node, owner, also=(holder,))
+    held0 = st0.pair(owner, holder)["held_bytes"]
+    assert held0 >= CHUNK, f"held_bytes {held0} with a block harvested on {lender.name}"
+
+    part, part_seed = managed(CHUNK), 0x9A27
+    sglib.gpu_fill(s, g0.index, part, part_seed)
+    _set_param(FAIL_PEER_MOVES, 1)
+    try:
+        res = s.uvm.evict_chunk(g0, part.base)
+    finally:
+        _set_param(FAIL_PEER_MOVES, 0)
+    st1 = _settled_stats(node, owner, also=(holder,))
+    where = s.uvm.va_residency_info(part.base)
+    d = st1.delta(st0)
+    print(f"partial-move: the failing move: evicted={res.evicted}, block now {where.describe()}; evict_to_host "
+          f"+{d.gpus[owner]['evict_to_host']} (copy_failed +{d.gpus[owner]['host_reason'][abi.lib.HUVM_REASON_COPY_FAILED]}); "
+          f"held_bytes {held0 >> 20} -> {st1.pair(owner, holder)['held_bytes'] >> 20} MiB")
+    assert res.evicted and where.on_cpu, f"the block did not fall back to the host: {where.describe()}"
+    assert d.gpus[owner]["evict_to_host"] == 1 and d.gpus[owner]["evict_to_peer"] == 0, d.gpus[owner]
+    assert d.gpus[owner]["host_reason"][abi.lib.HUVM_REASON_COPY_FAILED] == 1, d.gpus[owner]["host_reason"]
+    assert st1.pair(owner, holder)["held_bytes"] == held0
+    n_bad, first = sglib.pattern_mismatches(part, part_seed)
+    assert n_bad == 0, f"the CPU reads {n_bad} words that differ after the fallback to host, first at 0x{first:x}"
+
+    part.close()                                    # the block's state on GPU1 (its leftover chunk) is destroyed
+    st2 = _settled_stats(node, owner, also=(holder,))
+    print(f"partial-move: after the block was freed: held_bytes {st2.pair(owner, holder)['held_bytes'] >> 20} MiB, "
+          f"lent_bytes of {lender.name} {st2.gpus[holder].scalar('lent_bytes') >> 20} MiB")
+    bad_log = sglib.bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert st2.pair(owner, holder)["held_bytes"] == held0, \
+        f"held_bytes {held0} -> {st2.pair(owner, holder)['held_bytes']}: the failed move's chunk was uncounted"
+    assert st2.gpus[holder].scalar("lent_bytes") == st0.gpus[holder].scalar("lent_bytes")
+    assert s.uvm.va_residency_info(keep.base).resident_on == (lender.uuid,), "the first block left GPU1"
+    n_bad, first = sglib.gpu_mismatches(s, g0.index, keep, keep_seed)
+    assert n_bad == 0, f"GPU0 reads {n_bad} words of the harvested block that differ, first at 0x{first:x}"
 
 
 # ---- fetch-back (defect 12: every fetch visible, with nvidia-uvm's GPU ids) --------------------------------------
