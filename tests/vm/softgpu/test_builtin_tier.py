@@ -24,7 +24,16 @@ CHUNK = sglib.CHUNK
 
 #: the stages whose built-ins move managed memory in the session's VA space (the huvm scenarios' one)
 STAGES = (4, 6, 7)
-TIER_SUITE = [b for b in test_builtin.SUITE if not b.not_run and b.stage in STAGES and b.fd == "session"]
+#: built-ins that cannot run on a GPU full of user data, with the reason (the same under the stock preset)
+LEFT_OUT = {
+    # test_basic_vidmem allocates 10 MiB of kernel vidmem (uvm_mem_alloc_vidmem) without eviction
+    # (UVM_PMM_ALLOC_FLAGS_NONE: PMA is asked with DONT_EVICT), which fails while GPU0's memory is all UVM's
+    # user chunks: "uvm_mem_test.c:488 ... uvm_mem_alloc_vidmem(5 * biggest_page_size - 1, gpu, &mem) == NV_OK
+    # not true" (huvm preset); the same oversubscription under the stock preset fails MEM_SANITY too (2026-11-27)
+    "MEM_SANITY": "needs free vidmem for a kernel allocation without eviction",
+}
+TIER_SUITE = [b for b in test_builtin.SUITE
+              if not b.not_run and b.stage in STAGES and b.fd == "session" and b.name not in LEFT_OUT]
 
 
 @pytest.fixture(scope="module")
