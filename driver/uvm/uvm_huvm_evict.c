@@ -183,6 +183,28 @@ static void record_tools_eviction(uvm_va_space_t *va_space,
     uvm_tools_record_eviction(va_space, va_block->start, uvm_va_block_size(va_block), src, dst);
 }
 
+// A failed move of a new guest chunk to peer: a chunk the attempt populated goes back to the peer's PMM. A
+// move that failed after some pages reached the peer (partly failed) keeps its chunk there, but not as
+// harvested data: nothing accounted it, so its release would take another chunk's bytes off the gauges;
+// those pages are the block's ordinary residency on the peer (the caller's fallback moves them on to the
+// host). Out of line: it keeps the eviction path's frame small.
+// LOCKING: the block lock is held; takes the peer's PMM locks.
+static noinline void move_failed_cleanup(uvm_va_block_t *va_block, uvm_gpu_t *peer)
+{
+    uvm_va_block_gpu_state_t *peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
+    uvm_gpu_chunk_t *chunk = peer_state && peer_state->chunks ? peer_state->chunks[0] : NULL;
+
+    if (chunk && !uvm_processor_mask_test(&va_block->resident, peer->id)) {
+        uvm_mmu_chunk_unmap(chunk, &va_block->tracker);
+        uvm_pmm_gpu_free(&peer->pmm, chunk, &va_block->tracker);
+        peer_state->chunks[0] = NULL;
+    }
+    else if (chunk) {
+        uvm_huvm_chunk_clear_harvested(peer, chunk);
+    }
+    uvm_processor_mask_clear(&va_block->harvested_on, peer->id);
+}
+
 // Move the pages to GPU dst (a peer for eviction or multi-path prefetch, or the faulting GPU itself for
 // local prefetch) without ever evicting on dst and without dropping the block lock: dst's 2 MiB chunk is
 // allocated up front without eviction and handed to make_resident through a local retry object, so
@@ -278,24 +300,8 @@ out:
     // Frees the chunk if populate did not take it; unpins it (onto the peer's harvested list) if it did.
     uvm_va_block_retry_deinit(&retry, va_block);
 
-    if (status != NV_OK && harvest && !was_harvested) {
-        peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
-        if (!uvm_processor_mask_test(&va_block->resident, peer->id)) {
-            // Give back a chunk populated by the failed attempt.
-            if (peer_state && peer_state->chunks && peer_state->chunks[0]) {
-                uvm_mmu_chunk_unmap(peer_state->chunks[0], &va_block->tracker);
-                uvm_pmm_gpu_free(&peer->pmm, peer_state->chunks[0], &va_block->tracker);
-                peer_state->chunks[0] = NULL;
-            }
-        }
-        else if (peer_state && peer_state->chunks && peer_state->chunks[0]) {
-            // Partly failed: some pages reached the peer. Nothing accounted the chunk, so it is not harvested
-            // data: those pages are the block's ordinary residency on the peer (the caller's fallback moves
-            // pages_to_evict on to the host) and the chunk a plain chunk of the peer.
-            uvm_huvm_chunk_clear_harvested(peer, peer_state->chunks[0]);
-        }
-        uvm_processor_mask_clear(&va_block->harvested_on, peer->id);
-    }
+    if (status != NV_OK && harvest && !was_harvested)
+        move_failed_cleanup(va_block, peer);
 
     return status;
 }
