@@ -970,8 +970,10 @@ def test_block_split_failure(session: sglib.Session, managed: Any, huvm_node: An
 
     # 4 KiB CPU chunks only, so that one injected failure fails the populate (with larger sizes allowed, UVM
     # falls back to a smaller size after a failed allocation, and the injection counts each try)
+    # (the count's field was renamed in 570: cpu_chunk_allocation_error_count)
+    count_field = "cpu_chunk_allocation_error_count" if sglib.BRANCH >= 570 else "cpu_pages_allocation_error_count"
     s.uvm.run_test("VA_BLOCK_INJECT_ERROR", lookup_address=r.base + victim, cpu_chunk_allocation_size_mask=sglib.PAGE,
-                   cpu_pages_allocation_error_count=1)
+                   **{count_field: 1})
     half = CHUNK // 2
     _munmap(r.base + victim + half, half)
     st2 = _settled_stats(node, owner, also=(holder,))
