@@ -990,7 +990,10 @@ def test_block_split_failure(session: sglib.Session, managed: Any, huvm_node: An
         f"range [0x{int(info.va_range_start):x}, 0x{int(info.va_range_end):x}] after the split"
     first_half = s.uvm.va_residency_info(r.base + victim).resident_on
     print(f"block-split-failure: the first half is resident on {[names[u].name if u in names else 'cpu' for u in first_half]}")
-    # whether the give-back went through or the pages stayed on the peer, nothing of the split block is harvested
+    # the injection took: the give-back could not allocate CPU pages, so the first half stayed on the peer
+    assert first_half == (peer.uuid,), f"the first half is on {first_half}, not on {peer.name}: the injected CPU " \
+        "allocation failure did not stop the give-back (the scenario would prove nothing)"
+    # and nothing of the split block is harvested any more
     assert st2.pair(owner, holder)["held_bytes"] == st1.pair(owner, holder)["held_bytes"] - CHUNK, \
         f"held_bytes {st1.pair(owner, holder)['held_bytes']} -> {st2.pair(owner, holder)['held_bytes']}"
     assert st2.gpus[holder].scalar("lent_bytes") == st1.gpus[holder].scalar("lent_bytes") - CHUNK
