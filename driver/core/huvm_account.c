@@ -182,6 +182,22 @@ void huvm_account_release(huvm_core_t *core, uint32_t owner, uint32_t holder, ui
     held_sub(core, owner, holder, bytes);
 }
 
+int huvm_core_slot_in_use(const huvm_core_t *core, uint32_t gpu)
+{
+    uint32_t other;
+
+    if (!core || gpu >= HUVM_MAX_GPUS)
+        return 0;
+    if (huvm_atomic64_read(&core->counters[gpu].harvested_bytes) || huvm_atomic64_read(&core->counters[gpu].lent_bytes))
+        return 1;
+    for (other = 0; other < HUVM_MAX_GPUS; other++) {
+        if (huvm_atomic64_read(&core->pairs[gpu][other].held_bytes) ||
+            huvm_atomic64_read(&core->pairs[other][gpu].held_bytes))
+            return 1;
+    }
+    return 0;
+}
+
 void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint64_t bytes, uint64_t va)
 {
     int sw;

@@ -291,6 +291,10 @@ void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, u
 /* owner freed data that sat on holder (va_block destroyed, range freed): the held/lent/harvested gauges go
  * down by bytes (saturating, conserved). No data moves, so no counter and no event. */
 void huvm_account_release(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes, uint64_t va);
+/* Data still sits under GPU index gpu: its data held on another GPU (harvested_bytes), another GPU's data held on
+ * it (lent_bytes) or a pair naming it. Root chunks carry their owner's index (the glue's huvm_owner), so such an
+ * index must not be given to another GPU while it is in use. Returns 1 if in use, 0 if not or out of range. */
+int huvm_core_slot_in_use(const huvm_core_t *core, uint32_t gpu);
 /* A move of bytes of owner's data to holder is about to start (eviction or prefetch to a peer, decided under a
  * read lock that concurrent movers share): admit it again with the bytes other movers have reserved on holder
  * counted as lent and not free, and reserve them in the same compare-exchange step, so that concurrent movers

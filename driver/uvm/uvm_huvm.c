@@ -395,9 +395,12 @@ static NvU32 slot_for_uuid_locked(const NvProcessorUuid *uuid)
         if (!g_uvm_huvm.slots[i].used)
             return i;
     }
-    // All slots have been used: take one whose GPU is gone (its counters are reset by the new UUID).
+    // All slots have been used: take one whose GPU is gone (its counters are reset by the new UUID), but not
+    // while data sits under its index: chunks harvested for the gone GPU carry it as their owner (huvm_owner),
+    // and their release or give-back would be counted against the new GPU.
     for (i = 0; i < HUVM_MAX_GPUS; i++) {
-        if (!g_uvm_huvm.slots[i].gpu && !g_uvm_huvm.slots[i].worker_running)
+        if (!g_uvm_huvm.slots[i].gpu && !g_uvm_huvm.slots[i].worker_running &&
+            !huvm_core_slot_in_use(&g_uvm_huvm.core, i))
             return i;
     }
 

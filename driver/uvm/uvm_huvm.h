@@ -94,7 +94,9 @@ void uvm_huvm_block_destroy_gpu_state(uvm_va_block_t *va_block, uvm_gpu_t *gpu);
 
 // The block is about to be split (uvm_va_block_split(), the VA space lock held for write): its pages on
 // peers that hold them for another GPU go to the CPU first (a give-back: the peers' chunks are freed and
-// accounted), so that no piece of a split block is harvested data. NV_OK when there was nothing to do.
+// accounted), so that no piece of a split block is harvested data. Always NV_OK: pages the CPU has no memory
+// for stay on their peer as the block's own residency there, no longer harvested (a failed split would make
+// UVM destroy the whole VA range on munmap).
 // LOCKING: the block lock and the VA space lock (write) are held.
 NV_STATUS uvm_huvm_block_split_prepare(uvm_va_block_t *va_block);
 

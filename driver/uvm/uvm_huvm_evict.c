@@ -7,6 +7,23 @@
 
 /* ---- Eviction ---- */
 
+// Test-only fault injection (honoured with uvm_enable_builtin_tests=1 only): the next N peer moves of a guest
+// chunk report a failure after their pages reached the peer (a partly failed move).
+static int uvm_huvm_test_fail_peer_moves;
+module_param(uvm_huvm_test_fail_peer_moves, int, S_IRUGO | S_IWUSR);
+MODULE_PARM_DESC(uvm_huvm_test_fail_peer_moves,
+                 "test only (uvm_enable_builtin_tests=1): the next N peer moves report a failure after the copy");
+
+// LOCKING: none (atomic on the parameter).
+static bool test_fail_peer_move(void)
+{
+    int left = READ_ONCE(uvm_huvm_test_fail_peer_moves);
+
+    if (!uvm_enable_builtin_tests || left <= 0)
+        return false;
+    return cmpxchg(&uvm_huvm_test_fail_peer_moves, left, left - 1) == left;
+}
+
 // Peers the chunk may go to: GPUs registered in the block's VA space that can copy directly from gpu,
 // that can have no indirect peers (their chunk mappings need the VA space lock, which eviction does not
 // hold: block_populate_gpu_chunk() skips them for an eviction and asserts that the destination is not
@@ -105,6 +122,16 @@ static void chunk_set_harvested(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 ow
     uvm_spin_unlock(&gpu->pmm.list_lock);
 }
 
+// The chunk stays allocated but no longer holds another GPU's data (a failed give-back before a split).
+// PMM moves it off its harvested list at its next list update.
+// LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
+void uvm_huvm_chunk_clear_harvested(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk)
+{
+    uvm_spin_lock(&gpu->pmm.list_lock);
+    chunk->is_harvested = false;
+    uvm_spin_unlock(&gpu->pmm.list_lock);
+}
+
 // The VA space's harvested_bytes gauge goes down by one chunk, saturating at zero.
 // LOCKING: none (atomic).
 void uvm_huvm_va_space_harvested_sub(uvm_va_space_t *va_space)
@@ -154,6 +181,28 @@ static void record_tools_eviction(uvm_va_space_t *va_space,
                                   uvm_processor_id_t dst)
 {
     uvm_tools_record_eviction(va_space, va_block->start, uvm_va_block_size(va_block), src, dst);
+}
+
+// A failed move of a new guest chunk to peer: a chunk the attempt populated goes back to the peer's PMM. A
+// move that failed after some pages reached the peer (partly failed) keeps its chunk there, but not as
+// harvested data: nothing accounted it, so its release would take another chunk's bytes off the gauges;
+// those pages are the block's ordinary residency on the peer (the caller's fallback moves them on to the
+// host). Out of line: it keeps the eviction path's frame small.
+// LOCKING: the block lock is held; takes the peer's PMM locks.
+static noinline void move_failed_cleanup(uvm_va_block_t *va_block, uvm_gpu_t *peer)
+{
+    uvm_va_block_gpu_state_t *peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
+    uvm_gpu_chunk_t *chunk = peer_state && peer_state->chunks ? peer_state->chunks[0] : NULL;
+
+    if (chunk && !uvm_processor_mask_test(&va_block->resident, peer->id)) {
+        uvm_mmu_chunk_unmap(chunk, &va_block->tracker);
+        uvm_pmm_gpu_free(&peer->pmm, chunk, &va_block->tracker);
+        peer_state->chunks[0] = NULL;
+    }
+    else if (chunk) {
+        uvm_huvm_chunk_clear_harvested(peer, chunk);
+    }
+    uvm_processor_mask_clear(&va_block->harvested_on, peer->id);
 }
 
 // Move the pages to GPU dst (a peer for eviction or multi-path prefetch, or the faulting GPU itself for
@@ -236,6 +285,8 @@ NV_STATUS uvm_huvm_move_with_chunk(uvm_va_block_t *va_block,
 
     status = uvm_va_block_make_resident(va_block, &retry, block_context, peer->id, region, pages_to_evict, NULL, cause);
     UVM_ASSERT(status != NV_ERR_MORE_PROCESSING_REQUIRED);
+    if (status == NV_OK && harvest && !was_harvested && test_fail_peer_move())
+        status = NV_ERR_NO_MEMORY;
     if (status != NV_OK) {
         *reason = HUVM_REASON_COPY_FAILED;
     }
@@ -249,16 +300,8 @@ out:
     // Frees the chunk if populate did not take it; unpins it (onto the peer's harvested list) if it did.
     uvm_va_block_retry_deinit(&retry, va_block);
 
-    if (status != NV_OK && harvest && !was_harvested && !uvm_processor_mask_test(&va_block->resident, peer->id)) {
-        // Give back a chunk populated by the failed attempt.
-        peer_state = uvm_va_block_gpu_state_get(va_block, peer->id);
-        if (peer_state && peer_state->chunks && peer_state->chunks[0]) {
-            uvm_mmu_chunk_unmap(peer_state->chunks[0], &va_block->tracker);
-            uvm_pmm_gpu_free(&peer->pmm, peer_state->chunks[0], &va_block->tracker);
-            peer_state->chunks[0] = NULL;
-        }
-        uvm_processor_mask_clear(&va_block->harvested_on, peer->id);
-    }
+    if (status != NV_OK && harvest && !was_harvested)
+        move_failed_cleanup(va_block, peer);
 
     return status;
 }

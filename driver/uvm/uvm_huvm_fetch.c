@@ -265,8 +265,37 @@ void uvm_huvm_block_destroy_gpu_state(uvm_va_block_t *va_block, uvm_gpu_t *gpu)
         uvm_huvm_account_release_chunk(va_block, gpu, gpu_state->chunks[0]);
 }
 
+// The give-back before a split failed: the block's pages on the peers stay there as the block's ordinary
+// residency on those GPUs (UVM splits their chunks as any GPU's), and stop being harvested data: gauges
+// released (huvm_account_release(): no data moved), harvested_on and the chunks' is_harvested cleared.
+// LOCKING: the block lock is held; takes the peers' PMM list locks and g_uvm_huvm.lock (read), both leaves.
+static void split_unharvest(uvm_va_block_t *va_block)
+{
+    uvm_va_space_t *va_space = uvm_va_block_get_va_space(va_block);
+    uvm_gpu_id_t id;
+
+    for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
+        uvm_va_block_gpu_state_t *state = uvm_va_block_gpu_state_get(va_block, id);
+        uvm_gpu_t *peer = uvm_huvm_va_space_get_gpu(va_space, id);
+        uvm_gpu_chunk_t *chunk = NULL;
+
+        if (state && state->chunks && uvm_va_block_size(va_block) == UVM_CHUNK_SIZE_MAX)
+            chunk = state->chunks[0];
+        if (!chunk || !peer)
+            continue;
+
+        uvm_huvm_account_release_chunk(va_block, peer, chunk);
+        uvm_huvm_chunk_clear_harvested(peer, chunk);
+    }
+
+    uvm_processor_mask_zero(&va_block->harvested_on);
+    va_block->huvm_remote_mapped = false;
+}
+
 // LOCKING: the block lock and the VA space lock (write) are held (uvm_va_block_split()); takes PMM locks of
 // the CPU and the peers, and g_uvm_huvm.lock (read) through the release of the peers' chunks.
+// Never fails the split: on munmap a failed split makes UVM destroy the whole range (uvm_vm_open_failure()),
+// so a give-back that cannot be done (no CPU memory) leaves the pages on the peers, no longer harvested.
 NV_STATUS uvm_huvm_block_split_prepare(uvm_va_block_t *va_block)
 {
     uvm_va_block_region_t region = uvm_va_block_region_from_block(va_block);
@@ -281,8 +310,10 @@ NV_STATUS uvm_huvm_block_split_prepare(uvm_va_block_t *va_block)
         return NV_OK;
 
     block_context = uvm_va_block_context_alloc(NULL);
-    if (!block_context)
-        return NV_ERR_NO_MEMORY;
+    if (!block_context) {
+        split_unharvest(va_block);
+        return NV_OK;
+    }
 
     pages = &block_context->caller_page_mask;
     for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
@@ -305,15 +336,17 @@ NV_STATUS uvm_huvm_block_split_prepare(uvm_va_block_t *va_block)
     }
 
     // Chunks that held nothing any more (all pages already fetched back) stop counting too.
-    if (status == NV_OK) {
-        for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
-            if (!uvm_processor_mask_test(&va_block->resident, id))
-                release_peer_chunk(va_block, id, UVM_ID_CPU);
-        }
+    for_each_gpu_id_in_mask(id, &va_block->harvested_on) {
+        if (!uvm_processor_mask_test(&va_block->resident, id))
+            release_peer_chunk(va_block, id, UVM_ID_CPU);
     }
 
+    // What could not go to the CPU stays on its peer, as the block's own residency there.
+    if (status != NV_OK)
+        split_unharvest(va_block);
+
     uvm_va_block_context_free(block_context);
-    return status;
+    return NV_OK;
 }
 
 // LOCKING: the block lock and the VA space lock (read) are held; takes g_uvm_huvm.lock for read.

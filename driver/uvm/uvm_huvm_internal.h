@@ -148,6 +148,8 @@ uvm_va_space_t *uvm_huvm_block_va_space(uvm_va_block_t *va_block);
 /* uvm_huvm_evict.c */
 // LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
 bool uvm_huvm_chunk_harvest_info(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk, NvU32 *owner);
+// LOCKING: the chunk's PMM list lock is taken (a spinlock) around the chunk's bitfield.
+void uvm_huvm_chunk_clear_harvested(uvm_gpu_t *gpu, uvm_gpu_chunk_t *chunk);
 // LOCKING: none (atomic).
 void uvm_huvm_va_space_harvested_sub(uvm_va_space_t *va_space);
 // LOCKING: the block lock is held; takes the holder's PMM list lock and g_uvm_huvm.lock (read), leaves.

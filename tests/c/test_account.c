@@ -245,6 +245,27 @@ TEST(account_release_gauges_only)
     CHECK_EQ(huvm_test_event_count, 0);
 }
 
+TEST(account_slot_in_use_until_released)
+{
+    fx_node(&core, 4, 16 * GIB, HUVM_PRESET_HUVM);
+    CHECK_EQ(huvm_core_slot_in_use(&core, 0), 0);
+    huvm_account_evict(&core, 0, 2, HUVM_REASON_PEER, 0, CHUNK, 0x200000);
+    huvm_account_prefetch(&core, 3, 1, CHUNK, 0x400000);
+    huvm_core_remove_gpu(&core, 0);                 /* gone, its chunk still on GPU 2 */
+    CHECK_EQ(huvm_core_slot_in_use(&core, 0), 1);   /* the owner's index is on a chunk */
+    CHECK_EQ(huvm_core_slot_in_use(&core, 2), 1);   /* the holder */
+    CHECK_EQ(huvm_core_slot_in_use(&core, 1), 1);
+    CHECK_EQ(huvm_core_slot_in_use(&core, 3), 1);
+    huvm_account_giveback(&core, 2, 0, CHUNK, 0x200000);
+    CHECK_EQ(huvm_core_slot_in_use(&core, 0), 0);   /* nothing of it left: the index may be reused */
+    CHECK_EQ(huvm_core_slot_in_use(&core, 2), 0);
+    huvm_account_release(&core, 3, 1, CHUNK, 0x400000);
+    CHECK_EQ(huvm_core_slot_in_use(&core, 1), 0);
+    CHECK_EQ(huvm_core_slot_in_use(&core, 3), 0);
+    CHECK_EQ(huvm_core_slot_in_use(&core, HUVM_MAX_GPUS), 0);
+    CHECK_EQ(huvm_core_slot_in_use(NULL, 0), 0);
+}
+
 TEST(account_prefetch_faults_policy)
 {
     const huvm_test_event_t *e;

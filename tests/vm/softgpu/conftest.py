@@ -27,17 +27,18 @@ if not IN_GUEST:
 elif not os.environ.get("HUVM_UVM_VARIANT", "").startswith("patched"):
     # huvm's scenarios need the patched module: on NVIDIA's stock module they are not test cases at all (a
     # skipped qemu test fails CI), and the session summary says they were not run.
-    collect_ignore = ["test_huvm_scenarios.py", "test_huvm_lifecycle.py", "test_experiment.py"]
+    collect_ignore = ["test_huvm_scenarios.py", "test_huvm_lifecycle.py", "test_experiment.py", "test_builtin_tier.py"]
 elif os.environ.get("HUVM_UVM_VARIANT_ID", os.environ.get("HUVM_UVM_VARIANT")) != "patched-release":
-    # The emulated-node experiment (minutes under TCG) runs once per suite, on the default upstream's release
-    # build (not on 580.142-patched-release: the qemu bed's time budget, docs/testing.md).
-    collect_ignore = ["test_experiment.py"]
+    # The emulated-node experiment (minutes under TCG) and the built-ins under the huvm preset run once per
+    # suite, on the default upstream's release build (not on 580.142-patched-release: the qemu bed's time
+    # budget, docs/testing.md).
+    collect_ignore = ["test_experiment.py", "test_builtin_tier.py"]
 
 
 #: the files in the order they run: each builds on what the previous one proved. test_huvm_lifecycle.py
 #: is last: its final tests close every session-scoped fixture and unload/reload the modules.
 ORDER = ("test_builtin.py", "test_roundtrip.py", "test_peer_copy.py", "test_oversub.py", "test_huvm_scenarios.py",
-         "test_experiment.py", "test_huvm_lifecycle.py")
+         "test_builtin_tier.py", "test_experiment.py", "test_huvm_lifecycle.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

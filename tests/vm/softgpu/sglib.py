@@ -281,6 +281,59 @@ def pattern_mismatches(region: uvm.ManagedRegion, seed: int, offset: int = 0,
     return count, first
 
 
+#: the seed a region's CPU pages are first filled with when the data a test checks is written by a GPU
+#: (:func:`gpu_fill`): it differs from every test's seed, so a copy that was skipped leaves these words behind
+STALE = 0x57A1E_0000_0000
+
+
+def stale_seed(seed: int) -> int:
+    """The CPU-side seed under GPU-written data of seed ``seed`` (never equal to it)."""
+    return seed ^ STALE
+
+
+#: bytes per SM access and accesses per SOFTGPU_SM_ACCESS call of gpu_fill/gpu_mismatches (a kernel touching a
+#: few 2 MiB blocks at a time: each call's faults reach UVM together)
+GPU_STEP = CHUNK
+GPU_BATCH = 4
+
+
+def _gpu_run(s: Session, gpu: int, accesses: list[softgpu.Access]) -> list[softgpu.AccessResult]:
+    if gpu >= len(s.channels):
+        raise errors.UsageError(f"GPU{gpu} has no SM channel in this session (open_session(va_spaces=True))")
+    out: list[softgpu.AccessResult] = []
+    for i in range(0, len(accesses), GPU_BATCH):
+        out += s.sg.sm_access(s.channels[gpu], accesses[i : i + GPU_BATCH], timeout_ms=60_000)
+    bad = [r for r in out if r.status]
+    if bad:
+        r = bad[0]
+        raise errors.HuvmError(f"GPU{gpu} SM {r.access.type} at 0x{r.access.va:x} (+{r.access.size}): "
+                               f"{r.status_name} ({len(bad)} of {len(out)} accesses failed)")
+    return out
+
+
+def gpu_fill(s: Session, gpu: int, region: uvm.ManagedRegion, seed: int, offset: int = 0,
+             nbytes: int | None = None) -> None:
+    """The pattern of ``seed`` written by GPU ``gpu``'s SMs (SOFTGPU_SM_ACCESS WRITE: through the GPU's MMU,
+    faulting as a GPU does) over [offset, offset + nbytes) of region. Only the GPU's copy holds it afterwards:
+    pages UVM keeps on the CPU hold what the CPU wrote before, so a later copy that was skipped shows."""
+    end = region.size if nbytes is None else offset + nbytes
+    _gpu_run(s, gpu, [softgpu.Access.write(region.base + off, min(GPU_STEP, end - off), seed=seed)
+                      for off in range(offset, end, GPU_STEP)])
+
+
+def gpu_mismatches(s: Session, gpu: int, region: uvm.ManagedRegion, seed: int, offset: int = 0,
+                   nbytes: int | None = None) -> tuple[int, int]:
+    """GPU ``gpu``'s SMs read [offset, offset + nbytes) of region and compare every word with the pattern of
+    ``seed`` (a fault brings pages the GPU does not map: a fetch-back for harvested data). Returns (words
+    that differ, VA of the first one or 0)."""
+    end = region.size if nbytes is None else offset + nbytes
+    res = _gpu_run(s, gpu, [softgpu.Access.read(region.base + off, min(GPU_STEP, end - off), seed=seed)
+                            for off in range(offset, end, GPU_STEP)])
+    count = sum(r.mismatches for r in res)
+    first = next((r.first_mismatch_va for r in res if r.mismatches), 0)
+    return count, first
+
+
 def random_bytes(nbytes: int, seed: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
     return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
 

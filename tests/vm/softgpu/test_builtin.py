@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import sglib
-from huvm import softgpu, uvm
+from huvm import errors, softgpu, uvm
 
 MIB = sglib.MIB
 
@@ -32,6 +32,8 @@ class Ctx:
     session: sglib.Session | None
     managed: list[uvm.ManagedRegion] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    #: huvm's peer tier is on (test_builtin_tier.py): an eviction may land on a peer GPU instead of the CPU
+    tier: bool = False
 
     @property
     def gpus(self) -> tuple[softgpu.GpuInfo, ...]:
@@ -198,8 +200,8 @@ def run_pmm_sysmem(ctx: Ctx) -> None:
 
 
 def run_evict_chunk(ctx: Ctx) -> None:
-    """A managed 2 MiB block migrated to each GPU, evicted by VA to the CPU: evicted, now resident on the
-    CPU, data intact."""
+    """A managed 2 MiB block migrated to each GPU, evicted by VA to the CPU (or, with huvm's tier on, to the
+    CPU or a peer GPU): evicted, now resident there, data intact."""
     for g in ctx.gpus:
         r = ctx.alloc(2 * MIB)
         sglib.fill_pattern(r, seed=0xE71C7 + g.index)
@@ -210,7 +212,8 @@ def run_evict_chunk(ctx: Ctx) -> None:
         expect(res.evicted, f"{g.name}: EVICT_CHUNK reported no eviction")
         expect(res.chunk_size_backing_virtual > 0, f"{g.name}: chunk_size_backing_virtual 0")
         after = ctx.u.va_residency_info(r.base)
-        expect(after.on_cpu and not after.is_resident_on(g), f"{g.name}: after eviction: {after.describe()}")
+        elsewhere = after.on_cpu or (ctx.tier and any(after.is_resident_on(p) for p in ctx.gpus if p.index != g.index))
+        expect(elsewhere and not after.is_resident_on(g), f"{g.name}: after eviction: {after.describe()}")
         n, first = sglib.pattern_mismatches(r, seed=0xE71C7 + g.index)
         expect(n == 0, f"{g.name}: {n} words differ after eviction, first at 0x{first:x}")
         ctx.details[g.name] = {"evicted_pa": res.evicted_physical_address,
@@ -270,6 +273,196 @@ def run_va_residency_info(ctx: Ctx) -> None:
     r.migrate(g, 2 * MIB, 2 * MIB)
     res = ctx.u.va_residency_info(r.base + 3 * MIB)
     expect(res.resident_on == (g.uuid,), f"after UVM_MIGRATE to {g.name}: {res.describe()}")
+
+
+def _status_name(status: int) -> str:
+    return uvm.nv_status_name(status) if status else "NV_OK"
+
+
+def _gpu_written(ctx: Ctx, size: int, seed: int, gpu: int = 0) -> uvm.ManagedRegion:
+    """size bytes of managed memory written by GPU gpu's SMs only (first touch on the GPU: no CPU page)."""
+    assert ctx.session is not None
+    r = ctx.alloc(size)
+    sglib.gpu_fill(ctx.session, gpu, r, seed)
+    return r
+
+
+def _expect_data(ctx: Ctx, r: uvm.ManagedRegion, seed: int, what: str, gpu: int = 0) -> None:
+    """r holds the pattern of seed, read by GPU gpu's SMs and by the CPU."""
+    assert ctx.session is not None
+    n, first = sglib.gpu_mismatches(ctx.session, gpu, r, seed)
+    expect(n == 0, f"{what}: GPU{gpu} reads {n} words that differ, first at 0x{first:x}")
+    n, first = sglib.pattern_mismatches(r, seed)
+    expect(n == 0, f"{what}: the CPU reads {n} words that differ, first at 0x{first:x}")
+
+
+def _range_of(ctx: Ctx, address: int) -> tuple[int, int]:
+    rng = ctx.run("VA_RANGE_INFO", lookup_address=address)
+    return int(rng.va_range_start), int(rng.va_range_end)
+
+
+def run_va_range_split(ctx: Ctx) -> None:
+    """A 4 MiB range written by GPU0 (its first block GPU-resident) split inside that block: two ranges, the
+    block split with them, the data intact on the GPU and the CPU."""
+    seed = 0x5_9117
+    r = _gpu_written(ctx, 4 * MIB, seed)
+    ctx.run("VA_RANGE_SPLIT", split_address=r.base + MIB - 1)
+    expect(_range_of(ctx, r.base) == (r.base, r.base + MIB - 1),
+           f"first range after the split: {_range_of(ctx, r.base)}")
+    expect(_range_of(ctx, r.base + MIB) == (r.base + MIB, r.end - 1),
+           f"second range after the split: {_range_of(ctx, r.base + MIB)}")
+    _expect_data(ctx, r, seed, "after VA_RANGE_SPLIT")
+
+
+def run_va_range_inject_split_error(ctx: Ctx) -> None:
+    """A split with an injected error fails with NV_ERR_NO_MEMORY and leaves the range whole and its data
+    intact; the injection is one-shot (the next split goes through)."""
+    seed = 0x5_9118
+    r = _gpu_written(ctx, 4 * MIB, seed)
+    ctx.run("VA_RANGE_INJECT_SPLIT_ERROR", lookup_address=r.base)
+    status, _ = ctx.u.test_status("VA_RANGE_SPLIT", split_address=r.base + MIB - 1)
+    expect(_status_name(status) == "NV_ERR_NO_MEMORY", f"injected split: {_status_name(status)}")
+    expect(_range_of(ctx, r.base) == (r.base, r.end - 1), f"range after the failed split: {_range_of(ctx, r.base)}")
+    _expect_data(ctx, r, seed, "after the failed split")
+    ctx.run("VA_RANGE_SPLIT", split_address=r.base + MIB - 1)
+    expect(_range_of(ctx, r.base) == (r.base, r.base + MIB - 1),
+           f"range after the second split: {_range_of(ctx, r.base)}")
+    _expect_data(ctx, r, seed, "after the second split")
+
+
+def run_va_block_inject_error(ctx: Ctx) -> None:
+    """An injected eviction error: UVM_TEST_EVICT_CHUNK of a GPU-resident block fails with NV_ERR_NO_MEMORY and
+    the block stays on the GPU with its data; the next eviction goes through (to the host, or to a peer under
+    huvm's tier) with the data."""
+    g = ctx.gpus[0]
+    seed = 0xB10C_E770
+    r = _gpu_written(ctx, 2 * MIB, seed)
+    ctx.run("VA_BLOCK_INJECT_ERROR", lookup_address=r.base, eviction_error=1)
+    status, p = ctx.u.test_status("EVICT_CHUNK", gpu_uuid=g, eviction_mode=uvm.constant(uvm.EVICT_MODES["virtual"]),
+                                  address=r.base)
+    expect(_status_name(status) == "NV_ERR_NO_MEMORY" and not p.chunk_was_evicted,
+           f"EVICT_CHUNK with an injected eviction error: {_status_name(status)}, evicted={bool(p.chunk_was_evicted)}")
+    expect(not sglib.resident_exactly_on(ctx.u, r, g), f"{g.name}: the block left after a failed eviction")
+    _expect_data(ctx, r, seed, "after the failed eviction")
+    r2 = _gpu_written(ctx, 2 * MIB, seed ^ 1)
+    res = ctx.u.evict_chunk(g, r2.base)
+    expect(res.evicted, f"{g.name}: the eviction after the injected one did not evict")
+    expect(not ctx.u.va_residency_info(r2.base).is_resident_on(g), "the evicted block is still on the GPU")
+    _expect_data(ctx, r2, seed ^ 1, "after the eviction")
+
+
+def run_pmm_inject_pma_evict_error(ctx: Ctx) -> None:
+    """GPU1's memory mostly held by UVM (unpinned), then another process's allocation that needs PMA to evict
+    (softgpu FOREIGN_ALLOC) with an eviction error injected after one chunk: the allocation gets less than it
+    asked, UVM's data stays intact; the injection is one-shot (the same allocation then succeeds)."""
+    assert ctx.sg is not None
+    g = ctx.gpus[1] if len(ctx.gpus) > 1 else ctx.gpus[0]
+    seed = 0x9_3A_E77
+    size = max(4, g.pma_bytes // (2 * MIB) * 3 // 4) * 2 * MIB
+    r = ctx.alloc(size)
+    sglib.fill_pattern(r, seed)
+    r.migrate(g)
+    free2m = int(ctx.run("PMM_QUERY_PMA_STATS", gpu_uuid=g).pma_stats.numFreePages2m) * 2 * MIB
+    want = free2m + 8 * MIB
+    ctx.run("PMM_INJECT_PMA_EVICT_ERROR", gpu_uuid=g, error_after_num_chunks=1)
+    got = 0
+    try:
+        fa = ctx.sg.foreign_alloc(g, want)
+        got = fa.allocated
+        ctx.sg.foreign_free(fa)
+    except errors.HuvmError as exc:   # refused outright: as good as short
+        ctx.details["injected"] = f"refused: {exc}"
+    expect(got < want, f"{g.name}: the allocation needing eviction got all {want >> 20} MiB despite the injection")
+    n, first = sglib.pattern_mismatches(r, seed)
+    expect(n == 0, f"after the failed PMA eviction: the CPU reads {n} words that differ, first at 0x{first:x}")
+    r.migrate(g)
+    fa = ctx.sg.foreign_alloc(g, want)
+    try:
+        expect(fa.allocated == want, f"{g.name}: after the injection: got {fa.allocated >> 20} of {want >> 20} MiB")
+    finally:
+        ctx.sg.foreign_free(fa)
+    n, first = sglib.pattern_mismatches(r, seed)
+    expect(n == 0, f"after the PMA eviction: the CPU reads {n} words that differ, first at 0x{first:x}")
+    ctx.details[g.name] = {"asked_mib": want >> 20, "got_with_injection_mib": got >> 20}
+
+
+def run_page_thrashing_policy(ctx: Ctx) -> None:
+    """The VA space's thrashing policy set and read back (disable, enable with another pin time, restored);
+    then a page written by GPU0 and read by GPU1 back and forth with the detection on: data intact."""
+    lib = uvm.lib()
+    orig = ctx.run("GET_PAGE_THRASHING_POLICY")
+    ctx.run("SET_PAGE_THRASHING_POLICY", policy=lib.UVM_TEST_PAGE_THRASHING_POLICY_DISABLE, pin_ns=0)
+    now = ctx.run("GET_PAGE_THRASHING_POLICY")
+    expect(int(now.policy) == lib.UVM_TEST_PAGE_THRASHING_POLICY_DISABLE, f"policy {now.policy} after DISABLE")
+    pin = int(orig.pin_ns) + 1000
+    ctx.run("SET_PAGE_THRASHING_POLICY", policy=lib.UVM_TEST_PAGE_THRASHING_POLICY_ENABLE, pin_ns=pin)
+    now = ctx.run("GET_PAGE_THRASHING_POLICY")
+    expect(int(now.policy) == lib.UVM_TEST_PAGE_THRASHING_POLICY_ENABLE and int(now.pin_ns) == pin,
+           f"policy {now.policy} pin_ns {now.pin_ns} after ENABLE with pin_ns {pin}")
+    if len(ctx.gpus) > 1:
+        assert ctx.session is not None
+        r = ctx.alloc(64 << 10)
+        for i in range(4):
+            sglib.gpu_fill(ctx.session, 0, r, 0x7A5 + i)
+            n, first = sglib.gpu_mismatches(ctx.session, 1, r, 0x7A5 + i)
+            expect(n == 0, f"round {i}: GPU1 reads {n} words that differ from GPU0's, first at 0x{first:x}")
+    ctx.run("SET_PAGE_THRASHING_POLICY", policy=int(orig.policy), pin_ns=int(orig.pin_ns))
+    ctx.details["pin_ns"] = int(orig.pin_ns)
+
+
+def run_page_prefetch_policy(ctx: Ctx) -> None:
+    """Prefetch off for the VA space: GPU0's SMs write the first quarter of a fresh 2 MiB block, one access per
+    page: exactly those pages become resident (nothing prefetched); prefetch back on, the same on another
+    block is reported (UVM's threshold decides); the data intact."""
+    lib = uvm.lib()
+    assert ctx.session is not None
+    s = ctx.session
+    pages = (2 * MIB) // sglib.PAGE // 4
+    counts = {}
+    for policy, seed in ((lib.UVM_TEST_PAGE_PREFETCH_POLICY_DISABLE, 0x9F0),
+                         (lib.UVM_TEST_PAGE_PREFETCH_POLICY_ENABLE, 0x9F1)):
+        ctx.run("SET_PAGE_PREFETCH_POLICY", policy=policy)
+        r = ctx.alloc(2 * MIB)
+        s.sg.sm_access(s.channels[0], [softgpu.Access.write(r.base + i * sglib.PAGE, sglib.PAGE, seed=seed)
+                                       for i in range(pages)], check=True, timeout_ms=60_000)
+        counts[int(policy)] = sglib.resident_pages(s, r.base, r.size).get(f"GPU{ctx.gpus[0].index}", 0)
+        n, first = sglib.gpu_mismatches(s, 0, r, seed, 0, pages * sglib.PAGE)
+        expect(n == 0, f"GPU0 reads {n} words that differ, first at 0x{first:x}")
+    ctx.details["resident_pages"] = {"prefetch_off": counts[lib.UVM_TEST_PAGE_PREFETCH_POLICY_DISABLE],
+                                     "prefetch_on": counts[lib.UVM_TEST_PAGE_PREFETCH_POLICY_ENABLE],
+                                     "written": pages}
+    expect(counts[lib.UVM_TEST_PAGE_PREFETCH_POLICY_DISABLE] == pages,
+           f"prefetch off: {counts[lib.UVM_TEST_PAGE_PREFETCH_POLICY_DISABLE]} pages resident on GPU0 for {pages} "
+           "written")
+
+
+def run_change_pte_mapping(ctx: Ctx) -> None:
+    """GPU faults from a built-in's downgrades: a page on GPU0 mapped by UVM_MIGRATE, its PTE downgraded to
+    read-only (an SM write then faults and is serviced) and then invalidated (an SM read faults); the data
+    follows."""
+    assert ctx.session is not None
+    s = ctx.session
+    lib = uvm.lib()
+    g = ctx.gpus[0]
+    r = ctx.alloc(64 << 10)
+    sglib.fill_pattern(r, 0xC4A)
+    r.migrate(g)
+    faults = {}
+    ctx.run("CHANGE_PTE_MAPPING", uuid=g, va=r.base, mapping=lib.UVM_TEST_PTE_MAPPING_READ_ONLY)
+    res = s.sg.sm_access(s.channels[0], [softgpu.Access.write(r.base, sglib.PAGE, seed=0xC4B)], check=True,
+                         timeout_ms=60_000)
+    faults["write_after_read_only"] = res[0].faults
+    ctx.run("CHANGE_PTE_MAPPING", uuid=g, va=r.base, mapping=lib.UVM_TEST_PTE_MAPPING_INVALID)
+    res = s.sg.sm_access(s.channels[0], [softgpu.Access.read(r.base, sglib.PAGE, seed=0xC4B)], check=True,
+                         timeout_ms=60_000)
+    faults["read_after_invalid"] = res[0].faults
+    ctx.details["faults"] = faults
+    expect(faults["write_after_read_only"] > 0, "an SM write to a read-only PTE raised no fault")
+    expect(faults["read_after_invalid"] > 0, "an SM read of an invalidated PTE raised no fault")
+    n, first = sglib.pattern_mismatches(r, 0xC4B, 0, sglib.PAGE)
+    expect(n == 0, f"the CPU reads {n} words that differ from GPU0's write, first at 0x{first:x}")
+    n, first = sglib.pattern_mismatches(r, 0xC4A, sglib.PAGE, r.size - sglib.PAGE)
+    expect(n == 0, f"the CPU reads {n} words that differ in the untouched pages, first at 0x{first:x}")
 
 
 def run_get_reenable_lapse(ctx: Ctx) -> None:
@@ -404,6 +597,14 @@ BUILTINS: list[Builtin] = [
     Builtin("FLUSH_DEFERRED_WORK", 6, "residency/VA", "session",
             each(dict(work_type=1))),  # UvmTestDeferredWorkTypeAcessedByMappings
     Builtin("GET_PAGE_THRASHING_POLICY", 6, "residency/VA"),
+    # managed memory with NVIDIA's error injection and policy knobs (issue 26: paths huvm's glue hooks)
+    Builtin("VA_RANGE_SPLIT", 6, "residency/VA", run=run_va_range_split),
+    Builtin("VA_RANGE_INJECT_SPLIT_ERROR", 6, "residency/VA", run=run_va_range_inject_split_error),
+    Builtin("VA_BLOCK_INJECT_ERROR", 6, "PMM/PMA", run=run_va_block_inject_error),
+    Builtin("PMM_INJECT_PMA_EVICT_ERROR", 6, "PMM/PMA", run=run_pmm_inject_pma_evict_error),
+    Builtin("SET_PAGE_THRASHING_POLICY", 6, "residency/VA", run=run_page_thrashing_policy),
+    Builtin("SET_PAGE_PREFETCH_POLICY", 6, "residency/VA", run=run_page_prefetch_policy),
+    Builtin("CHANGE_PTE_MAPPING", 7, "faults", run=run_change_pte_mapping),
     # 7. faults
     Builtin("FAULT_BUFFER_FLUSH", 7, "faults", "session", each(dict(iterations=10))),
     Builtin("CHECK_CHANNEL_VA_SPACE", 7, "faults", run=run_check_channel_va_space),
@@ -428,7 +629,9 @@ BUILTINS: list[Builtin] = [
     Builtin("GET_PAGEABLE_MEM_ACCESS_TYPE", 8, "out of scope", not_run=NO_HMM),
     Builtin("REGISTER_UNLOAD_STATE_BUFFER", 8, "out of scope",
             not_run="reports at module unload, which this suite does not do"),
-    Builtin("INJECT_TOOLS_EVENT", 8, "out of scope", not_run="tools event queues are not part of this suite"),
+    Builtin("INJECT_TOOLS_EVENT", 8, "out of scope",
+            not_run="needs a tools event queue (UVM_TOOLS_INIT_EVENT_TRACKER on /dev/nvidia-uvm-tools), which the "
+                    "UVM binding does not create yet"),
     Builtin("INCREMENT_TOOLS_COUNTER", 8, "out of scope", not_run="tools counters are not part of this suite"),
     Builtin("DESTROY_GPU_VA_SPACE_DELAY", 8, "out of scope", not_run="a race-window knob for other tests"),
     Builtin("SPLIT_INVALIDATE_DELAY", 8, "out of scope", not_run="a race-window knob for other tests"),

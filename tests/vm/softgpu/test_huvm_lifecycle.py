@@ -667,8 +667,9 @@ def _small_harvest(s: sglib.Session, node: Any, seed: int) -> dict[str, Any]:
     st0 = node.stats()
     r = s.uvm.alloc_managed(4 * CHUNK)
     try:
-        sglib.fill_pattern(r, seed)
+        sglib.fill_pattern(r, sglib.stale_seed(seed))
         r.migrate(g0)
+        sglib.gpu_fill(s, g0.index, r, seed)     # the data lives on GPU0 only: the evictions must copy it
         evicted = sum(int(s.uvm.evict_chunk(g0, r.base + off).evicted) for off in range(0, r.size, CHUNK))
         counts, _ = sglib.blocks_by_place(s, r.base, r.size)
         st1 = node.stats()

@@ -138,15 +138,8 @@ def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kms
 
     st0 = node.stats()
     vas_before = {v.id: v.counters for v in node.va_spaces() if v.pid == os.getpid()}
-    size = -(-g0.pma_bytes * 3 // 2 // CHUNK) * CHUNK
-    blocks = size // CHUNK
-    r = managed(size)
     seed = 0xE7_1CE
-    sglib.fill_pattern(r, seed)
-
-    piece = 16 * MIB
-    for off in range(0, size, piece):
-        r.migrate(g0, off, min(piece, size - off))
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
 
     # NVIDIA's test path: evict blocks still on GPU0 with no VA space lock held (uvm_test_evict_chunk).
     test_evicted = 0
@@ -208,7 +201,16 @@ def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kms
     assert vas1["evict_to_host"] == vas0["evict_to_host"]
     assert vas1["harvested_bytes"] == vas0["harvested_bytes"] + sum(on_peers.values()) * CHUNK
 
-    # data byte-exact: CPU reads (from the peers, GPU0 and nothing from host)
+    # data byte-exact, written by GPU0's SMs before the evictions: GPU0 reads four blocks held by peers (faults:
+    # fetched back, or mapped remotely), then the CPU reads everything (from the peers and GPU0)
+    names = {ln.uuid: ln for ln in lenders}
+    held_offs = [off for off in range(0, size, CHUNK)
+                 if len(where := s.uvm.va_residency_info(r.base + off).resident_on) == 1 and where[0] in names][:4]
+    assert held_offs, f"no block on a peer to read back: {counts}"
+    for off in held_offs:
+        n_bad, first = sglib.gpu_mismatches(s, g0.index, r, seed, off, CHUNK)
+        assert n_bad == 0, f"GPU0 reads {n_bad} words that differ in the block at +{off >> 20} MiB it fetched " \
+            f"back from a peer, first at 0x{first:x}"
     n_bad, first = sglib.pattern_mismatches(r, seed)
     assert n_bad == 0, f"{n_bad} words differ after eviction to peers, first at 0x{first:x}"
     counts_after, _ = sglib.blocks_by_place(s, r.base, size)
@@ -300,14 +302,19 @@ def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: An
 # ---- shared workload -----------------------------------------------------------------------------------------
 
 def _oversubscribe(s: sglib.Session, managed: Any, gpu: Any, seed: int) -> tuple[Any, int, int]:
-    """A managed region 1.5x gpu's PMA region, filled with the pattern by the CPU and migrated onto gpu in
-    16 MiB pieces (the evict-to-peer workload). Returns (region, bytes, 2 MiB blocks)."""
+    """A managed region 1.5x gpu's PMA region, filled by the CPU with a stale pattern
+    (``sglib.stale_seed(seed)``), migrated onto gpu in 16 MiB pieces, each piece then written over by gpu's
+    SMs with the pattern of ``seed`` (the evict-to-peer workload). The data a test checks lives on gpu only
+    (UVM keeps the CPU's pages, with the stale words, after migrating a block): every eviction, give-back and
+    fetch-back must copy it for the checks to pass. Returns (region, bytes, 2 MiB blocks)."""
     size = -(-gpu.pma_bytes * 3 // 2 // CHUNK) * CHUNK
     r = managed(size)
-    sglib.fill_pattern(r, seed)
+    sglib.fill_pattern(r, sglib.stale_seed(seed))
     piece = 16 * MIB
     for off in range(0, size, piece):
-        r.migrate(gpu, off, min(piece, size - off))
+        n = min(piece, size - off)
+        r.migrate(gpu, off, n)
+        sglib.gpu_fill(s, gpu.index, r, seed, off, n)
     return r, size, size // CHUNK
 
 
@@ -439,7 +446,14 @@ def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sg
     finally:
         s.sg.foreign_free(fa)
 
-    # data byte-exact (CPU reads: from the host, GPU0 and the other peers)
+    # data byte-exact, written by GPU0's SMs before the evictions: the given-back blocks are on the host now (the
+    # CPU reads them: a give-back that skipped its copy leaves the stale words UVM kept on the CPU), then
+    # everything (from the host, GPU0 and the other peers)
+    gave = [off for off in range(0, size, CHUNK) if s.uvm.va_residency_info(r.base + off).on_cpu]
+    for off in gave:
+        n_bad, first = sglib.pattern_mismatches(r, seed, off, CHUNK)
+        assert n_bad == 0, f"{n_bad} words differ in the block at +{off >> 20} MiB given back to the host, first " \
+            f"at 0x{first:x}"
     n_bad, first = sglib.pattern_mismatches(r, seed)
     assert n_bad == 0, f"{n_bad} words differ after the give-back, first at 0x{first:x}"
     n_bad, first = sglib.pattern_mismatches(own, own_seed)
@@ -910,9 +924,157 @@ def test_block_split(session: sglib.Session, managed: Any, huvm_node: Any, kmsg:
     for p in peers:
         assert st2.gpus[slot[p.index]].scalar("lent_bytes") == on_peers[p.index] * CHUNK, \
             f"lent_bytes of {p.name} != {on_peers[p.index]} chunks"
+    # the split block's first half (given back to the host before the split) holds what GPU0's SMs wrote: GPU0
+    # reads it, then the CPU reads everything left
+    n_bad, first = sglib.gpu_mismatches(s, g0.index, r, seed, victim, half)
+    assert n_bad == 0, f"GPU0 reads {n_bad} words that differ in the split block's first half, first at 0x{first:x}"
     for off, n in ((0, victim + half), (victim + CHUNK, size - victim - CHUNK)):
         n_bad, first = sglib.pattern_mismatches(r, seed, off, n)
         assert n_bad == 0, f"{n_bad} words differ in +{off >> 20} MiB..+{(off + n) >> 20} MiB, first at 0x{first:x}"
+
+
+# ---- block-split-failure (issue 26: a failed give-back before a split must not lose the allocation) ------------
+
+@_scenario("block-split-failure")
+def test_block_split_failure(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
+    """A block written by GPU0's SMs only (no CPU page ever allocated for it) is evicted to a peer by NVIDIA's
+    test path; UVM's own error injection (UVM_TEST_VA_BLOCK_INJECT_ERROR: 4 KiB CPU chunks,
+    cpu_pages_allocation_error_count=1) makes the block's next CPU allocation fail; then the second half of the
+    block is unmapped. huvm's give-back
+    before the split (to the CPU) fails for want of CPU memory: the split must go on anyway (on munmap UVM
+    destroys the whole VA range when a split fails, uvm_vm_open_failure()), the pages staying on the peer as the
+    block's own residency there, no longer harvested. Checked: the range is still there, its data (written by
+    GPU0) reads back on GPU0 and the CPU, and no gauge counts the split block."""
+    s, node = session, huvm_node
+    g0 = s.gpus[0]
+    slot = _slots(node, s)
+    owner = slot[g0.index]
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=off"])
+    assert policy.preevict_chunks == 0
+
+    blocks = 4
+    r = managed(blocks * CHUNK)
+    seed = 0x5_9117_FA11
+    sglib.gpu_fill(s, g0.index, r, seed)            # GPU first touch: the block has no CPU pages
+    victim = CHUNK
+    res = s.uvm.evict_chunk(g0, r.base + victim)
+    names = {g.uuid: g for g in s.gpus}
+    where = s.uvm.va_residency_info(r.base + victim).resident_on
+    assert res.evicted and len(where) == 1 and where[0] in names and names[where[0]].index != g0.index, \
+        f"the block did not go to a peer: evicted={res.evicted}, resident on {where}"
+    peer = names[where[0]]
+    holder = slot[peer.index]
+    st1 = _settled_stats(node, owner)
+    assert st1.pair(owner, holder)["held_bytes"] >= CHUNK
+
+    # 4 KiB CPU chunks only, so that one injected failure fails the populate (with larger sizes allowed, UVM
+    # falls back to a smaller size after a failed allocation, and the injection counts each try)
+    # (the count's field was renamed in 570: cpu_chunk_allocation_error_count)
+    count_field = "cpu_chunk_allocation_error_count" if sglib.BRANCH >= 570 else "cpu_pages_allocation_error_count"
+    s.uvm.run_test("VA_BLOCK_INJECT_ERROR", lookup_address=r.base + victim, cpu_chunk_allocation_size_mask=sglib.PAGE,
+                   **{count_field: 1})
+    half = CHUNK // 2
+    _munmap(r.base + victim + half, half)
+    st2 = _settled_stats(node, owner, also=(holder,))
+    status, info = s.uvm.test_status("VA_RANGE_INFO", lookup_address=r.base)
+    d = st2.delta(st1)
+    print(f"block-split-failure: block +{victim >> 20} MiB on {peer.name}, CPU allocation failing, second half "
+          f"unmapped: VA_RANGE_INFO status {status:#x}; giveback +{d.gpus[holder]['giveback']}; held_bytes "
+          f"{st1.pair(owner, holder)['held_bytes'] >> 20} -> {st2.pair(owner, holder)['held_bytes'] >> 20} MiB")
+    bad_log = sglib.bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert status == 0, f"the managed range is gone after a partial munmap (VA_RANGE_INFO: {status:#x}): the " \
+        "failed split destroyed the whole allocation"
+    assert (int(info.va_range_start), int(info.va_range_end)) == (r.base, r.base + victim + half - 1), \
+        f"range [0x{int(info.va_range_start):x}, 0x{int(info.va_range_end):x}] after the split"
+    first_half = s.uvm.va_residency_info(r.base + victim).resident_on
+    print(f"block-split-failure: the first half is resident on {[names[u].name if u in names else 'cpu' for u in first_half]}")
+    # the injection took: the give-back could not allocate CPU pages, so the first half stayed on the peer
+    assert first_half == (peer.uuid,), f"the first half is on {first_half}, not on {peer.name}: the injected CPU " \
+        "allocation failure did not stop the give-back (the scenario would prove nothing)"
+    # and nothing of the split block is harvested any more
+    assert st2.pair(owner, holder)["held_bytes"] == st1.pair(owner, holder)["held_bytes"] - CHUNK, \
+        f"held_bytes {st1.pair(owner, holder)['held_bytes']} -> {st2.pair(owner, holder)['held_bytes']}"
+    assert st2.gpus[holder].scalar("lent_bytes") == st1.gpus[holder].scalar("lent_bytes") - CHUNK
+    n_bad, first = sglib.gpu_mismatches(s, g0.index, r, seed, 0, victim + half)
+    assert n_bad == 0, f"GPU0 reads {n_bad} words that differ before the unmapped half, first at 0x{first:x}"
+    n_bad, first = sglib.pattern_mismatches(r, seed, 0, victim + half)
+    assert n_bad == 0, f"the CPU reads {n_bad} words that differ before the unmapped half, first at 0x{first:x}"
+    n_bad, first = sglib.pattern_mismatches(r, seed, victim + CHUNK, r.size - victim - CHUNK)
+    assert n_bad == 0, f"the CPU reads {n_bad} words that differ after the unmapped half, first at 0x{first:x}"
+
+
+# ---- partial-move (issue 26: a partly failed peer move leaves no harvested chunk behind) --------------------------
+
+FAIL_PEER_MOVES = "/sys/module/nvidia_uvm/parameters/uvm_huvm_test_fail_peer_moves"
+
+
+def _set_param(path: str, value: int) -> None:
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+@_scenario("partial-move")
+def test_partial_peer_move(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
+    """GPU1 the only lender; one block of GPU0 harvested there (UVM_TEST_EVICT_CHUNK). Then another block's move
+    to GPU1 fails after its pages reached GPU1 (huvm's test-only injection uvm_huvm_test_fail_peer_moves,
+    honoured with uvm_enable_builtin_tests=1): the eviction falls back to the host (reason copy_failed), GPU0's
+    data (written by its SMs) reaches the CPU, and the chunk left on GPU1 is not harvested data: nothing counted
+    it, so freeing the block must not uncount anything. Before the fix the chunk stayed marked harvested and its
+    release took the first block's bytes off the pair's held_bytes."""
+    from huvm import abi
+
+    s, node = session, huvm_node
+    assert len(s.gpus) >= 2, "partial-move needs at least 2 GPUs"
+    g0, lender = s.gpus[0], s.gpus[1]
+    slot = _slots(node, s)
+    owner, holder = slot[g0.index], slot[lender.index]
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0", "prefetch_mode=off"]
+                         + [f"gpu.{slot[o.index]}.role=harvester" for o in s.gpus[2:]])
+    assert policy.preevict_chunks == 0
+
+    keep, keep_seed = managed(CHUNK), 0x6EE9
+    sglib.gpu_fill(s, g0.index, keep, keep_seed)
+    assert s.uvm.evict_chunk(g0, keep.base).evicted
+    assert s.uvm.va_residency_info(keep.base).resident_on == (lender.uuid,), "the first block is not on GPU1"
+    st0 = _settled_stats(node, owner, also=(holder,))
+    held0 = st0.pair(owner, holder)["held_bytes"]
+    assert held0 >= CHUNK, f"held_bytes {held0} with a block harvested on {lender.name}"
+
+    part, part_seed = managed(CHUNK), 0x9A27
+    sglib.gpu_fill(s, g0.index, part, part_seed)
+    _set_param(FAIL_PEER_MOVES, 1)
+    try:
+        res = s.uvm.evict_chunk(g0, part.base)
+    finally:
+        _set_param(FAIL_PEER_MOVES, 0)
+    st1 = _settled_stats(node, owner, also=(holder,))
+    where = s.uvm.va_residency_info(part.base)
+    d = st1.delta(st0)
+    print(f"partial-move: the failing move: evicted={res.evicted}, block now {where.describe()}; evict_to_host "
+          f"+{d.gpus[owner]['evict_to_host']} (copy_failed +{d.gpus[owner]['host_reason'][abi.lib.HUVM_REASON_COPY_FAILED]}); "
+          f"held_bytes {held0 >> 20} -> {st1.pair(owner, holder)['held_bytes'] >> 20} MiB")
+    assert res.evicted and where.on_cpu, f"the block did not fall back to the host: {where.describe()}"
+    assert d.gpus[owner]["evict_to_host"] == 1 and d.gpus[owner]["evict_to_peer"] == 0, d.gpus[owner]
+    assert d.gpus[owner]["host_reason"][abi.lib.HUVM_REASON_COPY_FAILED] == 1, d.gpus[owner]["host_reason"]
+    assert st1.pair(owner, holder)["held_bytes"] == held0
+    n_bad, first = sglib.pattern_mismatches(part, part_seed)
+    assert n_bad == 0, f"the CPU reads {n_bad} words that differ after the fallback to host, first at 0x{first:x}"
+
+    part.close()                                    # the block's state on GPU1 (its leftover chunk) is destroyed
+    st2 = _settled_stats(node, owner, also=(holder,))
+    print(f"partial-move: after the block was freed: held_bytes {st2.pair(owner, holder)['held_bytes'] >> 20} MiB, "
+          f"lent_bytes of {lender.name} {st2.gpus[holder].scalar('lent_bytes') >> 20} MiB")
+    bad_log = sglib.bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert st2.pair(owner, holder)["held_bytes"] == held0, \
+        f"held_bytes {held0} -> {st2.pair(owner, holder)['held_bytes']}: the failed move's chunk was uncounted"
+    assert st2.gpus[holder].scalar("lent_bytes") == st0.gpus[holder].scalar("lent_bytes")
+    assert s.uvm.va_residency_info(keep.base).resident_on == (lender.uuid,), "the first block left GPU1"
+    n_bad, first = sglib.gpu_mismatches(s, g0.index, keep, keep_seed)
+    assert n_bad == 0, f"GPU0 reads {n_bad} words of the harvested block that differ, first at 0x{first:x}"
 
 
 # ---- fetch-back (defect 12: every fetch visible, with nvidia-uvm's GPU ids) --------------------------------------
@@ -1010,6 +1172,9 @@ def test_fetch_back(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: 
     on_g0 = pages_a.get(f"GPU{g0.index}", 0)
     assert 0 < on_g0 < CHUNK // sglib.PAGE and pages_a.get(f"GPU{peer.index}", 0) > 0, \
         f"block a is not split between {g0.name} and {peer.name}: {pages_a}"
+    # the pages that came back hold what GPU0's SMs wrote before the eviction (GPU0 reads them, no fault)
+    n_bad, first_bad = sglib.gpu_mismatches(s, g0.index, r, seed, a, 64 * 1024)
+    assert n_bad == 0, f"GPU0 reads {n_bad} words that differ in the partly fetched block, first at 0x{first_bad:x}"
     part = _fetched(ev1, r.base + a, r.base + a + CHUNK, lib.HUVM_FETCHED_PAGES)
     assert part and all(e.gpu == owner and e.peer == holder for e in part), \
         f"no partial fetch-back event for block a (0x{r.base + a:x}); events: {ev1}"
@@ -1127,6 +1292,15 @@ def test_preevict(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sg
     assert g["evict_to_peer"] == on_peers, f"evict_to_peer +{g['evict_to_peer']} but {on_peers} blocks on peers"
     if flags == "none":
         assert free >= target, f"{free >> 20} MiB free on {g0.name}, the reserve kept is {target >> 20} MiB"
+    # data written by GPU0's SMs before the (pre-)evictions: GPU0 reads two blocks held by peers back, then the
+    # CPU reads everything
+    names = {p.uuid for p in s.gpus[1:]}
+    held_offs = [off for off in range(0, size, CHUNK)
+                 if len(where := s.uvm.va_residency_info(r.base + off).resident_on) == 1 and where[0] in names][:2]
+    for off in held_offs:
+        n_bad, first = sglib.gpu_mismatches(s, g0.index, r, seed, off, CHUNK)
+        assert n_bad == 0, f"GPU0 reads {n_bad} words that differ in the block at +{off >> 20} MiB it fetched " \
+            f"back, first at 0x{first:x}"
     n_bad, first = sglib.pattern_mismatches(r, seed)
     assert n_bad == 0, f"{n_bad} words differ after pre-eviction, first at 0x{first:x}"
 
@@ -1191,6 +1365,12 @@ def test_two_stage_prefetch(session: sglib.Session, managed: Any, huvm_node: Any
         rel = [e for e in ev
                if e.name == "fetch" and e.va == va and e.reason == sglib.abi_lib().HUVM_FETCHED_RELEASED]
         assert len(rel) == 1, f"block +{(va - r.base) >> 20} MiB came back without one release event: {rel}"
+    # the blocks that came back hold what GPU0's SMs wrote before they left (GPU0 reads them where they are now)
+    for k in [0, *came_back]:
+        off = start + k * stride * CHUNK
+        n_bad, first = sglib.gpu_mismatches(s, g0.index, r, seed, off, CHUNK)
+        assert n_bad == 0, f"GPU0 reads {n_bad} words that differ in the block at +{off >> 20} MiB the prefetch " \
+            f"brought back, first at 0x{first:x}"
     assert d.gpus[owner]["fetch_from_peer"] >= 1 + len(came_back)
     assert d.gpus[owner]["evict_to_host"] == 0, "the prefetch evicted to host"
     n_bad, first = sglib.pattern_mismatches(r, seed, 0, tail)
