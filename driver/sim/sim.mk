@@ -8,7 +8,7 @@
 #                    then a verdict line per scenario and lender bound T (huvm.sim.verdict)
 #                    (not part of `make test`; EVAL_HALF=tuning for the half the constants were chosen on)
 #   make eval-doc    the same, written into docs/evaluation.md between its generated-table markers; and, per
-#                    verdict where huvm is `behind`, the measured difference (huvm.sim.explain) into docs/policy.md
+#                    verdict where huvm is `behind`, the measured difference (huvmlab.sim.verdict.explain) into docs/policy.md
 #   make replicate-doc  the prototype's Fig 6/8/9 replications (huvm.sim.replicate) into docs/simulator.md
 #   make calibration    the cost model against real measurements: one line per replication row, exit 1 if
 #                  a row is off by more than 25 % (huvm.sim.fidelity; not part of `make test`)

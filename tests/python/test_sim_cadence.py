@@ -112,7 +112,7 @@ def test_verdict_takes_a_cadence(capsys: pytest.CaptureFixture[str], tmp_path: P
     doc.write_text(f"{verdict.DOC_BEGIN}\n{verdict.DOC_END}\n")
     assert verdict.main(["--spike-period", "500", "--update-doc", str(doc)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: update_doc: --update-doc takes the whole evaluation half at the matrix's cadence"]
+        "error: update_doc: --update-doc and --explain-doc take the whole evaluation half at the matrix's cadence"]
     assert verdict.main(["--half", "tuning", "--spike-period", "2000", "--only", "a100/random/3/spiky"]) == 0
     out = capsys.readouterr().out
     assert "verdict a100/random/3/spiky/every-2000ms T=2%: pareto ok" in out

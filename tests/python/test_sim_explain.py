@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from huvmlab.sim import explain as X
 from huvmlab.sim import matrix as M
 from huvmlab.sim import verdict as V
 
@@ -20,19 +19,19 @@ def _variant(name: str) -> M.Variant:
 
 
 def test_knob_diff_names_what_differs_and_nothing_else() -> None:
-    d = {k: (a, b) for k, a, b in X.knob_diff(_variant("huvm@2%"), _variant("huvm/reserve-50%"))}
+    d = {k: (a, b) for k, a, b in V.knob_diff(_variant("huvm@2%"), _variant("huvm/reserve-50%"))}
     assert d == {"budget": ("for 2%", "none"), "reserve": ("preset", "50%")}     # T: 2 % both (the preset's)
-    d = {k: (a, b) for k, a, b in X.knob_diff(_variant("huvm"), _variant("huvm/no-peak"))}
+    d = {k: (a, b) for k, a, b in V.knob_diff(_variant("huvm"), _variant("huvm/no-peak"))}
     assert d == {"LEND_ABOVE_PEAK": ("on", "off")}
-    d = {k: (a, b) for k, a, b in X.knob_diff(_variant("huvm@2%"), _variant("huvm@1%"))}
+    d = {k: (a, b) for k, a, b in V.knob_diff(_variant("huvm@2%"), _variant("huvm@1%"))}
     assert d == {"T": ("2%", "1%"), "budget": ("for 2%", "for 1%")}
-    d = {k: (a, b) for k, a, b in X.knob_diff(_variant("huvm"), _variant("huvm-atc22"))}
+    d = {k: (a, b) for k, a, b in V.knob_diff(_variant("huvm"), _variant("huvm-atc22"))}
     assert d["preset"] == ("huvm", "huvm-atc22") and d["T"] == ("2%", "none")
 
 
 def test_explanation_is_measured_from_the_runs() -> None:
     verdicts = V.judge("evaluation", [SCENARIO])
-    exps = X.explain(verdicts, "evaluation")
+    exps = V.explain(verdicts, "evaluation")
     behind = [v for v in verdicts if v.behind]
     assert behind and [(e.scenario, e.bound) for e in exps] == [(v.scenario, v.bound) for v in behind]
     sc = next(s for s in M.scenarios("evaluation") if s.name == SCENARIO)
@@ -76,5 +75,5 @@ def test_explain_doc_takes_the_whole_half(tmp_path: Path) -> None:
 
 def test_doc_holds_the_generated_table() -> None:
     text = DOC.read_text(encoding="utf-8")
-    block = text.split(X.DOC_BEGIN, 1)[1].split(X.DOC_END, 1)[0]
-    assert block == "\n" + X.doc_block(X.explain(V.judge("evaluation"), "evaluation"))
+    block = text.split(V.EXPLAIN_BEGIN, 1)[1].split(V.EXPLAIN_END, 1)[0]
+    assert block == "\n" + V.explain_block(V.explain(V.judge("evaluation"), "evaluation"))
