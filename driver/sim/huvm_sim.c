@@ -480,6 +480,28 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
 }
 
 /* After a fault brought chunk ci of tenant tt from host: ask the core for a prefetch plan and start it. */
+/* Prefetch owner g's host-resident chunk pci into peer p's memory as a guest (a background copy from t):
+ * returns when it lands. */
+static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32_t pci, uint64_t t)
+{
+    sim_chunk_t *c = &sim->chunks[pci];
+    sim_gpu_t *pg = &sim->gpus[p];
+
+    sim->host_chunks--;
+    sim->gpus[g].host_chunks--;
+    sim->gpus[g].peer_chunks++;
+    c->ready_ns = sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
+    lend_charge(sim, p, 1);
+    c->loc = HUVM_SIM_LOC_GPU;
+    c->holder = (uint8_t)p;
+    list_push_tail(sim->chunks, &pg->guest[g], pci);
+    c->flags |= SIM_CF_PREFETCHED;
+    pg->guest_chunks++;
+    vacnt_add(sim, pci, 4);
+    huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
+    return c->ready_ns;
+}
+
 static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
 {
     uint32_t g = tt->spec.gpu;
@@ -565,20 +587,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
                 peer_done = plan.peer_chunks;   /* the peer is full: the rest of the host part is dropped */
                 continue;
             }
-            sim->host_chunks--;
-            sim->gpus[g].host_chunks--;
-            sim->gpus[g].peer_chunks++;
-            c->ready_ns =
-                sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
-            lend_charge(sim, p, 1);
-            c->loc = HUVM_SIM_LOC_GPU;
-            c->holder = (uint8_t)p;
-            list_push_tail(sim->chunks, &pg->guest[g], pci);
-            c->flags |= SIM_CF_PREFETCHED;
-            pg->guest_chunks++;
+            prefetch_to_peer(sim, g, p, pci, t);
             peer_done++;
-            vacnt_add(sim, pci, 4);
-            huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
         }
         else if (back_done >= plan.peer_local_chunks) {
             break;
@@ -742,21 +752,8 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
                 peer_done = plan.peer_chunks; /* the peer is full: the rest of the host part is dropped */
                 continue;
             }
-            sim->host_chunks--;
-            gg->host_chunks--;
-            gg->peer_chunks++;
-            clock =
-                sim_xfer_h2d(sim, p, u64_max(clock, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
-            c->ready_ns = clock;
-            lend_charge(sim, p, 1);
-            c->loc = HUVM_SIM_LOC_GPU;
-            c->holder = (uint8_t)p;
-            list_push_tail(sim->chunks, &pg->guest[g], pci);
-            c->flags |= SIM_CF_PREFETCHED;
-            pg->guest_chunks++;
+            clock = prefetch_to_peer(sim, g, p, pci, clock);
             peer_done++;
-            vacnt_add(sim, pci, 4);
-            huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
         }
         else if (local_done < plan.local_chunks) {
             if (gpu_free(gg) == 0) {
