@@ -117,6 +117,15 @@ def session(sg: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
+def kmsg() -> Iterator[Any]:
+    """The kernel log from the test's start (sglib.Kmsg), closed after it."""
+    import sglib
+
+    with sglib.kmsg_window() as k:
+        yield k
+
+
+@pytest.fixture
 def managed(session: Any) -> Iterator[Callable[..., Any]]:
     """alloc(size, **kw) -> huvm.uvm.ManagedRegion in the session's VA space, unmapped after the test."""
     regions: list[Any] = []

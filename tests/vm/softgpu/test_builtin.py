@@ -666,6 +666,24 @@ def _register_table() -> None:
 _register_table()
 
 
+def run_builtin(builtin: Builtin, ctx: Ctx) -> list[str]:
+    """Run one built-in (its own runner, or the ioctl with each parameter set and its check) in ctx; the kernel
+    log lines it produced. ctx's managed regions are closed after it."""
+    with sglib.kmsg_window() as kmsg:
+        try:
+            if builtin.run is not None:
+                builtin.run(ctx)
+            else:
+                for fields in list(builtin.params(ctx)) if builtin.params else [{}]:
+                    params = ctx.run(builtin.name, **fields)
+                    if builtin.check is not None:
+                        builtin.check(ctx, fields, params)
+            return kmsg.read()
+        finally:
+            for r in ctx.managed:
+                r.close()
+
+
 # Tests declared "not run" are listed in the table with their reason but are not test cases: a skip of a qemu
 # test is a failure in CI, and these are not skipped by chance but out of the emulator's scope.
 @pytest.mark.parametrize("builtin", [b for b in SUITE if not b.not_run], ids=repr)
@@ -681,21 +699,9 @@ def test_builtin(builtin: Builtin, request: pytest.FixtureRequest) -> None:
         ctx = Ctx(s.uvm, s.sg, s)
         if len(s.gpus) < builtin.min_gpus:
             pytest.skip(f"needs >= {builtin.min_gpus} GPUs, the software GPU has {len(s.gpus)}")
-    kmsg = sglib.Kmsg()
     try:
-        if builtin.run is not None:
-            builtin.run(ctx)
-        else:
-            runs = list(builtin.params(ctx)) if builtin.params else [{}]
-            for fields in runs:
-                params = ctx.run(builtin.name, **fields)
-                if builtin.check is not None:
-                    builtin.check(ctx, fields, params)
-        log = kmsg.read()
+        log = run_builtin(builtin, ctx)
     finally:
-        kmsg.close()
-        for r in ctx.managed:
-            r.close()
         if ctx.details:
             sglib.BUILTIN_RESULTS[builtin.name].details = ctx.details
     # No UVM assert or kernel report during a built-in test, except the asserts NVIDIA's test provokes on

@@ -85,21 +85,7 @@ def test_builtin_tier(tier_builtin: Builtin, tier: dict[str, Any], request: pyte
     assert tier["node"].get_policy().preset_name == "huvm"
     s = request.getfixturevalue("session")
     ctx = test_builtin.Ctx(s.uvm, s.sg, s, tier=True)
-    kmsg = sglib.Kmsg()
-    try:
-        if tier_builtin.run is not None:
-            tier_builtin.run(ctx)
-        else:
-            runs = list(tier_builtin.params(ctx)) if tier_builtin.params else [{}]
-            for fields in runs:
-                params = ctx.run(tier_builtin.name, **fields)
-                if tier_builtin.check is not None:
-                    tier_builtin.check(ctx, fields, params)
-        log = kmsg.read()
-    finally:
-        kmsg.close()
-        for r in ctx.managed:
-            r.close()
+    log = test_builtin.run_builtin(tier_builtin, ctx)
     bad = sglib.bad_lines(log, sglib.PROVOKED_ASSERTS.get(tier_builtin.name))
     assert not bad, f"{tier_builtin.name} (huvm tier on): {len(bad)} kernel log lines of asserts/reports: " \
         + " | ".join(bad[:4])

@@ -153,15 +153,6 @@ def node(session: sglib.Session) -> Iterator[Any]:
             n.close()
 
 
-@pytest.fixture
-def kmsg() -> Iterator[Kmsg]:
-    k = Kmsg()
-    try:
-        yield k
-    finally:
-        k.close()
-
-
 # ---- child processes (sgchild.py) ----------------------------------------------------------------------------
 
 class Child:

@@ -54,15 +54,6 @@ CHUNK = sglib.CHUNK
 # ---- fixtures ------------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def kmsg() -> Iterator[sglib.Kmsg]:
-    k = sglib.Kmsg()
-    try:
-        yield k
-    finally:
-        k.close()
-
-
-@pytest.fixture
 def huvm_node(session: sglib.Session) -> Iterator[Any]:
     """The patched module's huvm control surface; the preset goes back to stock afterwards (always)."""
     import huvm

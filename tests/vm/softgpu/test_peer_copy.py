@@ -13,7 +13,6 @@ pattern) and from the CPU.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,15 +21,6 @@ from huvm import softgpu
 
 MIB = sglib.MIB
 CHUNK = sglib.CHUNK
-
-
-@pytest.fixture
-def kmsg() -> Iterator[sglib.Kmsg]:
-    k = sglib.Kmsg()
-    try:
-        yield k
-    finally:
-        k.close()
 
 
 def _peer_totals(before: softgpu.Counters, after: softgpu.Counters) -> tuple[int, int]:
