@@ -318,7 +318,9 @@ static uint64_t evict_own(huvm_sim_t *sim,
     if (d.dst != HUVM_DEST_HOST) {
         uint32_t p = d.dst;
 
-        fin = sim_xfer_peer(sim, g, p, start, SIM_CHUNK, sim->cfg.migrate_service_ns, sync ? SIM_FG : SIM_BG, ci);
+        /* the glue's peer eviction moves the block's resident pages (uvm_huvm_move_with_chunk: make_resident
+         * of pages_to_evict into the peer's 2 MiB chunk): the peer holds the same groups */
+        fin = sim_xfer_peer(sim, g, p, start, pages_bytes(c->pages), sim->cfg.migrate_service_ns, sync ? SIM_FG : SIM_BG, ci);
         lend_charge(sim, p, 1);
         list_push_tail(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks++;
@@ -327,8 +329,10 @@ static uint64_t evict_own(huvm_sim_t *sim,
         vacnt_add(sim, ci, 0);
     }
     else {
-        fin = sim_xfer_d2h(sim, g, start, SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
+        /* only the resident pages are written back (the rest of the block is in host memory already) */
+        fin = sim_xfer_d2h(sim, g, start, pages_bytes(c->pages), sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
         c->loc = HUVM_SIM_LOC_HOST;
+        c->pages = 0;
         gg->host_chunks++;
         vacnt_add(sim, ci, 1);
     }
@@ -356,10 +360,16 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
     hg->guest_chunks--;
     sim->gpus[o].peer_chunks--;
     sim->gpus[o].host_chunks++;
-    fin =
-        sim_xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
+    fin = sim_xfer_d2h(sim,
+                       h,
+                       u64_max(t, c->ready_ns),
+                       pages_bytes(c->pages),
+                       sim->cfg.evict_service_ns,
+                       sync ? SIM_FG : SIM_BG,
+                       ci);
     lend_charge(sim, h, 1);
     c->loc = HUVM_SIM_LOC_HOST;
+    c->pages = 0;
     c->ready_ns = u64_max(c->ready_ns, fin);
     c->flags &= (uint8_t)~SIM_CF_REMOTE;
     huvm_account_giveback(&sim->core, h, o, SIM_CHUNK, chunk_va(sim, ci));
@@ -494,6 +504,7 @@ static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32
     lend_charge(sim, p, 1);
     c->loc = HUVM_SIM_LOC_GPU;
     c->holder = (uint8_t)p;
+    c->pages = HUVM_SIM_PAGES_ALL;
     list_push_tail(sim->chunks, &pg->guest[g], pci);
     c->flags |= SIM_CF_PREFETCHED;
     pg->guest_chunks++;
@@ -543,8 +554,8 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
             sim->gpus[p].guest_chunks--;
             sim->gpus[g].peer_chunks--;
-            c->ready_ns =
-                sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
+            c->ready_ns = sim_xfer_peer(
+                sim, p, g, u64_max(t, c->ready_ns), pages_bytes(c->pages), sim->cfg.migrate_service_ns, SIM_BG, pci);
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
             c->fetched_ns = c->ready_ns;
@@ -571,6 +582,7 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
                 sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
+            c->pages = HUVM_SIM_PAGES_ALL;
             list_push_tail(sim->chunks, &gg->own, pci);
             c->flags |= SIM_CF_PREFETCHED;
             gg->batch_allocs++;             /* the prefetched chunk takes memory of this batch too */
@@ -727,7 +739,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             sim->gpus[p].guest_chunks--;
             gg->peer_chunks--;
             clock = u64_max(clock, c->ready_ns) + sim->cfg.peer_fault_service_ns;
-            clock = sim_xfer_peer(sim, p, g, clock, SIM_CHUNK, 0, SIM_BG, pci);
+            clock = sim_xfer_peer(sim, p, g, clock, pages_bytes(c->pages), 0, SIM_BG, pci);
             c->ready_ns = clock;
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
@@ -768,6 +780,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             c->ready_ns = clock;
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
+            c->pages = HUVM_SIM_PAGES_ALL;
             list_push_tail(sim->chunks, &gg->own, pci);
             c->flags |= SIM_CF_PREFETCHED;
             gg->batch_allocs++;
@@ -802,9 +815,36 @@ void sim_proto_batch(huvm_sim_t *sim, sim_tenant_t *tt)
     proto_submit(sim, g, SIM_PFQ_FETCH, (uint32_t)(tt - sim->tenants), base, dir, tt->batch_start);
 }
 
-/* Service one faulted chunk of tenant tt at time t; returns the time the tenant can go on. *remote is set
- * when the core chose to map the peer's copy instead (the touch then runs over NVLink). */
-uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t, int *remote)
+/* UVM's density prefetcher (uvm_perf_prefetch.c: compute_prefetch_mask, compute_prefetch_region) at 64 KiB
+ * leaves: a bitmap tree over the block counts the groups resident on the GPU or faulting; for each faulted
+ * leaf, walking from the leaf to the root, the last (largest) subtree more than HUVM_SIM_PREFETCH_THRESHOLD %
+ * of which is counted is prefetched. Returns the faulted groups and the prefetched ones (resident ones too). */
+uint32_t sim_prefetch_region(uint32_t resident, uint32_t faulted)
+{
+    const uint32_t occ = resident | faulted;
+    uint32_t region = faulted, f = faulted;
+
+    while (f) {
+        uint32_t leaf = (uint32_t)__builtin_ctz(f), size, best = 0;
+
+        f &= f - 1;
+        for (size = 1; size <= HUVM_SIM_PAGE_GROUPS; size <<= 1) {
+            uint32_t m = size == HUVM_SIM_PAGE_GROUPS ? HUVM_SIM_PAGES_ALL
+                                                      : ((1u << size) - 1) << (leaf & ~(size - 1));
+
+            if ((uint32_t)__builtin_popcount(occ & m) * 100 > size * HUVM_SIM_PREFETCH_THRESHOLD)
+                best = m;
+        }
+        region |= best;
+    }
+    return region;
+}
+
+/* Service one faulted chunk of tenant tt at time t for the groups want; returns the time the tenant can go on.
+ * *remote is set when the core chose to map the peer's copy instead (the touch then runs over NVLink). A fault
+ * moves only the groups the density prefetcher's region (sim_prefetch_region) adds to what its GPU holds; the
+ * block's GPU memory is one 2 MiB chunk however many groups it holds. */
+uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint32_t want, uint64_t t, int *remote)
 {
     sim_chunk_t *c = &sim->chunks[ci];
     uint32_t g = tt->spec.gpu;
@@ -816,13 +856,23 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
      * covers it). A first touch (populate) has no host pages to handle: populate_ns below. */
     if (c->loc != HUVM_SIM_LOC_NONE) {
         t = u64_max(t, gg->fault_free_ns) +
-            (c->loc == HUVM_SIM_LOC_GPU ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns);
+            (c->loc == HUVM_SIM_LOC_GPU && c->holder != g ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns);
         gg->fault_free_ns = t;
+    }
+    if (c->loc == HUVM_SIM_LOC_GPU && c->holder == g) {
+        /* Partly resident here: the missing groups of the service region come from host memory. */
+        uint32_t add = sim_prefetch_region(c->pages, want) & ~c->pages;
+        uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(add), 0, SIM_FG, ci);
+
+        c->pages |= add;
+        c->ready_ns = fin;
+        huvm_account_fetch(&sim->core, g, HUVM_DEST_HOST, HUVM_FETCHED_PAGES, pages_bytes(add), chunk_va(sim, ci));
+        return fin;
     }
     if (c->flags & SIM_CF_PREFETCHED)
         pf_note(sim, c, 1); /* prefetched to a peer, and wanted: the prefetch paid */
     if (c->loc == HUVM_SIM_LOC_GPU) {
-        uint32_t p = c->holder;
+        uint32_t p = c->holder, add;
         uint64_t fin;
 
         if (huvm_decide_fetch(&sim->core, g, p) == HUVM_FETCH_REMOTE_MAP) {
@@ -835,7 +885,14 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         t = make_room(sim, g, 1, t, 0);
         if (sim->failed)
             return t;
-        fin = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, 0, SIM_FG, ci);
+        /* the glue's fetch-back moves the pages the peer holds (uvm_huvm_fetch.c: make_resident of the peer's
+         * resident mask); groups of the service region the peer does not hold come from host memory */
+        fin = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), pages_bytes(c->pages), 0, SIM_FG, ci);
+        add = (want & c->pages) == want ? 0 : sim_prefetch_region(c->pages, want) & ~c->pages;
+        if (add) {
+            fin = u64_max(fin, sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(add), 0, SIM_FG, ci));
+            c->pages |= add;
+        }
         lend_charge(sim, p, 1);
         list_remove(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks--;
@@ -856,12 +913,14 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
     if (sim->failed)
         return t;
     if (c->loc == HUVM_SIM_LOC_HOST) {
-        uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, 0, SIM_FG, ci);
+        uint32_t moved = want == HUVM_SIM_PAGES_ALL ? want : sim_prefetch_region(0, want);
+        uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(moved), 0, SIM_FG, ci);
 
         sim->host_chunks--;
         gg->host_chunks--;
         c->loc = HUVM_SIM_LOC_GPU;
         c->holder = (uint8_t)g;
+        c->pages = moved;
         c->ready_ns = fin;
         list_push_tail(sim->chunks, &gg->own, ci);
         vacnt_add(sim, ci, 3);
@@ -870,10 +929,11 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
             prefetch(sim, tt, ci, t); /* huvm-atc22 prefetches per fault batch (sim_proto_batch) */
         return fin;
     }
-    /* First touch: populate a zeroed chunk. */
+    /* First touch: populate a zeroed chunk (the whole block: never-written data has no host pages to copy). */
     t += sim->cfg.populate_ns;
     c->loc = HUVM_SIM_LOC_GPU;
     c->holder = (uint8_t)g;
+    c->pages = HUVM_SIM_PAGES_ALL;
     c->ready_ns = t;
     list_push_tail(sim->chunks, &gg->own, ci);
     tt->res.first_touches++;
@@ -893,6 +953,7 @@ uint64_t sim_pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t)
 
         c->loc = HUVM_SIM_LOC_GPU;
         c->holder = (uint8_t)g;
+        c->pages = HUVM_SIM_PAGES_ALL;
         c->flags |= SIM_CF_PINNED;
         c->ready_ns = t;
     }
@@ -929,6 +990,7 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci)
         sim->gpus[o].host_chunks--;
     }
     c->loc = HUVM_SIM_LOC_NONE;
+    c->pages = 0;
     c->flags = 0;
     c->ready_ns = 0;
 }

@@ -28,7 +28,7 @@ typedef struct {
     uint32_t head, tail, count;
 } sim_list_t;
 
-/* One 2 MiB chunk of some tenant's address space (40 bytes; an array, lists are intrusive). */
+/* One 2 MiB chunk of some tenant's address space (40 bytes: pages fills what was padding; an array, lists are intrusive). */
 typedef struct {
     uint32_t prev, next;            /* links in the list of the GPU holding it (SIM_NIL) */
     uint64_t ready_ns;              /* its data is usable where it is from this time (async copy) */
@@ -39,6 +39,8 @@ typedef struct {
     uint8_t flags;                 /* SIM_CF_* */
     uint32_t tenant;
     uint32_t xfer;                  /* sequence number of its latest copy (in-flight tokens name it) */
+    uint32_t pages;                 /* loc == GPU: the 64 KiB groups resident on the holder (the rest of the
+                                       block is in host memory); 0 otherwise */
 } sim_chunk_t;
 
 /* Traffic classes sharing a link: demand transfers (faults, synchronous evictions, give-back, remote
@@ -127,6 +129,7 @@ typedef struct {
     uint32_t *first;
     uint32_t *touch;
     uint8_t *mode;
+    uint32_t *pages;                       /* [n_touches] touch_pages, or NULL: whole blocks */
     int32_t *aop, *fop;
     uint32_t *alloc_first, *alloc_list;    /* CSR: chunks allocated at op k */
     uint32_t *free_first, *free_list;      /* CSR: chunks freed after op k */
@@ -253,6 +256,13 @@ static inline uint64_t res_ns(const sim_res_t *r, uint64_t bytes)
     return (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
 }
 
+/* The bytes of a block's resident groups (what a move of its GPU copy carries). */
+static inline uint64_t pages_bytes(uint32_t pages)
+{
+    return pages == HUVM_SIM_PAGES_ALL ? SIM_CHUNK
+                                       : (uint64_t)__builtin_popcount(pages) * HUVM_SIM_PAGE_GROUP_BYTES;
+}
+
 static inline uint64_t chunk_va(const huvm_sim_t *sim, uint32_t ci)
 {
     const sim_tenant_t *t = &sim->tenants[sim->chunks[ci].tenant];
@@ -285,7 +295,9 @@ static inline void lend_charge(huvm_sim_t *sim, uint32_t h, uint64_t chunks)
 }
 
 /* huvm_sim.c: the paging model (faults, eviction, give-back, prefetch, pre-eviction through the core) */
-uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t, int *remote);
+uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint32_t want, uint64_t t, int *remote);
+/* UVM's density prefetcher: the groups a fault on `faulted` moves to a GPU already holding `resident`. */
+uint32_t sim_prefetch_region(uint32_t resident, uint32_t faulted);
 uint64_t sim_pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t);
 void sim_release_chunk(huvm_sim_t *sim, uint32_t ci);
 /* The GPU's worker at t: give-back down to its lend reserve (huvm_giveback_need) and, unless giveback_only,

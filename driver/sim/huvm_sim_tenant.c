@@ -15,6 +15,7 @@ void sim_tenant_free(sim_tenant_t *t)
     free(t->first);
     free(t->touch);
     free(t->mode);
+    free(t->pages);
     free(t->aop);
     free(t->fop);
     free(t->alloc_first);
@@ -301,6 +302,17 @@ static uint32_t tenant_validate(const huvm_sim_t *sim,
                               s->touch_mode[i]);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
+            if (s->touch_pages && s->touch_pages[i] == 0) {
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              (int32_t)i,
+                              TFIELD("touch_pages"),
+                              "tenant %u: op %u touch %u touches no 64 KiB group of its block (mask 0)",
+                              idx,
+                              k,
+                              i);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
         }
     }
 #undef TFIELD
@@ -344,6 +356,11 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
         t->mode = dup_array(spec->touch_mode, spec->n_touches, sizeof(uint8_t));
         t->aop = dup_array(spec->chunk_alloc_op, spec->n_chunks, sizeof(int32_t));
         t->fop = dup_array(spec->chunk_free_op, spec->n_chunks, sizeof(int32_t));
+        if (spec->touch_pages && spec->n_touches) {
+            t->pages = dup_array(spec->touch_pages, spec->n_touches, sizeof(uint32_t));
+            if (!t->pages)
+                goto nomem;
+        }
         if (spec->op_link_bytes && (spec->link_send_mask | spec->link_recv_mask)) {
             t->link_bytes = dup_array(spec->op_link_bytes, spec->n_ops, sizeof(uint64_t));
             if (!t->link_bytes)
@@ -371,6 +388,7 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
     t->spec.op_first_touch = t->first;
     t->spec.touch_chunk = t->touch;
     t->spec.touch_mode = t->mode;
+    t->spec.touch_pages = t->pages;
     t->spec.chunk_alloc_op = t->aop;
     t->spec.chunk_free_op = t->fop;
     t->spec.op_link_bytes = t->link_bytes;
@@ -504,7 +522,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
 {
     const uint32_t g = tt->spec.gpu, base = tt->chunk_base, op = tt->op;
     sim_chunk_t *const ch = sim->chunks;
-    const uint32_t *touch = tt->touch;
+    const uint32_t *touch = tt->touch, *pages = tt->pages;
     uint64_t t = tt->clock, fault_start, compute_end, end;
     uint64_t remote_bytes[HUVM_SIM_MAX_GPUS];
     uint32_t remote_mask = 0, nb = 0, i, e;
@@ -526,6 +544,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     fault_start = t;
     for (i = tt->first[op], e = tt->first[op + 1]; i < e; i++) {
         const uint32_t ci = base + touch[i];
+        const uint32_t want = pages ? pages[i] : HUVM_SIM_PAGES_ALL;
         sim_chunk_t *c = &ch[ci];
         int remote;
 
@@ -533,7 +552,8 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         if (sim->proto_prefetch && !(c->loc == HUVM_SIM_LOC_GPU && c->holder == g))
             sim_proto_flush(sim, g, t);
         if (c->loc == HUVM_SIM_LOC_GPU) {
-            if (c->holder == g) {
+            /* resident: all the groups it touches are on its GPU (a partly resident block faults) */
+            if (c->holder == g && (c->pages & want) == want) {
                 if (c->flags & SIM_CF_PREFETCHED)
                     pf_note(sim, c, 1);
                 if (c->ready_ns > t) {
@@ -542,9 +562,9 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
                 }
                 continue;
             }
-            if (c->flags & SIM_CF_REMOTE) {
-                remote_bytes[c->holder] =
-                    (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK : SIM_CHUNK;
+            if (c->holder != g && (c->flags & SIM_CF_REMOTE)) {
+                remote_bytes[c->holder] = (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want)
+                                                                           : pages_bytes(want);
                 remote_mask |= 1u << c->holder;
                 tt->res.remote_touches++;
                 continue;
@@ -560,11 +580,11 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         }
         tt->batch_lo = ci < tt->batch_lo ? ci : tt->batch_lo;
         tt->batch_hi = ci > tt->batch_hi ? ci : tt->batch_hi;
-        t = sim_service_fault(sim, tt, ci, t, &remote);
+        t = sim_service_fault(sim, tt, ci, want, t, &remote);
         tt->res.faults++;
         if (remote) {
-            remote_bytes[c->holder] =
-                (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK : SIM_CHUNK;
+            remote_bytes[c->holder] = (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want)
+                                                                       : pages_bytes(want);
             remote_mask |= 1u << c->holder;
             tt->res.remote_touches++;
         }
