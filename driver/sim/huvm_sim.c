@@ -819,7 +819,7 @@ void sim_proto_batch(huvm_sim_t *sim, sim_tenant_t *tt)
  * leaves: a bitmap tree over the block counts the groups resident on the GPU or faulting; for each faulted
  * leaf, walking from the leaf to the root, the last (largest) subtree more than HUVM_SIM_PREFETCH_THRESHOLD %
  * of which is counted is prefetched. Returns the faulted groups and the prefetched ones (resident ones too). */
-uint32_t sim_prefetch_region(uint32_t resident, uint32_t faulted)
+uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted)
 {
     const uint32_t occ = resident | faulted;
     uint32_t region = faulted, f = faulted;
@@ -842,7 +842,7 @@ uint32_t sim_prefetch_region(uint32_t resident, uint32_t faulted)
 
 /* Service one faulted chunk of tenant tt at time t for the groups want; returns the time the tenant can go on.
  * *remote is set when the core chose to map the peer's copy instead (the touch then runs over NVLink). A fault
- * moves only the groups the density prefetcher's region (sim_prefetch_region) adds to what its GPU holds; the
+ * moves only the groups the density prefetcher's region (huvm_sim_prefetch_region) adds to what its GPU holds; the
  * block's GPU memory is one 2 MiB chunk however many groups it holds. */
 uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint32_t want, uint64_t t, int *remote)
 {
@@ -861,7 +861,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
     }
     if (c->loc == HUVM_SIM_LOC_GPU && c->holder == g) {
         /* Partly resident here: the missing groups of the service region come from host memory. */
-        uint32_t add = sim_prefetch_region(c->pages, want) & ~c->pages;
+        uint32_t add = huvm_sim_prefetch_region(c->pages, want) & ~c->pages;
         uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(add), 0, SIM_FG, ci);
 
         c->pages |= add;
@@ -888,7 +888,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
         /* the glue's fetch-back moves the pages the peer holds (uvm_huvm_fetch.c: make_resident of the peer's
          * resident mask); groups of the service region the peer does not hold come from host memory */
         fin = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), pages_bytes(c->pages), 0, SIM_FG, ci);
-        add = (want & c->pages) == want ? 0 : sim_prefetch_region(c->pages, want) & ~c->pages;
+        add = (want & c->pages) == want ? 0 : huvm_sim_prefetch_region(c->pages, want) & ~c->pages;
         if (add) {
             fin = u64_max(fin, sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(add), 0, SIM_FG, ci));
             c->pages |= add;
@@ -913,7 +913,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
     if (sim->failed)
         return t;
     if (c->loc == HUVM_SIM_LOC_HOST) {
-        uint32_t moved = want == HUVM_SIM_PAGES_ALL ? want : sim_prefetch_region(0, want);
+        uint32_t moved = want == HUVM_SIM_PAGES_ALL ? want : huvm_sim_prefetch_region(0, want);
         uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(moved), 0, SIM_FG, ci);
 
         sim->host_chunks--;

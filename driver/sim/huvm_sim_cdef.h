@@ -229,6 +229,9 @@ uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err);
 #define HUVM_SIM_PATH_PREFETCH 1       /* host -> GPU migration without a fault (migrate_service_ns) */
 #define HUVM_SIM_PATH_EVICT    2       /* GPU -> host migration (evict_service_ns) */
 uint64_t huvm_sim_path_probe(huvm_sim_t *sim, uint32_t path, uint32_t gpu, uint32_t chunks);
+/* UVM's density prefetcher on one block: the 64 KiB groups a fault on `faulted` brings to a GPU that holds
+ * `resident` (faulted, widened by uvm_perf_prefetch.c's tree rule at HUVM_SIM_PREFETCH_THRESHOLD %). */
+uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted);
 
 /* HUVM_SIM_CDEF_END */
 

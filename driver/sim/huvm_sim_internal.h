@@ -296,8 +296,7 @@ static inline void lend_charge(huvm_sim_t *sim, uint32_t h, uint64_t chunks)
 
 /* huvm_sim.c: the paging model (faults, eviction, give-back, prefetch, pre-eviction through the core) */
 uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint32_t want, uint64_t t, int *remote);
-/* UVM's density prefetcher: the groups a fault on `faulted` moves to a GPU already holding `resident`. */
-uint32_t sim_prefetch_region(uint32_t resident, uint32_t faulted);
+
 uint64_t sim_pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t);
 void sim_release_chunk(huvm_sim_t *sim, uint32_t ci);
 /* The GPU's worker at t: give-back down to its lend reserve (huvm_giveback_need) and, unless giveback_only,
