@@ -219,6 +219,7 @@ void huvm_sim_destroy(huvm_sim_t *sim)
         sim_tenant_free(&sim->tenants[i]);
     sim_links_free(sim);
     free(sim->chunks);
+    free(sim->pop);
     free(sim->samples);
     free(sim);
 }
@@ -500,7 +501,9 @@ static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32
     sim->host_chunks--;
     sim->gpus[g].host_chunks--;
     sim->gpus[g].peer_chunks++;
-    c->ready_ns = sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
+    c->ready_ns = sim_xfer_h2d(
+        sim, p, u64_max(t, c->ready_ns), pages_bytes(sim->pop[pci]), sim->cfg.migrate_service_ns, SIM_BG, pci);
+    sim->pop[pci] = HUVM_SIM_PAGES_ALL;
     lend_charge(sim, p, 1);
     c->loc = HUVM_SIM_LOC_GPU;
     c->holder = (uint8_t)p;
@@ -578,8 +581,9 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             }
             sim->host_chunks--;
             gg->host_chunks--;
-            c->ready_ns =
-                sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
+            c->ready_ns = sim_xfer_h2d(
+                sim, g, u64_max(t, c->ready_ns), pages_bytes(sim->pop[pci]), sim->cfg.migrate_service_ns, SIM_BG, pci);
+            sim->pop[pci] = HUVM_SIM_PAGES_ALL;
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
             c->pages = HUVM_SIM_PAGES_ALL;
@@ -776,7 +780,8 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             sim->host_chunks--;
             gg->host_chunks--;
             clock = u64_max(clock, c->ready_ns) + sim->cfg.fault_service_ns;
-            clock = sim_xfer_h2d(sim, g, clock, SIM_CHUNK, 0, SIM_BG, pci);
+            clock = sim_xfer_h2d(sim, g, clock, pages_bytes(sim->pop[pci]), 0, SIM_BG, pci);
+            sim->pop[pci] = HUVM_SIM_PAGES_ALL;
             c->ready_ns = clock;
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
@@ -849,30 +854,38 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
     sim_chunk_t *c = &sim->chunks[ci];
     uint32_t g = tt->spec.gpu;
     sim_gpu_t *gg = &sim->gpus[g];
+    const int peer = c->loc == HUVM_SIM_LOC_GPU && c->holder != g;
+    const uint32_t held = c->loc == HUVM_SIM_LOC_GPU ? c->pages : 0;
+    /* the groups this fault brings: the density prefetcher's region less what a GPU already holds; those with
+     * data (sim->pop) are copied from host memory, the others zero-filled (populated) */
+    const uint32_t add = (want == HUVM_SIM_PAGES_ALL ? want : huvm_sim_prefetch_region(held, want)) & ~held;
+    const uint32_t from_host = add & sim->pop[ci];
 
     *remote = 0;
     /* A migrating fault's block service: one block at a time per GPU (upstream's service_fault_batch loop),
      * whichever of the GPU's tenants faulted; its copy follows (no service of its own: the fault service
-     * covers it). A first touch (populate) has no host pages to handle: populate_ns below. */
-    if (c->loc != HUVM_SIM_LOC_NONE) {
-        t = u64_max(t, gg->fault_free_ns) +
-            (c->loc == HUVM_SIM_LOC_GPU && c->holder != g ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns);
+     * covers it). A fault with nothing to copy (first touch) only populates: populate_ns below. */
+    if (peer || from_host) {
+        t = u64_max(t, gg->fault_free_ns) + (peer ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns);
         gg->fault_free_ns = t;
     }
-    if (c->loc == HUVM_SIM_LOC_GPU && c->holder == g) {
-        /* Partly resident here: the missing groups of the service region come from host memory. */
-        uint32_t add = huvm_sim_prefetch_region(c->pages, want) & ~c->pages;
-        uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(add), 0, SIM_FG, ci);
+    sim->pop[ci] |= add;
+    if (c->loc == HUVM_SIM_LOC_GPU && !peer) {
+        /* Partly resident here: the missing groups of the service region. */
+        uint64_t fin = from_host ? sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(from_host), 0, SIM_FG, ci)
+                                 : u64_max(t, c->ready_ns) + sim->cfg.populate_ns;
 
         c->pages |= add;
         c->ready_ns = fin;
-        huvm_account_fetch(&sim->core, g, HUVM_DEST_HOST, HUVM_FETCHED_PAGES, pages_bytes(add), chunk_va(sim, ci));
+        if (from_host)
+            huvm_account_fetch(
+                &sim->core, g, HUVM_DEST_HOST, HUVM_FETCHED_PAGES, pages_bytes(from_host), chunk_va(sim, ci));
         return fin;
     }
     if (c->flags & SIM_CF_PREFETCHED)
         pf_note(sim, c, 1); /* prefetched to a peer, and wanted: the prefetch paid */
-    if (c->loc == HUVM_SIM_LOC_GPU) {
-        uint32_t p = c->holder, add;
+    if (peer) {
+        uint32_t p = c->holder;
         uint64_t fin;
 
         if (huvm_decide_fetch(&sim->core, g, p) == HUVM_FETCH_REMOTE_MAP) {
@@ -888,11 +901,9 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
         /* the glue's fetch-back moves the pages the peer holds (uvm_huvm_fetch.c: make_resident of the peer's
          * resident mask); groups of the service region the peer does not hold come from host memory */
         fin = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), pages_bytes(c->pages), 0, SIM_FG, ci);
-        add = (want & c->pages) == want ? 0 : huvm_sim_prefetch_region(c->pages, want) & ~c->pages;
-        if (add) {
-            fin = u64_max(fin, sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(add), 0, SIM_FG, ci));
-            c->pages |= add;
-        }
+        if (from_host)
+            fin = u64_max(fin, sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(from_host), 0, SIM_FG, ci));
+        c->pages |= add;
         lend_charge(sim, p, 1);
         list_remove(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks--;
@@ -913,14 +924,14 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
     if (sim->failed)
         return t;
     if (c->loc == HUVM_SIM_LOC_HOST) {
-        uint32_t moved = want == HUVM_SIM_PAGES_ALL ? want : huvm_sim_prefetch_region(0, want);
-        uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(moved), 0, SIM_FG, ci);
+        uint64_t fin = from_host ? sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(from_host), 0, SIM_FG, ci)
+                                 : u64_max(t, c->ready_ns) + sim->cfg.populate_ns;
 
         sim->host_chunks--;
         gg->host_chunks--;
         c->loc = HUVM_SIM_LOC_GPU;
         c->holder = (uint8_t)g;
-        c->pages = moved;
+        c->pages = add;
         c->ready_ns = fin;
         list_push_tail(sim->chunks, &gg->own, ci);
         vacnt_add(sim, ci, 3);
@@ -929,11 +940,11 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
             prefetch(sim, tt, ci, t); /* huvm-atc22 prefetches per fault batch (sim_proto_batch) */
         return fin;
     }
-    /* First touch: populate a zeroed chunk (the whole block: never-written data has no host pages to copy). */
+    /* First touch: populate zeroed pages (the service region of a never-touched block). */
     t += sim->cfg.populate_ns;
     c->loc = HUVM_SIM_LOC_GPU;
     c->holder = (uint8_t)g;
-    c->pages = HUVM_SIM_PAGES_ALL;
+    c->pages = add;
     c->ready_ns = t;
     list_push_tail(sim->chunks, &gg->own, ci);
     tt->res.first_touches++;
@@ -954,6 +965,7 @@ uint64_t sim_pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t)
         c->loc = HUVM_SIM_LOC_GPU;
         c->holder = (uint8_t)g;
         c->pages = HUVM_SIM_PAGES_ALL;
+        sim->pop[ci] = HUVM_SIM_PAGES_ALL;
         c->flags |= SIM_CF_PINNED;
         c->ready_ns = t;
     }
@@ -991,6 +1003,7 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci)
     }
     c->loc = HUVM_SIM_LOC_NONE;
     c->pages = 0;
+    sim->pop[ci] = 0;
     c->flags = 0;
     c->ready_ns = 0;
 }

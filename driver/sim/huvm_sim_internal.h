@@ -165,6 +165,8 @@ struct huvm_sim {
     sim_tenant_t tenants[HUVM_SIM_MAX_TENANTS];
     uint32_t n_tenants;
     sim_chunk_t *chunks;
+    uint32_t *pop;                 /* [n_chunks] the 64 KiB groups of each block that hold data (in host memory or on
+                                      a GPU); the others were never touched (a fault zero-fills them) */
     uint32_t n_chunks;
     uint32_t started;
     uint32_t fg_remaining;

@@ -323,6 +323,7 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
 {
     sim_tenant_t *t;
     sim_chunk_t *chunks;
+    uint32_t *pop;
     uint32_t idx, c, st, n;
 
     if (err)
@@ -402,6 +403,11 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
         if (!chunks)
             goto nomem;
         sim->chunks = chunks;
+        pop = realloc(sim->pop, ((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(uint32_t));
+        if (!pop)
+            goto nomem;
+        sim->pop = pop;
+        memset(pop + sim->n_chunks, 0, (size_t)t->spec.n_chunks * sizeof(uint32_t));
         for (c = 0; c < t->spec.n_chunks; c++) {
             sim_chunk_t *ch = &chunks[sim->n_chunks + c];
 
@@ -442,6 +448,7 @@ static void place_on_host(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci)
     if (c->loc != HUVM_SIM_LOC_NONE || host_take_chunk(sim))
         return;
     c->loc = HUVM_SIM_LOC_HOST;
+    sim->pop[ci] = HUVM_SIM_PAGES_ALL;    /* written by the CPU: every page holds data */
     sim->gpus[tt->spec.gpu].host_chunks++;
 }
 

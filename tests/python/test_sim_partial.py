@@ -107,3 +107,19 @@ def test_bad_masks_are_refused() -> None:
     with pytest.raises(SimTraceError) as e:
         run_scenario(_node(64 * MIB), [TenantSpec(0, tr)], "stock", sample_interval_ns=0)
     assert "touch_pages" in str(e.value.field)
+
+
+def test_never_written_groups_are_zero_filled_not_copied() -> None:
+    # not host-resident: op 0 first-touches group 0, op 1 group 31 (populated, no copy, no block service);
+    # 64 such blocks on room for 32: the evictions write back 2 groups per block, never 2 MiB
+    n = 64
+    rows = [[c] for c in range(n)] * 2
+    masks = [[1]] * n + [[1 << 31]] * n
+    traffic, faults, runtime = _run(rows, masks, n, usable=32 * 2 * MIB, host=False)
+    assert faults == 2 * n
+    assert traffic["pcie_d2h"] > 0 and traffic["pcie_d2h"] % GROUP == 0
+    assert traffic["pcie_d2h"] <= n * 2 * GROUP
+    # group 31 never held data anywhere: nothing is copied to the GPU, evicted block or not
+    assert traffic["pcie_h2d"] == 0
+    # each fault only populated: no block service was charged (64 faults x 221.6 us would be 14 ms)
+    assert runtime < 64 * 221_600
