@@ -70,7 +70,7 @@ def test_mix_is_aggregated_as_ariadne_does() -> None:
 
 
 def _pop(m: int) -> int:
-    return bin(int(m)).count("1")
+    return int(m).bit_count()
 
 
 def test_extents_are_the_loop_nests_footprints() -> None:

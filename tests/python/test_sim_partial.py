@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from huvmlab.sim._native import lib
 from huvmlab.sim import NodeConfig, TenantSpec, run_scenario, workloads
+from huvmlab.sim._native import lib
 from huvmlab.sim.config import MIB, GpuSpec
 from huvmlab.sim.errors import SimTraceError
 
@@ -41,7 +41,7 @@ def _region(resident: int, faulted: int) -> int:
         for size in (1, 2, 4, 8, 16, 32):
             lo = leaf // size * size
             m = ((1 << size) - 1) << lo
-            if bin(occ & m).count("1") * 100 > size * 51:
+            if (occ & m).bit_count() * 100 > size * 51:
                 best = m
         out |= best
     return out & ALL

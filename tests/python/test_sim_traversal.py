@@ -162,7 +162,7 @@ def test_extents_gathers_touch_single_groups_and_edge_lists_their_runs() -> None
     in_ind = (chunk[sl] >= ind.base) & (chunk[sl] < ind.base + ind.chunks)
     in_dist = (chunk[sl] >= dist.base) & (chunk[sl] < dist.base + dist.chunks)
     assert in_ind.any() and all(_contiguous(int(m)) for m in pages[sl][in_ind])
-    gathered = sum(bin(int(m)).count("1") for m in pages[sl][in_dist])
+    gathered = sum(int(m).bit_count() for m in pages[sl][in_dist])
     assert 1 <= gathered <= deg
     assert gathered < 32 * int(in_dist.sum())        # a gather is not the whole block
     # a whole-array pass and every touch name at least one group

@@ -170,8 +170,9 @@ def _matrix_product(name: str) -> SimTrace:
     tile_bytes = 8 * n * 4
     for t in range(tiles):
         # the tile's 8 rows of A (read) and of C (written at the end): their blocks and 64 KiB groups
-        a, am = span_masks(np.array([a0 * CHUNK_BYTES + t * tile_bytes]), np.array([a0 * CHUNK_BYTES + (t + 1) * tile_bytes]))
-        c, cm = span_masks(np.array([c0 * CHUNK_BYTES + t * tile_bytes]), np.array([c0 * CHUNK_BYTES + (t + 1) * tile_bytes]))
+        lo = np.array([t * tile_bytes])
+        a, am = span_masks(a0 * CHUNK_BYTES + lo, a0 * CHUNK_BYTES + lo + tile_bytes)
+        c, cm = span_masks(c0 * CHUNK_BYTES + lo, c0 * CHUNK_BYTES + lo + tile_bytes)
         parts = range(0, per, step)
         for k in parts:
             last = k + step >= per
