@@ -321,7 +321,14 @@ static uint64_t evict_own(huvm_sim_t *sim,
 
         /* the glue's peer eviction moves the block's resident pages (uvm_huvm_move_with_chunk: make_resident
          * of pages_to_evict into the peer's 2 MiB chunk): the peer holds the same groups */
-        fin = sim_xfer_peer(sim, g, p, start, pages_bytes(c->pages), sim->cfg.migrate_service_ns, sync ? SIM_FG : SIM_BG, ci);
+        fin = sim_xfer_peer(sim,
+                            g,
+                            p,
+                            start,
+                            pages_bytes(c->pages),
+                            sim->cfg.migrate_service_ns,
+                            sync ? SIM_FG : SIM_BG,
+                            ci);
         lend_charge(sim, p, 1);
         list_push_tail(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks++;
@@ -501,8 +508,13 @@ static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32
     sim->host_chunks--;
     sim->gpus[g].host_chunks--;
     sim->gpus[g].peer_chunks++;
-    c->ready_ns = sim_xfer_h2d(
-        sim, p, u64_max(t, c->ready_ns), pages_bytes(sim->pop[pci]), sim->cfg.migrate_service_ns, SIM_BG, pci);
+    c->ready_ns = sim_xfer_h2d(sim,
+                               p,
+                               u64_max(t, c->ready_ns),
+                               pages_bytes(sim->pop[pci]),
+                               sim->cfg.migrate_service_ns,
+                               SIM_BG,
+                               pci);
     sim->pop[pci] = HUVM_SIM_PAGES_ALL;
     lend_charge(sim, p, 1);
     c->loc = HUVM_SIM_LOC_GPU;
@@ -557,8 +569,14 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
             sim->gpus[p].guest_chunks--;
             sim->gpus[g].peer_chunks--;
-            c->ready_ns = sim_xfer_peer(
-                sim, p, g, u64_max(t, c->ready_ns), pages_bytes(c->pages), sim->cfg.migrate_service_ns, SIM_BG, pci);
+            c->ready_ns = sim_xfer_peer(sim,
+                                        p,
+                                        g,
+                                        u64_max(t, c->ready_ns),
+                                        pages_bytes(c->pages),
+                                        sim->cfg.migrate_service_ns,
+                                        SIM_BG,
+                                        pci);
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
             c->fetched_ns = c->ready_ns;
@@ -581,8 +599,13 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             }
             sim->host_chunks--;
             gg->host_chunks--;
-            c->ready_ns = sim_xfer_h2d(
-                sim, g, u64_max(t, c->ready_ns), pages_bytes(sim->pop[pci]), sim->cfg.migrate_service_ns, SIM_BG, pci);
+            c->ready_ns = sim_xfer_h2d(sim,
+                                       g,
+                                       u64_max(t, c->ready_ns),
+                                       pages_bytes(sim->pop[pci]),
+                                       sim->cfg.migrate_service_ns,
+                                       SIM_BG,
+                                       pci);
             sim->pop[pci] = HUVM_SIM_PAGES_ALL;
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
@@ -834,8 +857,7 @@ uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted)
 
         f &= f - 1;
         for (size = 1; size <= HUVM_SIM_PAGE_GROUPS; size <<= 1) {
-            uint32_t m = size == HUVM_SIM_PAGE_GROUPS ? HUVM_SIM_PAGES_ALL
-                                                      : ((1u << size) - 1) << (leaf & ~(size - 1));
+            uint32_t m = size == HUVM_SIM_PAGE_GROUPS ? HUVM_SIM_PAGES_ALL : ((1u << size) - 1) << (leaf & ~(size - 1));
 
             if ((uint32_t)__builtin_popcount(occ & m) * 100 > size * HUVM_SIM_PREFETCH_THRESHOLD)
                 best = m;
@@ -878,8 +900,12 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
         c->pages |= add;
         c->ready_ns = fin;
         if (from_host)
-            huvm_account_fetch(
-                &sim->core, g, HUVM_DEST_HOST, HUVM_FETCHED_PAGES, pages_bytes(from_host), chunk_va(sim, ci));
+            huvm_account_fetch(&sim->core,
+                               g,
+                               HUVM_DEST_HOST,
+                               HUVM_FETCHED_PAGES,
+                               pages_bytes(from_host),
+                               chunk_va(sim, ci));
         return fin;
     }
     if (c->flags & SIM_CF_PREFETCHED)

@@ -570,8 +570,8 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
                 continue;
             }
             if (c->holder != g && (c->flags & SIM_CF_REMOTE)) {
-                remote_bytes[c->holder] = (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want)
-                                                                           : pages_bytes(want);
+                remote_bytes[c->holder] =
+                    (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want) : pages_bytes(want);
                 remote_mask |= 1u << c->holder;
                 tt->res.remote_touches++;
                 continue;
@@ -590,8 +590,8 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         t = sim_service_fault(sim, tt, ci, want, t, &remote);
         tt->res.faults++;
         if (remote) {
-            remote_bytes[c->holder] = (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want)
-                                                                       : pages_bytes(want);
+            remote_bytes[c->holder] =
+                (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want) : pages_bytes(want);
             remote_mask |= 1u << c->holder;
             tt->res.remote_touches++;
         }
