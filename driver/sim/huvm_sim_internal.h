@@ -129,7 +129,6 @@ typedef struct {
     uint32_t *first;
     uint32_t *touch;
     uint8_t *mode;
-    uint32_t *pages; /* [n_touches] touch_pages, or NULL: whole blocks */
     int32_t *aop, *fop;
     uint32_t *alloc_first, *alloc_list; /* CSR: chunks allocated at op k */
     uint32_t *free_first, *free_list; /* CSR: chunks freed after op k */
@@ -151,6 +150,7 @@ typedef struct {
     uint32_t batch_lo, batch_hi; /* huvm-atc22: the fault batch in progress, its lowest and highest
                                          faulted chunk (global index; SIM_NIL: none yet) */
     uint64_t batch_start; /* huvm-atc22: when the fault batch in progress was fetched */
+    uint32_t *pages; /* [n_touches] touch_pages, or NULL: whole blocks */
 } sim_tenant_t;
 
 struct huvm_sim {
@@ -165,8 +165,6 @@ struct huvm_sim {
     sim_tenant_t tenants[HUVM_SIM_MAX_TENANTS];
     uint32_t n_tenants;
     sim_chunk_t *chunks;
-    uint32_t *pop; /* [n_chunks] the 64 KiB groups of each block that hold data (in host memory or on
-                                      a GPU); the others were never touched (a fault zero-fills them) */
     uint32_t n_chunks;
     uint32_t started;
     uint32_t fg_remaining;
@@ -180,6 +178,8 @@ struct huvm_sim {
     uint64_t sample_interval, next_sample;
     huvm_sim_error_t err; /* first run-time error */
     uint32_t proto_prefetch; /* created as huvm-atc22: prefetch runs as the prototype's kthreads */
+    uint32_t *pop; /* [n_chunks] the 64 KiB groups of each block that hold data (in host memory or on
+                                      a GPU); the others were never touched (a fault zero-fills them) */
 };
 
 /* ---- small helpers shared by the sources (inline: the hot paths stay as fast as in one file) ---- */

@@ -551,16 +551,17 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     fault_start = t;
     for (i = tt->first[op], e = tt->first[op + 1]; i < e; i++) {
         const uint32_t ci = base + touch[i];
-        const uint32_t want = pages ? pages[i] : HUVM_SIM_PAGES_ALL;
         sim_chunk_t *c = &ch[ci];
+        uint32_t want;
         int remote;
 
         /* huvm-atc22: the prototype's prefetch items that have started by now move their blocks first */
         if (sim->proto_prefetch && !(c->loc == HUVM_SIM_LOC_GPU && c->holder == g))
             sim_proto_flush(sim, g, t);
         if (c->loc == HUVM_SIM_LOC_GPU) {
-            /* resident: all the groups it touches are on its GPU (a partly resident block faults) */
-            if (c->holder == g && (c->pages & want) == want) {
+            /* resident: all the groups it touches are on its GPU (a partly resident block faults); a tenant
+             * without touch_pages only ever holds whole blocks, so its touches need no mask test */
+            if (c->holder == g && (!pages || (c->pages & pages[i]) == pages[i])) {
                 if (c->flags & SIM_CF_PREFETCHED)
                     pf_note(sim, c, 1);
                 if (c->ready_ns > t) {
@@ -570,6 +571,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
                 continue;
             }
             if (c->holder != g && (c->flags & SIM_CF_REMOTE)) {
+                want = pages ? pages[i] : HUVM_SIM_PAGES_ALL;
                 remote_bytes[c->holder] =
                     (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want) : pages_bytes(want);
                 remote_mask |= 1u << c->holder;
@@ -587,6 +589,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         }
         tt->batch_lo = ci < tt->batch_lo ? ci : tt->batch_lo;
         tt->batch_hi = ci > tt->batch_hi ? ci : tt->batch_hi;
+        want = pages ? pages[i] : HUVM_SIM_PAGES_ALL;
         t = sim_service_fault(sim, tt, ci, want, t, &remote);
         tt->res.faults++;
         if (remote) {
@@ -636,7 +639,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     if (!sim->failed && tt->res.fault_batches)
         sim_preevict(sim, g, end, 0);
     else if (!sim->failed && sim->gpus[g].guest_chunks)
-        sim_preevict(sim, g, end, 1);   /* a cudaMalloc lender: its allocations kick the give-back worker */
+        sim_preevict(sim, g, end, 1); /* a cudaMalloc lender: its allocations kick the give-back worker */
     if (++tt->op == tt->spec.n_ops) {
         tt->op = 0;
         tt->res.steps_done++;
