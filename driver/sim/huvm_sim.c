@@ -499,7 +499,8 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
 
 /* After a fault brought chunk ci of tenant tt from host: ask the core for a prefetch plan and start it. */
 /* Prefetch owner g's host-resident chunk pci into peer p's memory as a guest (a background copy from t):
- * returns when it lands. */
+ * returns when it lands. As the glue's prefetch (uvm_huvm_prefetch.c), it moves the block's host-resident pages:
+ * the populated groups. */
 static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32_t pci, uint64_t t)
 {
     sim_chunk_t *c = &sim->chunks[pci];
@@ -515,11 +516,10 @@ static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32
                                sim->cfg.migrate_service_ns,
                                SIM_BG,
                                pci);
-    sim->pop[pci] = HUVM_SIM_PAGES_ALL;
     lend_charge(sim, p, 1);
     c->loc = HUVM_SIM_LOC_GPU;
     c->holder = (uint8_t)p;
-    c->pages = HUVM_SIM_PAGES_ALL;
+    c->pages = sim->pop[pci];
     list_push_tail(sim->chunks, &pg->guest[g], pci);
     c->flags |= SIM_CF_PREFETCHED;
     pg->guest_chunks++;
@@ -606,10 +606,9 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
                                        sim->cfg.migrate_service_ns,
                                        SIM_BG,
                                        pci);
-            sim->pop[pci] = HUVM_SIM_PAGES_ALL;
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
-            c->pages = HUVM_SIM_PAGES_ALL;
+            c->pages = sim->pop[pci];
             list_push_tail(sim->chunks, &gg->own, pci);
             c->flags |= SIM_CF_PREFETCHED;
             gg->batch_allocs++;             /* the prefetched chunk takes memory of this batch too */
