@@ -321,7 +321,8 @@ def coarsen(trace: SimTrace, k: int) -> SimTrace:
     module's do. Within an op a block is touched once, where its first chunk was; it is written when any of
     its chunks is written, and needs its old data (mode 2, or 0 when not written) unless every touch wrote new
     data (mode 1). A block is reserved when its first chunk is and released after its last one (never if any
-    chunk is never released). Op times are kept. ``k = 1`` returns ``trace`` itself."""
+    chunk is never released). Op times are kept. ``k = 1`` returns ``trace`` itself. Touch extents
+    (``touch_pages``) are not carried over: a coarse block's touches are whole blocks."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise SimConfigError(f"must be a whole number of chunks >= 1, not {k!r}", field="k")
     k = int(k)
