@@ -272,13 +272,8 @@ int host_take_chunk(huvm_sim_t *sim)
 
 /* Evict chunk ci (owner g's own, resident on g) where the core says. Returns when g can reuse the memory
  * (sync) or t (async: pre-eviction). */
-static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
-                          uint32_t g,
-                          uint32_t ci,
-                          uint64_t t,
-                          uint32_t flags,
-                          int sync,
-                          uint32_t *stale)
+static SIM_ALWAYS_INLINE uint64_t
+evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, int sync, uint32_t *stale)
 {
     sim_chunk_t *c = &sim->chunks[ci];
     sim_gpu_t *gg = &sim->gpus[g];
