@@ -272,9 +272,17 @@ int host_take_chunk(huvm_sim_t *sim)
 }
 
 /* Evict chunk ci (owner g's own, resident on g) where the core says. Returns when g can reuse the memory
- * (sync) or t (async: pre-eviction). */
-static SIM_ALWAYS_INLINE uint64_t
-evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, int sync, uint32_t *stale)
+ * (sync) or t (async: pre-eviction). run: a pre-eviction batch's (huvm_decide_evict_run, max chunks left in
+ * it), or NULL: a decision per chunk. */
+static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
+                                            uint32_t g,
+                                            uint32_t ci,
+                                            uint64_t t,
+                                            uint32_t flags,
+                                            int sync,
+                                            uint32_t *stale,
+                                            huvm_evict_run_t *run,
+                                            uint32_t max)
 {
     sim_chunk_t *c = &sim->chunks[ci];
     sim_gpu_t *gg = &sim->gpus[g];
@@ -289,7 +297,7 @@ evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, 
     req.candidates = gg->candidates;
     req.now_ns = t;
     req.chunk_fetched_ns = c->fetched_ns;
-    d = huvm_decide_evict(&sim->core, sim->state, &req);
+    d = huvm_decide_evict_run(&sim->core, sim->state, &req, run, max);
     if (d.dst < sim->cfg.gpu_count && (d.dst == g || !(gg->candidates & (1u << d.dst)))) {
         /* Not a usable destination: the glue refuses it and goes to host. */
         d.dst = HUVM_DEST_HOST;
@@ -330,6 +338,7 @@ evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, 
         gg->peer_chunks++;
         c->holder = (uint8_t)p;
         vacnt_add(sim, ci, 0);
+        huvm_evict_run_moved(run, p);
     }
     else {
         /* only the resident pages are written back (the rest of the block is in host memory already) */
@@ -436,7 +445,7 @@ static SIM_ALWAYS_INLINE uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_
             }
         }
         if (gg->own.count) {
-            t = evict_own(sim, g, gg->own.head, t, flags, 1, NULL);
+            t = evict_own(sim, g, gg->own.head, t, flags, 1, NULL, NULL, 1);
             continue;
         }
         run_error(sim,
@@ -455,6 +464,7 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
 {
     sim_gpu_t *gg = &sim->gpus[g];
     huvm_giveback_plan_t plan, back;
+    huvm_evict_run_t run = { 0, 0 };
     uint64_t need;
     uint32_t n, o, k, stale;
 
@@ -486,7 +496,7 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
         }
     }
     for (n = 0; n < plan.own_chunks && gg->own.count && !sim->failed; n++) {
-        evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0, &stale);
+        evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0, &stale, &run, plan.own_chunks - n);
         gg->preevicted++;
     }
     gg->preevicted = u64_min(gg->preevicted, gpu_free(gg) + gg->inflight);
