@@ -25,6 +25,22 @@
  * frees a GPU's memory is only issued by a move out of it), and the guest-traffic window is idempotent at the
  * same time and counter total, so their state would come out the same. The simulated clock only moves in the
  * loop of huvm_sim_run, between ops. */
+static SIM_ALWAYS_INLINE void refresh_own(sim_gpu_t *gg, huvm_gpu_state_t *st, uint64_t now)
+{
+    /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's own
+     * allocations: a peak older than its window gives way then too); at the same sim->now and own use, noting
+     * again changes nothing (refresh_gpus's partial refresh relies on it) */
+    uint64_t own = (gg->own.count + gg->pinned_chunks) * SIM_CHUNK;
+
+    if (gg->noted_ns != now + 1 || gg->noted_own != own) {
+        huvm_peak_update(&gg->own_peak, own, now);
+        st->own_peak_bytes = gg->own_peak.bytes;
+        st->own_spike_ns = huvm_peak_spike_ns(&gg->own_peak, now);
+        gg->noted_ns = now + 1;
+        gg->noted_own = own;
+    }
+}
+
 static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
 {
     const uint64_t now = sim->now;
@@ -34,7 +50,7 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
     uint32_t g;
 
     for (g = 0; g < n; g++, gg++, st++) {
-        uint64_t used, inflight, own;
+        uint64_t used, inflight;
 
         if (!(mask & (1u << g)))
             continue;
@@ -48,17 +64,7 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
         st->last_evict_ns = gg->last_evict_ns;
         st->last_pressure_ns = gg->last_pressure_ns;
         st->burst_chunks = gg->burst_chunks;
-        /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's
-         * own allocations: a peak older than its window gives way then too); at the same sim->now and own
-         * use, noting again changes nothing (the partial refresh above relies on it) */
-        own = (gg->own.count + gg->pinned_chunks) * SIM_CHUNK;
-        if (gg->noted_ns != now + 1 || gg->noted_own != own) {
-            huvm_peak_update(&gg->own_peak, own, now);
-            st->own_peak_bytes = gg->own_peak.bytes;
-            st->own_spike_ns = huvm_peak_spike_ns(&gg->own_peak, now);
-            gg->noted_ns = now + 1;
-            gg->noted_own = own;
-        }
+        refresh_own(gg, st, now);
         st->prefetch_used = gg->pf_used;
         st->prefetch_unused = gg->pf_unused;
         /* huvm_traffic_level's answer without a guest-traffic budget: 0 (its window was started over when the
@@ -290,7 +296,20 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
     huvm_decision_t d;
     uint64_t start = u64_max(t, c->ready_ns), fin;
 
-    refresh_gpus(sim, stale ? *stale : ~0u);
+    if (run && run->left) {
+        /* A chunk of a pre-eviction run: its decision reads no state (huvm_decide_evict_run), so the refresh of
+         * what the run's moves changed waits for the next decision (stale accumulates). Only what a refresh
+         * records at once is done now: g's copies retired at sim->now and its own use noted, at the same
+         * sim->now as the per-chunk refresh would (its peak history depends on every note). */
+        if (gg->inflight && sim->now >= gg->inflight_lb)
+            sim_gpu_retire(sim, g, sim->now);
+        refresh_own(gg, &sim->state[g], sim->now);
+    }
+    else {
+        refresh_gpus(sim, stale ? *stale : ~0u);
+        if (stale)
+            *stale = 0;
+    }
     memset(&req, 0, sizeof(req));
     req.gpu = g;
     req.flags = flags;
@@ -313,7 +332,7 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
             d.reason = HUVM_REASON_NO_PEER;
     }
     if (stale)
-        *stale = 1u << g | (d.dst < sim->cfg.gpu_count ? 1u << d.dst : 0);     /* what this eviction changes */
+        *stale |= 1u << g | (d.dst < sim->cfg.gpu_count ? 1u << d.dst : 0);    /* what this eviction changes */
     if (d.dst == HUVM_DEST_HOST && host_take_chunk(sim))
         return t;
     if (c->flags & SIM_CF_PREFETCHED)
