@@ -25,13 +25,8 @@
  * frees a GPU's memory is only issued by a move out of it), and the guest-traffic window is idempotent at the
  * same time and counter total, so their state would come out the same. The simulated clock only moves in the
  * loop of huvm_sim_run, between ops. */
-static SIM_ALWAYS_INLINE void refresh_own(sim_gpu_t *gg, huvm_gpu_state_t *st, uint64_t now)
+static SIM_ALWAYS_INLINE void note_own_at(sim_gpu_t *gg, huvm_gpu_state_t *st, uint64_t now, uint64_t own)
 {
-    /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's own
-     * allocations: a peak older than its window gives way then too); at the same sim->now and own use, noting
-     * again changes nothing (refresh_gpus's partial refresh relies on it) */
-    uint64_t own = (gg->own.count + gg->pinned_chunks) * SIM_CHUNK;
-
     if (gg->noted_ns != now + 1 || gg->noted_own != own) {
         huvm_peak_update(&gg->own_peak, own, now);
         st->own_peak_bytes = gg->own_peak.bytes;
@@ -39,6 +34,14 @@ static SIM_ALWAYS_INLINE void refresh_own(sim_gpu_t *gg, huvm_gpu_state_t *st, u
         gg->noted_ns = now + 1;
         gg->noted_own = own;
     }
+}
+
+static SIM_ALWAYS_INLINE void refresh_own(sim_gpu_t *gg, huvm_gpu_state_t *st, uint64_t now)
+{
+    /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's own
+     * allocations: a peak older than its window gives way then too); at the same sim->now and own use, noting
+     * again changes nothing (refresh_gpus's partial refresh relies on it) */
+    note_own_at(gg, st, now, (gg->own.count + gg->pinned_chunks) * SIM_CHUNK);
 }
 
 static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
@@ -303,7 +306,11 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
          * sim->now as the per-chunk refresh would (its peak history depends on every note). */
         if (gg->inflight && sim->now >= gg->inflight_lb)
             sim_gpu_retire(sim, g, sim->now);
-        refresh_own(gg, &sim->state[g], sim->now);
+        /* Its own use is noted at the run's next decision, or at the batch's end (sim_preevict): at one now,
+         * a run only lowers it, and after the run's first note the peak history of a falling use depends only
+         * on its last value (huvm_peak_update: the high mark, the falling flag and the low mark; no spike
+         * begins below the first note). noted_ns 0: a note is due. */
+        gg->noted_ns = 0;
     }
     else {
         refresh_gpus(sim, stale ? *stale : ~0u);
@@ -518,6 +525,9 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
         evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0, &stale, &run, plan.own_chunks - n);
         gg->preevicted++;
     }
+    if (gg->noted_ns == 0 && !sim->failed)
+        /* the last chunk was a run's (evict_own): note the own use its refresh would have, before its move */
+        note_own_at(gg, &sim->state[g], sim->now, (gg->own.count + gg->pinned_chunks + 1) * SIM_CHUNK);
     gg->preevicted = u64_min(gg->preevicted, gpu_free(gg) + gg->inflight);
 }
 
