@@ -522,7 +522,15 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
         }
     }
     for (n = 0; n < plan.own_chunks && gg->own.count && !sim->failed; n++) {
-        evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0, &stale, &run, plan.own_chunks - n);
+        evict_own(sim,
+                  g,
+                  gg->own.head,
+                  t,
+                  HUVM_EVICT_FLAG_PREEVICT,
+                  0,
+                  &stale,
+                  sim->per_chunk_evict ? NULL : &run,
+                  plan.own_chunks - n);
         gg->preevicted++;
     }
     if (gg->noted_ns == 0 && !sim->failed)
