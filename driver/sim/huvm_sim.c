@@ -299,11 +299,10 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
     huvm_decision_t d;
     uint64_t start = u64_max(t, c->ready_ns), fin;
 
+    /* A chunk of a pre-eviction run: its decision reads no state (huvm_decide_evict_run), so the refresh of
+     * what the run's moves changed waits for the run's next decision (stale accumulates); g's copies that
+     * ended by sim->now are still retired at once, as the per-chunk refresh would. */
     if (run && run->left) {
-        /* A chunk of a pre-eviction run: its decision reads no state (huvm_decide_evict_run), so the refresh of
-         * what the run's moves changed waits for the next decision (stale accumulates). Only what a refresh
-         * records at once is done now: g's copies retired at sim->now and its own use noted, at the same
-         * sim->now as the per-chunk refresh would (its peak history depends on every note). */
         if (gg->inflight && sim->now >= gg->inflight_lb)
             sim_gpu_retire(sim, g, sim->now);
         /* Its own use is noted at the run's next decision, or at the batch's end (sim_preevict): at one now,
@@ -339,7 +338,7 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
             d.reason = HUVM_REASON_NO_PEER;
     }
     if (stale)
-        *stale |= 1u << g | (d.dst < sim->cfg.gpu_count ? 1u << d.dst : 0);    /* what this eviction changes */
+        *stale |= 1u << g | (d.dst < sim->cfg.gpu_count ? 1u << d.dst : 0); /* what this eviction changes */
     if (d.dst == HUVM_DEST_HOST && host_take_chunk(sim))
         return t;
     if (c->flags & SIM_CF_PREFETCHED)

@@ -174,7 +174,7 @@ struct huvm_sim {
     uint32_t started;
     uint32_t fg_remaining;
     uint32_t failed;
-    uint32_t per_chunk_evict;           /* tests: a decision per pre-evicted chunk (no runs), the reference */
+    uint32_t per_chunk_evict; /* tests: a decision per pre-evicted chunk (no runs), the reference */
     uint64_t now;
     uint64_t host_chunks;
     uint64_t host_limit_chunks;

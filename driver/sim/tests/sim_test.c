@@ -785,7 +785,8 @@ static void test_evict_runs_match_per_chunk(void)
     CHECK(memcmp(&sim[0]->traffic, &sim[1]->traffic, sizeof(sim[0]->traffic)) == 0);
     CHECK(memcmp(sim[0]->core.counters, sim[1]->core.counters, sizeof(sim[0]->core.counters)) == 0);
     CHECK(sim[0]->core.counters[0].preevict_to_peer > 100);     /* the runs were taken */
-    printf("evict runs: %u slices, %llu chunks pre-evicted to the peer\n", slices,
+    printf("evict runs: %u slices, %llu chunks pre-evicted to the peer\n",
+           slices,
            (unsigned long long)sim[0]->core.counters[0].preevict_to_peer);
     for (k = 0; k < 2; k++)
         huvm_sim_destroy(sim[k]);
