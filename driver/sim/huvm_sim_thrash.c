@@ -31,20 +31,29 @@ void huvm_sim_thr_default_params(huvm_sim_thr_params_t *p)
     p->pin_ns = p->lapse_ns * HUVM_SIM_THR_PIN_DEFAULT;
 }
 
-int huvm_sim_thr_init(huvm_sim_thr_t *thr, const huvm_sim_thr_params_t *p, uint32_t n_blocks)
+void huvm_sim_thr_init(huvm_sim_thr_t *thr, const huvm_sim_thr_params_t *p)
 {
-    uint32_t i;
-
     memset(thr, 0, sizeof(*thr));
     thr->p = *p;
     thr->free_head = THR_NIL;
-    thr->gate = calloc(n_blocks ? n_blocks : 1, sizeof(*thr->gate));
-    if (!thr->gate)
+}
+
+int huvm_sim_thr_grow(huvm_sim_thr_t *thr, uint32_t n_blocks)
+{
+    huvm_sim_thr_gate_t *gate;
+    uint32_t i;
+
+    if (n_blocks <= thr->n_blocks)
+        return 0;
+    gate = realloc(thr->gate, (size_t)n_blocks * sizeof(*gate));
+    if (!gate)
         return -1;
-    for (i = 0; i < n_blocks; i++) {
-        thr->gate[i].slot = THR_NIL;
-        thr->gate[i].last_proc = HUVM_SIM_THR_NONE;
+    for (i = thr->n_blocks; i < n_blocks; i++) {
+        memset(&gate[i], 0, sizeof(gate[i]));
+        gate[i].slot = THR_NIL;
+        gate[i].last_proc = HUVM_SIM_THR_NONE;
     }
+    thr->gate = gate;
     thr->n_blocks = n_blocks;
     return 0;
 }

@@ -95,8 +95,9 @@ typedef struct {
 } huvm_sim_thr_hint_t;
 
 void huvm_sim_thr_default_params(huvm_sim_thr_params_t *p);
-/* 0 on success, -1 out of memory. */
-int huvm_sim_thr_init(huvm_sim_thr_t *thr, const huvm_sim_thr_params_t *p, uint32_t n_blocks);
+void huvm_sim_thr_init(huvm_sim_thr_t *thr, const huvm_sim_thr_params_t *p);
+/* Track blocks 0..n_blocks-1 (new ones untracked): 0, or -1 out of memory. */
+int huvm_sim_thr_grow(huvm_sim_thr_t *thr, uint32_t n_blocks);
 void huvm_sim_thr_destroy(huvm_sim_thr_t *thr);
 /* A migration of block `blk` to processor `dst` at time t caused by a fault, an access counter or the
  * prefetcher (never call it for an eviction). 0, or -1 out of memory (tracking then stays off, as upstream). */

@@ -25,7 +25,9 @@ static void setup(huvm_sim_thr_t *thr)
     huvm_sim_thr_params_t p;
 
     huvm_sim_thr_default_params(&p);
-    CHECK(huvm_sim_thr_init(thr, &p, 4) == 0);
+    huvm_sim_thr_init(thr, &p);
+    CHECK(huvm_sim_thr_grow(thr, 2) == 0);
+    CHECK(huvm_sim_thr_grow(thr, 4) == 0 && thr->n_blocks == 4);
 }
 
 /* Ping-pong block 0 between the GPU and the CPU every `gap` ns from t, n migrations; returns the time after. */
