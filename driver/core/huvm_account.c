@@ -52,42 +52,35 @@ static int valid_gpu(const huvm_core_t *core, uint32_t gpu)
 
 /* Gauges grow before the pair and shrink after it, so that even while updates race a pair never holds
  * more than its gauges count and the saturating subtraction never clamps a gauge. */
-static void held_add(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
+static inline void held_add(int sw, huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
 {
-    const int sw = core->single_writer;
-
     ctr_add(sw, CTR(core, owner, harvested_bytes), bytes);
     ctr_add(sw, CTR(core, holder, lent_bytes), bytes);
     ctr_max(sw, CTR(core, holder, lent_peak_bytes), huvm_atomic64_read(CTR(core, holder, lent_bytes)));
     ctr_add(sw, &core->pairs[owner][holder].held_bytes, bytes);
 }
 
-static void held_sub(huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
+static inline void held_sub(int sw, huvm_core_t *core, uint32_t owner, uint32_t holder, uint64_t bytes)
 {
-    const int sw = core->single_writer;
     uint64_t taken = ctr_sub_sat(sw, &core->pairs[owner][holder].held_bytes, bytes);
 
     ctr_sub_sat(sw, CTR(core, owner, harvested_bytes), taken);
     ctr_sub_sat(sw, CTR(core, holder, lent_bytes), taken);
 }
 
-void huvm_account_evict(huvm_core_t *core,
-                        uint32_t owner,
-                        uint32_t dst,
-                        uint32_t reason,
-                        uint32_t flags,
-                        uint64_t bytes,
-                        uint64_t va)
+/* The events on the hot paths are written once with sw a parameter and called with a constant (below): each
+ * caller gets its own copy without a test per counter (the simulator's plain stores, the kernel's atomics). */
+static inline void account_evict(int sw,
+                                 huvm_core_t *core,
+                                 uint32_t owner,
+                                 uint32_t dst,
+                                 uint32_t reason,
+                                 int pre,
+                                 uint64_t bytes,
+                                 uint64_t va)
 {
-    int sw;
     uint64_t chunks = huvm_chunks_of(bytes);
-    int pre = (flags & HUVM_EVICT_FLAG_PREEVICT) != 0;
 
-    if (!valid_gpu(core, owner) || (dst != HUVM_DEST_HOST && (!valid_gpu(core, dst) || dst == owner))) {
-        HUVM_ASSERT(0);
-        return;
-    }
-    sw = core->single_writer;
     if (dst == HUVM_DEST_HOST) {
         HUVM_ASSERT(reason != HUVM_REASON_PEER && reason < HUVM_REASON_COUNT);
         if (reason == HUVM_REASON_PEER || reason >= HUVM_REASON_COUNT)
@@ -106,7 +99,7 @@ void huvm_account_evict(huvm_core_t *core,
         ctr_add(sw, CTR(core, owner, bytes_to_peer), bytes);
         ctr_add(sw, CTR(core, dst, bytes_from_peer), bytes);
         ctr_add(sw, &core->pairs[owner][dst].evict_chunks, chunks);
-        held_add(core, owner, dst, bytes);
+        held_add(sw, core, owner, dst, bytes);
         /* round robin: the next search starts after the peer just used (a benign race if concurrent) */
         HUVM_WRITE_ONCE(core->rr_next[owner], (dst + 1) % HUVM_MAX_GPUS);
     }
@@ -116,20 +109,39 @@ void huvm_account_evict(huvm_core_t *core,
         HUVM_TRACE(evict, owner, dst, reason, bytes, va);
 }
 
-_Static_assert(HUVM_FETCHED_MOVED == HUVM_FETCH_MIGRATE && HUVM_FETCHED_REMOTE_MAP == HUVM_FETCH_REMOTE_MAP,
-               "the first fetch event reasons are the fetch modes");
-
-void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode, uint64_t bytes, uint64_t va)
+void huvm_account_evict(huvm_core_t *core,
+                        uint32_t owner,
+                        uint32_t dst,
+                        uint32_t reason,
+                        uint32_t flags,
+                        uint64_t bytes,
+                        uint64_t va)
 {
-    int sw;
-    uint64_t chunks = huvm_chunks_of(bytes);
+    int pre = (flags & HUVM_EVICT_FLAG_PREEVICT) != 0;
 
-    if (!valid_gpu(core, owner) || (src != HUVM_DEST_HOST && (!valid_gpu(core, src) || src == owner)) ||
-        mode >= HUVM_FETCHED_COUNT) {
+    if (!valid_gpu(core, owner) || (dst != HUVM_DEST_HOST && (!valid_gpu(core, dst) || dst == owner))) {
         HUVM_ASSERT(0);
         return;
     }
-    sw = core->single_writer;
+    if (core->single_writer)
+        account_evict(1, core, owner, dst, reason, pre, bytes, va);
+    else
+        account_evict(0, core, owner, dst, reason, pre, bytes, va);
+}
+
+_Static_assert(HUVM_FETCHED_MOVED == HUVM_FETCH_MIGRATE && HUVM_FETCHED_REMOTE_MAP == HUVM_FETCH_REMOTE_MAP,
+               "the first fetch event reasons are the fetch modes");
+
+static inline void account_fetch(int sw,
+                                 huvm_core_t *core,
+                                 uint32_t owner,
+                                 uint32_t src,
+                                 uint32_t mode,
+                                 uint64_t bytes,
+                                 uint64_t va)
+{
+    uint64_t chunks = huvm_chunks_of(bytes);
+
     if (src == HUVM_DEST_HOST) {
         if (mode == HUVM_FETCHED_PAGES)
             chunks = bytes / HUVM_CHUNK_SIZE;       /* whole chunks only: a page run is not a chunk */
@@ -149,10 +161,23 @@ void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_
         if (mode != HUVM_FETCHED_PAGES) {
             ctr_add(sw, CTR(core, owner, fetch_from_peer), chunks);
             ctr_add(sw, &core->pairs[owner][src].fetch_chunks, chunks);
-            held_sub(core, owner, src, bytes);
+            held_sub(sw, core, owner, src, bytes);
         }
     }
     HUVM_TRACE(fetch, owner, src, mode, bytes, va);
+}
+
+void huvm_account_fetch(huvm_core_t *core, uint32_t owner, uint32_t src, uint32_t mode, uint64_t bytes, uint64_t va)
+{
+    if (!valid_gpu(core, owner) || (src != HUVM_DEST_HOST && (!valid_gpu(core, src) || src == owner)) ||
+        mode >= HUVM_FETCHED_COUNT) {
+        HUVM_ASSERT(0);
+        return;
+    }
+    if (core->single_writer)
+        account_fetch(1, core, owner, src, mode, bytes, va);
+    else
+        account_fetch(0, core, owner, src, mode, bytes, va);
 }
 
 void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, uint64_t bytes, uint64_t va)
@@ -168,7 +193,7 @@ void huvm_account_giveback(huvm_core_t *core, uint32_t holder, uint32_t owner, u
     ctr_add(sw, CTR(core, holder, giveback), chunks);
     ctr_add(sw, CTR(core, holder, bytes_to_host), bytes);
     ctr_add(sw, &core->pairs[owner][holder].giveback_chunks, chunks);
-    held_sub(core, owner, holder, bytes);
+    held_sub(sw, core, owner, holder, bytes);
     HUVM_TRACE(giveback, holder, owner, HUVM_REASON_GIVEBACK, bytes, va);
 }
 
@@ -179,7 +204,7 @@ void huvm_account_release(huvm_core_t *core, uint32_t owner, uint32_t holder, ui
         HUVM_ASSERT(0);
         return;
     }
-    held_sub(core, owner, holder, bytes);
+    held_sub(core->single_writer, core, owner, holder, bytes);
 }
 
 int huvm_core_slot_in_use(const huvm_core_t *core, uint32_t gpu)
@@ -215,7 +240,7 @@ void huvm_account_prefetch(huvm_core_t *core, uint32_t owner, uint32_t dst, uint
     else {
         ctr_add(sw, CTR(core, owner, prefetch_to_peer), chunks);
         ctr_add(sw, &core->pairs[owner][dst].prefetch_chunks, chunks);
-        held_add(core, owner, dst, bytes);
+        held_add(sw, core, owner, dst, bytes);
     }
     HUVM_TRACE(prefetch, owner, dst, 0, bytes, va);
 }

@@ -25,7 +25,7 @@
  * frees a GPU's memory is only issued by a move out of it), and the guest-traffic window is idempotent at the
  * same time and counter total, so their state would come out the same. The simulated clock only moves in the
  * loop of huvm_sim_run, between ops. */
-static void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
+static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
 {
     const uint64_t now = sim->now;
     const uint32_t n = sim->cfg.gpu_count, budgets = sim->traffic_mask;
@@ -280,13 +280,8 @@ int host_take_chunk(huvm_sim_t *sim)
 
 /* Evict chunk ci (owner g's own, resident on g) where the core says. Returns when g can reuse the memory
  * (sync) or t (async: pre-eviction). */
-static uint64_t evict_own(huvm_sim_t *sim,
-                          uint32_t g,
-                          uint32_t ci,
-                          uint64_t t,
-                          uint32_t flags,
-                          int sync,
-                          uint32_t *stale)
+static SIM_ALWAYS_INLINE uint64_t
+evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, int sync, uint32_t *stale)
 {
     sim_chunk_t *c = &sim->chunks[ci];
     sim_gpu_t *gg = &sim->gpus[g];
@@ -394,7 +389,7 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
 /* Make n chunks free on GPU g at time t: harvested chunks go first (give-back, to host), then g's own
  * chunks in LRU order (huvm_decide_evict). Returns the time the memory is usable, or t with sim->failed
  * set when nothing can be evicted. */
-static uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, uint32_t flags)
+static SIM_ALWAYS_INLINE uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_t n, uint64_t t, uint32_t flags)
 {
     sim_gpu_t *gg = &sim->gpus[g];
     uint64_t free_now;
@@ -536,7 +531,7 @@ static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32
     return c->ready_ns;
 }
 
-static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
+static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
 {
     uint32_t g = tt->spec.gpu;
     huvm_prefetch_plan_t plan;
