@@ -881,8 +881,12 @@ uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted)
  * replay). Returns when the fault may be serviced. */
 static uint64_t thrash_throttle(huvm_sim_t *sim, uint32_t ci, uint32_t g, uint64_t t)
 {
-    huvm_sim_thr_hint_t h = huvm_sim_thr_hint(&sim->thr, ci, (uint8_t)g, t);
+    huvm_sim_thr_hint_t h;
     int replays = 0;
+
+    if (sim->thr.gate[ci].slot == HUVM_SIM_THR_UNTRACKED)
+        return t; /* not tracked: no hint (every block of a one-processor VA space) */
+    h = huvm_sim_thr_hint(&sim->thr, ci, (uint8_t)g, t);
 
     while (h.type == HUVM_SIM_THR_HINT_THROTTLE && replays++ < 64) {
         t = u64_max(t + 1, h.end_ns);

@@ -7,7 +7,7 @@
 
 #include "huvm_sim_thrash.h"
 
-#define THR_NIL 0xffffffffu
+#define THR_NIL HUVM_SIM_THR_UNTRACKED
 
 static uint32_t proc_bit(uint8_t id)
 {

@@ -34,6 +34,9 @@
 #define HUVM_SIM_THR_CPU  31u
 #define HUVM_SIM_THR_NONE 0xffu
 
+/* huvm_sim_thr_gate_t.slot of a block not tracked (its hint is NONE: callers may skip asking). */
+#define HUVM_SIM_THR_UNTRACKED 0xffffffffu
+
 /* Hint types (UVM_PERF_THRASHING_HINT_TYPE_*). */
 #define HUVM_SIM_THR_HINT_NONE     0
 #define HUVM_SIM_THR_HINT_THROTTLE 1
