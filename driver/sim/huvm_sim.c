@@ -230,6 +230,7 @@ void huvm_sim_destroy(huvm_sim_t *sim)
         sim_tenant_free(&sim->tenants[i]);
     sim_links_free(sim);
     free(sim->chunks);
+    free(sim->pop);
     free(sim->samples);
     free(sim);
 }
@@ -330,7 +331,16 @@ static uint64_t evict_own(huvm_sim_t *sim,
     if (d.dst != HUVM_DEST_HOST) {
         uint32_t p = d.dst;
 
-        fin = sim_xfer_peer(sim, g, p, start, SIM_CHUNK, sim->cfg.migrate_service_ns, sync ? SIM_FG : SIM_BG, ci);
+        /* the glue's peer eviction moves the block's resident pages (uvm_huvm_move_with_chunk: make_resident
+         * of pages_to_evict into the peer's 2 MiB chunk): the peer holds the same groups */
+        fin = sim_xfer_peer(sim,
+                            g,
+                            p,
+                            start,
+                            pages_bytes(c->pages),
+                            sim->cfg.migrate_service_ns,
+                            sync ? SIM_FG : SIM_BG,
+                            ci);
         lend_charge(sim, p, 1);
         list_push_tail(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks++;
@@ -339,8 +349,10 @@ static uint64_t evict_own(huvm_sim_t *sim,
         vacnt_add(sim, ci, 0);
     }
     else {
-        fin = sim_xfer_d2h(sim, g, start, SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
+        /* only the resident pages are written back (the rest of the block is in host memory already) */
+        fin = sim_xfer_d2h(sim, g, start, pages_bytes(c->pages), sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
         c->loc = HUVM_SIM_LOC_HOST;
+        c->pages = 0;
         gg->host_chunks++;
         vacnt_add(sim, ci, 1);
     }
@@ -368,10 +380,16 @@ static uint64_t giveback_one(huvm_sim_t *sim, uint32_t h, uint32_t o, uint64_t t
     hg->guest_chunks--;
     sim->gpus[o].peer_chunks--;
     sim->gpus[o].host_chunks++;
-    fin =
-        sim_xfer_d2h(sim, h, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.evict_service_ns, sync ? SIM_FG : SIM_BG, ci);
+    fin = sim_xfer_d2h(sim,
+                       h,
+                       u64_max(t, c->ready_ns),
+                       pages_bytes(c->pages),
+                       sim->cfg.evict_service_ns,
+                       sync ? SIM_FG : SIM_BG,
+                       ci);
     lend_charge(sim, h, 1);
     c->loc = HUVM_SIM_LOC_HOST;
+    c->pages = 0;
     c->ready_ns = u64_max(c->ready_ns, fin);
     c->flags &= (uint8_t)~SIM_CF_REMOTE;
     huvm_account_giveback(&sim->core, h, o, SIM_CHUNK, chunk_va(sim, ci));
@@ -494,7 +512,8 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
 
 /* After a fault brought chunk ci of tenant tt from host: ask the core for a prefetch plan and start it. */
 /* Prefetch owner g's host-resident chunk pci into peer p's memory as a guest (a background copy from t):
- * returns when it lands. */
+ * returns when it lands. As the glue's prefetch (uvm_huvm_prefetch.c), it moves the block's host-resident pages:
+ * the populated groups. */
 static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32_t pci, uint64_t t)
 {
     sim_chunk_t *c = &sim->chunks[pci];
@@ -503,10 +522,17 @@ static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32
     sim->host_chunks--;
     sim->gpus[g].host_chunks--;
     sim->gpus[g].peer_chunks++;
-    c->ready_ns = sim_xfer_h2d(sim, p, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
+    c->ready_ns = sim_xfer_h2d(sim,
+                               p,
+                               u64_max(t, c->ready_ns),
+                               pages_bytes(sim->pop[pci]),
+                               sim->cfg.migrate_service_ns,
+                               SIM_BG,
+                               pci);
     lend_charge(sim, p, 1);
     c->loc = HUVM_SIM_LOC_GPU;
     c->holder = (uint8_t)p;
+    c->pages = sim->pop[pci];
     list_push_tail(sim->chunks, &pg->guest[g], pci);
     c->flags |= SIM_CF_PREFETCHED;
     pg->guest_chunks++;
@@ -557,8 +583,14 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             list_remove(sim->chunks, &sim->gpus[p].guest[g], pci);
             sim->gpus[p].guest_chunks--;
             sim->gpus[g].peer_chunks--;
-            c->ready_ns =
-                sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
+            c->ready_ns = sim_xfer_peer(sim,
+                                        p,
+                                        g,
+                                        u64_max(t, c->ready_ns),
+                                        pages_bytes(c->pages),
+                                        sim->cfg.migrate_service_ns,
+                                        SIM_BG,
+                                        pci);
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
             c->fetched_ns = c->ready_ns;
@@ -581,10 +613,16 @@ static void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
             }
             sim->host_chunks--;
             gg->host_chunks--;
-            c->ready_ns =
-                sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, sim->cfg.migrate_service_ns, SIM_BG, pci);
+            c->ready_ns = sim_xfer_h2d(sim,
+                                       g,
+                                       u64_max(t, c->ready_ns),
+                                       pages_bytes(sim->pop[pci]),
+                                       sim->cfg.migrate_service_ns,
+                                       SIM_BG,
+                                       pci);
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
+            c->pages = sim->pop[pci];
             list_push_tail(sim->chunks, &gg->own, pci);
             c->flags |= SIM_CF_PREFETCHED;
             gg->batch_allocs++;             /* the prefetched chunk takes memory of this batch too */
@@ -742,7 +780,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             sim->gpus[p].guest_chunks--;
             gg->peer_chunks--;
             clock = u64_max(clock, c->ready_ns) + sim->cfg.peer_fault_service_ns;
-            clock = sim_xfer_peer(sim, p, g, clock, SIM_CHUNK, 0, SIM_BG, pci);
+            clock = sim_xfer_peer(sim, p, g, clock, pages_bytes(c->pages), 0, SIM_BG, pci);
             c->ready_ns = clock;
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
@@ -780,10 +818,12 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             sim->host_chunks--;
             gg->host_chunks--;
             clock = u64_max(clock, c->ready_ns) + sim->cfg.fault_service_ns;
-            clock = sim_xfer_h2d(sim, g, clock, SIM_CHUNK, 0, SIM_BG, pci);
+            clock = sim_xfer_h2d(sim, g, clock, pages_bytes(sim->pop[pci]), 0, SIM_BG, pci);
+            sim->pop[pci] = HUVM_SIM_PAGES_ALL;
             c->ready_ns = clock;
             c->loc = HUVM_SIM_LOC_GPU;
             c->holder = (uint8_t)g;
+            c->pages = HUVM_SIM_PAGES_ALL;
             list_push_tail(sim->chunks, &gg->own, pci);
             c->flags |= SIM_CF_PREFETCHED;
             gg->batch_allocs++;
@@ -818,26 +858,74 @@ void sim_proto_batch(huvm_sim_t *sim, sim_tenant_t *tt)
     proto_submit(sim, g, SIM_PFQ_FETCH, (uint32_t)(tt - sim->tenants), base, dir, tt->batch_start);
 }
 
-/* Service one faulted chunk of tenant tt at time t; returns the time the tenant can go on. *remote is set
- * when the core chose to map the peer's copy instead (the touch then runs over NVLink). */
-uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t, int *remote)
+/* UVM's density prefetcher (uvm_perf_prefetch.c: compute_prefetch_mask, compute_prefetch_region) at 64 KiB
+ * leaves: a bitmap tree over the block counts the groups resident on the GPU or faulting; for each faulted
+ * leaf, walking from the leaf to the root, the last (largest) subtree more than HUVM_SIM_PREFETCH_THRESHOLD %
+ * of which is counted is prefetched. Returns the faulted groups and the prefetched ones (resident ones too). */
+uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted)
+{
+    const uint32_t occ = resident | faulted;
+    uint32_t region = faulted, f = faulted;
+
+    while (f) {
+        uint32_t leaf = (uint32_t)__builtin_ctz(f), size, best = 0;
+
+        f &= f - 1;
+        for (size = 1; size <= HUVM_SIM_PAGE_GROUPS; size <<= 1) {
+            uint32_t m = size == HUVM_SIM_PAGE_GROUPS ? HUVM_SIM_PAGES_ALL : ((1u << size) - 1) << (leaf & ~(size - 1));
+
+            if ((uint32_t)__builtin_popcount(occ & m) * 100 > size * HUVM_SIM_PREFETCH_THRESHOLD)
+                best = m;
+        }
+        region |= best;
+    }
+    return region;
+}
+
+/* Service one faulted chunk of tenant tt at time t for the groups want; returns the time the tenant can go on.
+ * *remote is set when the core chose to map the peer's copy instead (the touch then runs over NVLink). A fault
+ * moves only the groups the density prefetcher's region (huvm_sim_prefetch_region) adds to what its GPU holds; the
+ * block's GPU memory is one 2 MiB chunk however many groups it holds. */
+uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint32_t want, uint64_t t, int *remote)
 {
     sim_chunk_t *c = &sim->chunks[ci];
     uint32_t g = tt->spec.gpu;
     sim_gpu_t *gg = &sim->gpus[g];
+    const int peer = c->loc == HUVM_SIM_LOC_GPU && c->holder != g;
+    const uint32_t held = c->loc == HUVM_SIM_LOC_GPU ? c->pages : 0;
+    /* the groups this fault brings: the density prefetcher's region less what a GPU already holds; those with
+     * data (sim->pop) are copied from host memory, the others zero-filled (populated) */
+    const uint32_t add = (want == HUVM_SIM_PAGES_ALL ? want : huvm_sim_prefetch_region(held, want)) & ~held;
+    const uint32_t from_host = add & sim->pop[ci];
 
     *remote = 0;
     /* A migrating fault's block service: one block at a time per GPU (upstream's service_fault_batch loop),
      * whichever of the GPU's tenants faulted; its copy follows (no service of its own: the fault service
-     * covers it). A first touch (populate) has no host pages to handle: populate_ns below. */
-    if (c->loc != HUVM_SIM_LOC_NONE) {
-        t = u64_max(t, gg->fault_free_ns) +
-            (c->loc == HUVM_SIM_LOC_GPU ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns);
+     * covers it). A fault with nothing to copy (first touch) only populates: populate_ns below. */
+    if (peer || from_host) {
+        t = u64_max(t, gg->fault_free_ns) + (peer ? sim->cfg.peer_fault_service_ns : sim->cfg.fault_service_ns);
         gg->fault_free_ns = t;
+    }
+    sim->pop[ci] |= add;
+    if (c->loc == HUVM_SIM_LOC_GPU && !peer) {
+        /* Partly resident here: the missing groups of the service region. */
+        uint64_t fin = from_host ? sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(from_host), 0, SIM_FG, ci)
+                                 : u64_max(t, c->ready_ns) + sim->cfg.populate_ns;
+
+        c->pages |= add;
+        c->ready_ns = fin;
+        if (from_host)
+            huvm_account_fetch(&sim->core,
+                               g,
+                               HUVM_DEST_HOST,
+                               HUVM_FETCHED_PAGES,
+                               pages_bytes(from_host),
+                               chunk_va(sim, ci));
+        return fin;
     }
     if (c->flags & SIM_CF_PREFETCHED)
         pf_note(sim, c, 1); /* prefetched to a peer, and wanted: the prefetch paid */
-    if (c->loc == HUVM_SIM_LOC_GPU) {
+    if (peer) {
         uint32_t p = c->holder;
         uint64_t fin;
 
@@ -851,7 +939,12 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
         t = make_room(sim, g, 1, t, 0);
         if (sim->failed)
             return t;
-        fin = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), SIM_CHUNK, 0, SIM_FG, ci);
+        /* the glue's fetch-back moves the pages the peer holds (uvm_huvm_fetch.c: make_resident of the peer's
+         * resident mask); groups of the service region the peer does not hold come from host memory */
+        fin = sim_xfer_peer(sim, p, g, u64_max(t, c->ready_ns), pages_bytes(c->pages), 0, SIM_FG, ci);
+        if (from_host)
+            fin = u64_max(fin, sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(from_host), 0, SIM_FG, ci));
+        c->pages |= add;
         lend_charge(sim, p, 1);
         list_remove(sim->chunks, &sim->gpus[p].guest[g], ci);
         sim->gpus[p].guest_chunks--;
@@ -872,12 +965,14 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
     if (sim->failed)
         return t;
     if (c->loc == HUVM_SIM_LOC_HOST) {
-        uint64_t fin = sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), SIM_CHUNK, 0, SIM_FG, ci);
+        uint64_t fin = from_host ? sim_xfer_h2d(sim, g, u64_max(t, c->ready_ns), pages_bytes(from_host), 0, SIM_FG, ci)
+                                 : u64_max(t, c->ready_ns) + sim->cfg.populate_ns;
 
         sim->host_chunks--;
         gg->host_chunks--;
         c->loc = HUVM_SIM_LOC_GPU;
         c->holder = (uint8_t)g;
+        c->pages = add;
         c->ready_ns = fin;
         list_push_tail(sim->chunks, &gg->own, ci);
         vacnt_add(sim, ci, 3);
@@ -886,10 +981,11 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint6
             prefetch(sim, tt, ci, t); /* huvm-atc22 prefetches per fault batch (sim_proto_batch) */
         return fin;
     }
-    /* First touch: populate a zeroed chunk. */
+    /* First touch: populate zeroed pages (the service region of a never-touched block). */
     t += sim->cfg.populate_ns;
     c->loc = HUVM_SIM_LOC_GPU;
     c->holder = (uint8_t)g;
+    c->pages = add;
     c->ready_ns = t;
     list_push_tail(sim->chunks, &gg->own, ci);
     tt->res.first_touches++;
@@ -909,6 +1005,8 @@ uint64_t sim_pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t)
 
         c->loc = HUVM_SIM_LOC_GPU;
         c->holder = (uint8_t)g;
+        c->pages = HUVM_SIM_PAGES_ALL;
+        sim->pop[ci] = HUVM_SIM_PAGES_ALL;
         c->flags |= SIM_CF_PINNED;
         c->ready_ns = t;
     }
@@ -945,6 +1043,8 @@ void sim_release_chunk(huvm_sim_t *sim, uint32_t ci)
         sim->gpus[o].host_chunks--;
     }
     c->loc = HUVM_SIM_LOC_NONE;
+    c->pages = 0;
+    sim->pop[ci] = 0;
     c->flags = 0;
     c->ready_ns = 0;
 }

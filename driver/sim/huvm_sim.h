@@ -1,8 +1,9 @@
 /*
  * huvm: simulated multi-GPU node. SPDX-License-Identifier: MIT
  *
- * A trace-driven model of UVM demand paging on an N-GPU node (2 MiB root chunks, replayable fault batches,
- * eviction in residency-change LRU order, host over PCIe, peers over NVLink) in which every huvm decision
+ * A trace-driven model of UVM demand paging on an N-GPU node (2 MiB root chunks whose data moves in 64 KiB
+ * groups with UVM's density prefetcher, replayable fault batches, eviction in residency-change LRU order, host
+ * over PCIe, peers over NVLink) in which every huvm decision
  * comes from the policy core (huvm_decide_*) and every movement is reported through huvm_account_*, so the
  * counters and the USDT probes (provider huvm) are exactly those of the kernel module. Control commands go
  * through huvm_dispatch (huvm_sim_ioctl).

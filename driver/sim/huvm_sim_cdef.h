@@ -30,6 +30,17 @@
 #define HUVM_SIM_MAX_LINK_COUNT        64u                     /* NVLink links between two GPUs */
 #define HUVM_SIM_MAX_HOST_MEMORY_BYTES 72057594037927936ull /* 2^56 */
 
+/* Partial-block touches (huvm_sim_tenant_spec_t.touch_pages): a 2 MiB block is 32 groups of 64 KiB (the GPU's
+ * big page, the granularity a GPU fault is serviced at: uvm_perf_prefetch.c grows faulted 4 KiB pages to it);
+ * bit k of a touch's mask is bytes [k, k + 1) x 64 KiB of its block. UVM's density prefetcher
+ * (uvm_perf_prefetch.c, compute_prefetch_region) widens a fault to the largest subregion of the block's
+ * bitmap tree, on the faulting leaf's path, more than uvm_perf_prefetch_threshold (default 51) % of which is
+ * resident on the GPU or faulting. */
+#define HUVM_SIM_PAGE_GROUPS        32u
+#define HUVM_SIM_PAGE_GROUP_BYTES   65536u
+#define HUVM_SIM_PAGES_ALL          0xffffffffu
+#define HUVM_SIM_PREFETCH_THRESHOLD 51u
+
 /* Where a chunk is, in huvm_sim_chunk_where(). */
 #define HUVM_SIM_LOC_NONE 0       /* not populated (never touched, or freed) */
 #define HUVM_SIM_LOC_GPU  1       /* on a GPU (its owner, or a peer holding it) */
@@ -119,6 +130,11 @@ typedef struct {
     uint32_t link_recv_mask;
     uint32_t record_ops;             /* 1: keep every op's end time (huvm_sim_tenant_ops) */
     uint32_t pad2;
+    /* [n_touches] the 64 KiB groups of its block each touch reads or writes (HUVM_SIM_PAGE_GROUPS bits,
+     * nonzero); NULL: every touch is the whole block (HUVM_SIM_PAGES_ALL). A touch faults unless all its
+     * groups are resident on the GPU; the fault copies only the missing groups the density prefetcher's
+     * region holds (GPU memory is still taken per 2 MiB block). */
+    const uint32_t *touch_pages;
 } huvm_sim_tenant_spec_t;
 
 /* Per-tenant outcome. Times are simulated ns. */
@@ -213,6 +229,9 @@ uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err);
 #define HUVM_SIM_PATH_PREFETCH 1       /* host -> GPU migration without a fault (migrate_service_ns) */
 #define HUVM_SIM_PATH_EVICT    2       /* GPU -> host migration (evict_service_ns) */
 uint64_t huvm_sim_path_probe(huvm_sim_t *sim, uint32_t path, uint32_t gpu, uint32_t chunks);
+/* UVM's density prefetcher on one block: the 64 KiB groups a fault on `faulted` brings to a GPU that holds
+ * `resident` (faulted, widened by uvm_perf_prefetch.c's tree rule at HUVM_SIM_PREFETCH_THRESHOLD %). */
+uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted);
 
 /* HUVM_SIM_CDEF_END */
 

@@ -28,17 +28,19 @@ typedef struct {
     uint32_t head, tail, count;
 } sim_list_t;
 
-/* One 2 MiB chunk of some tenant's address space (40 bytes; an array, lists are intrusive). */
+/* One 2 MiB chunk of some tenant's address space (40 bytes: pages fills what was padding; an array, lists are intrusive). */
 typedef struct {
-    uint32_t prev, next;            /* links in the list of the GPU holding it (SIM_NIL) */
-    uint64_t ready_ns;              /* its data is usable where it is from this time (async copy) */
-    uint64_t fetched_ns;            /* last fetch-back from a peer (hysteresis input), 0 = never */
-    uint8_t loc;                   /* HUVM_SIM_LOC_* */
-    uint8_t holder;                /* GPU holding it when loc == GPU */
-    uint8_t owner;                 /* GPU of its tenant */
-    uint8_t flags;                 /* SIM_CF_* */
+    uint32_t prev, next; /* links in the list of the GPU holding it (SIM_NIL) */
+    uint64_t ready_ns; /* its data is usable where it is from this time (async copy) */
+    uint64_t fetched_ns; /* last fetch-back from a peer (hysteresis input), 0 = never */
+    uint8_t loc; /* HUVM_SIM_LOC_* */
+    uint8_t holder; /* GPU holding it when loc == GPU */
+    uint8_t owner; /* GPU of its tenant */
+    uint8_t flags; /* SIM_CF_* */
     uint32_t tenant;
-    uint32_t xfer;                  /* sequence number of its latest copy (in-flight tokens name it) */
+    uint32_t xfer; /* sequence number of its latest copy (in-flight tokens name it) */
+    uint32_t pages; /* loc == GPU: the 64 KiB groups resident on the holder (the rest of the
+                                       block is in host memory); 0 otherwise */
 } sim_chunk_t;
 
 /* Traffic classes sharing a link: demand transfers (faults, synchronous evictions, give-back, remote
@@ -49,10 +51,10 @@ typedef struct {
 /* A background copy still queued on a link direction: later demand traffic that delays the background class
  * delays it (its chunk's ready_ns and, for a copy out of a GPU, when that GPU gets the memory back). */
 typedef struct {
-    uint64_t fin;                   /* when it ends on this link, latency included */
-    uint32_t chunk;                 /* the chunk copied (SIM_NIL: none) */
-    uint32_t xfer;                  /* the chunk's xfer at issue (a later copy of it supersedes this one) */
-    uint32_t release;               /* GPU + 1 whose memory the copy frees when it ends; 0: none */
+    uint64_t fin; /* when it ends on this link, latency included */
+    uint32_t chunk; /* the chunk copied (SIM_NIL: none) */
+    uint32_t xfer; /* the chunk's xfer at issue (a later copy of it supersedes this one) */
+    uint32_t release; /* GPU + 1 whose memory the copy frees when it ends; 0: none */
     uint32_t pad;
 } sim_tok_t;
 
@@ -61,61 +63,61 @@ typedef struct {
 typedef struct {
     uint64_t mbyte_per_s;
     uint64_t latency_ns;
-    uint64_t busy_until[2];         /* per class: when its queued work ends */
+    uint64_t busy_until[2]; /* per class: when its queued work ends */
     uint64_t busy_ns;
     uint64_t bytes;
-    sim_tok_t *q;                   /* background copies in flight, in order (ring) */
+    sim_tok_t *q; /* background copies in flight, in order (ring) */
     uint32_t qhead, qlen, qcap, pad;
-    uint64_t chunk_ns;              /* a 2 MiB copy's time on it, as res_xfer rounds it (0: rate not set) */
+    uint64_t chunk_ns; /* a 2 MiB copy's time on it, as res_xfer rounds it (0: rate not set) */
 } sim_res_t;
 
 /* One of the prototype's prefetch kthreads on a GPU (huvm-atc22; huvm_sim.c "The prototype's prefetch"): it
  * works through its queue one item at a time; an item queued behind a running one is pending, and the next
  * fault batch replaces it (the prototype kills a pending item, never a running one). */
 typedef struct {
-    uint64_t busy_ns;               /* the running item ends then */
-    uint64_t start_ns;              /* pend: the pending item starts then (= busy_ns when it was queued) */
-    uint64_t base;                  /* pend: the chunk its window starts from (a global chunk index) */
-    uint32_t pend;                  /* an item is pending */
-    uint32_t tenant;                /* pend: whose faults queued it */
-    int32_t dir;                    /* pend: +1 forward, -1 backward (the prototype's fault direction) */
+    uint64_t busy_ns; /* the running item ends then */
+    uint64_t start_ns; /* pend: the pending item starts then (= busy_ns when it was queued) */
+    uint64_t base; /* pend: the chunk its window starts from (a global chunk index) */
+    uint32_t pend; /* an item is pending */
+    uint32_t tenant; /* pend: whose faults queued it */
+    int32_t dir; /* pend: +1 forward, -1 backward (the prototype's fault direction) */
     uint32_t pad;
 } sim_pfq_t;
 
-#define SIM_PFQ_FETCH 0             /* the prototype's fetch queue: the window's host-resident blocks */
-#define SIM_PFQ_BACK  1             /* its parallel prefetch queue: the window's peer-resident blocks */
+#define SIM_PFQ_FETCH 0 /* the prototype's fetch queue: the window's host-resident blocks */
+#define SIM_PFQ_BACK  1 /* its parallel prefetch queue: the window's peer-resident blocks */
 
 typedef struct {
     /* the fields every refresh and eviction reads first, together (a cache line or two) */
-    uint64_t capacity_chunks;     /* usable by UVM: (memory - reserved) / 2 MiB */
-    uint64_t pinned_chunks;       /* cudaMalloc'd by its tenants (not evictable) */
-    sim_list_t own;                 /* its tenants' managed chunks resident here, LRU by residency change */
-    uint32_t candidates;          /* peers with a direct path (bit per GPU) */
+    uint64_t capacity_chunks; /* usable by UVM: (memory - reserved) / 2 MiB */
+    uint64_t pinned_chunks; /* cudaMalloc'd by its tenants (not evictable) */
+    sim_list_t own; /* its tenants' managed chunks resident here, LRU by residency change */
+    uint32_t candidates; /* peers with a direct path (bit per GPU) */
     uint64_t guest_chunks;
-    uint64_t inflight;            /* chunks of memory held by copies out of it still in flight */
-    uint64_t inflight_lb;         /* no copy out of it ends before this (a lower bound on the first end of
+    uint64_t inflight; /* chunks of memory held by copies out of it still in flight */
+    uint64_t inflight_lb; /* no copy out of it ends before this (a lower bound on the first end of
                                        its queues: sim_gpu_retire has nothing to do before it) */
     uint64_t last_evict_ns;
-    uint64_t last_pressure_ns;    /* an allocation here last had to evict (huvm_gpu_state_t) */
-    uint64_t burst_chunks;        /* chunks the last fault batch on this GPU allocated */
-    huvm_peak_t own_peak;           /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
+    uint64_t last_pressure_ns; /* an allocation here last had to evict (huvm_gpu_state_t) */
+    uint64_t burst_chunks; /* chunks the last fault batch on this GPU allocated */
+    huvm_peak_t own_peak; /* recent peak of its own memory use (huvm_gpu_state_t.own_peak_bytes) */
     uint64_t noted_ns,
-        noted_own;   /* refresh_gpus's last note of own_peak, at noted_ns - 1 (0: none since note_own): noting
+        noted_own; /* refresh_gpus's last note of own_peak, at noted_ns - 1 (0: none since note_own): noting
                                        the same own use at the same time again changes nothing */
-    uint64_t pf_used, pf_unused;  /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
-    uint64_t peer_chunks;         /* its data held by peers */
-    uint64_t host_chunks;         /* its data in host memory */
-    uint64_t fault_free_ns;       /* the GPU's fault servicing is busy until then (serial per GPU) */
-    uint64_t preevicted;          /* free chunks pre-eviction made and no allocation has used yet */
-    uint64_t batch_allocs;        /* chunks allocated by the fault batch in progress */
+    uint64_t pf_used, pf_unused; /* its recent prefetches: touched, or left unused (huvm_prefetch_feedback) */
+    uint64_t peer_chunks; /* its data held by peers */
+    uint64_t host_chunks; /* its data in host memory */
+    uint64_t fault_free_ns; /* the GPU's fault servicing is busy until then (serial per GPU) */
+    uint64_t preevicted; /* free chunks pre-eviction made and no allocation has used yet */
+    uint64_t batch_allocs; /* chunks allocated by the fault batch in progress */
     sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
-    huvm_traffic_t guest_traffic;   /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
-    uint64_t traffic_ns;            /* the time guest_traffic was last read at (monotonic: refresh_gpus) */
-    uint64_t lend_debt_ns;        /* HBM time guests' copies took from its tenants, not yet charged */
-    sim_res_t h2d, d2h;            /* PCIe */
-    sim_res_t port_out, port_in;   /* NVSwitch ports */
-    sim_pfq_t pfq[2];              /* huvm-atc22: the prototype's prefetch kthreads (SIM_PFQ_*) */
-    uint64_t pf_prev;              /* huvm-atc22: the previous fault batch's reference chunk + 1 (0: none) */
+    huvm_traffic_t guest_traffic; /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
+    uint64_t traffic_ns; /* the time guest_traffic was last read at (monotonic: refresh_gpus) */
+    uint64_t lend_debt_ns; /* HBM time guests' copies took from its tenants, not yet charged */
+    sim_res_t h2d, d2h; /* PCIe */
+    sim_res_t port_out, port_in; /* NVSwitch ports */
+    sim_pfq_t pfq[2]; /* huvm-atc22: the prototype's prefetch kthreads (SIM_PFQ_*) */
+    uint64_t pf_prev; /* huvm-atc22: the previous fault batch's reference chunk + 1 (0: none) */
 } sim_gpu_t;
 
 typedef struct {
@@ -123,32 +125,33 @@ typedef struct {
 } sim_vacnt_t;
 
 typedef struct {
-    huvm_sim_tenant_spec_t spec;    /* pointers below are our copies */
+    huvm_sim_tenant_spec_t spec; /* pointers below are our copies */
     uint64_t *op_time;
     uint32_t *first;
     uint32_t *touch;
     uint8_t *mode;
     int32_t *aop, *fop;
-    uint32_t *alloc_first, *alloc_list;    /* CSR: chunks allocated at op k */
-    uint32_t *free_first, *free_list;      /* CSR: chunks freed after op k */
-    uint32_t *static_list, n_static;       /* chunks live before op 0 (alloc_op == -1) */
+    uint32_t *alloc_first, *alloc_list; /* CSR: chunks allocated at op k */
+    uint32_t *free_first, *free_list; /* CSR: chunks freed after op k */
+    uint32_t *static_list, n_static; /* chunks live before op 0 (alloc_op == -1) */
     uint32_t chunk_base;
     uint32_t state;
     uint64_t clock;
-    uint64_t step_start;              /* clock at the start of the current step */
+    uint64_t step_start; /* clock at the start of the current step */
     uint32_t op;
     uint32_t foreground;
     uint64_t static_chunks;
     uint64_t *step_end;
     uint32_t step_end_n, step_end_cap;
-    uint64_t *link_bytes;             /* [n_ops] collectives' bytes per peer, or NULL */
-    uint64_t *op_end;                 /* record_ops: each op's end time */
+    uint64_t *link_bytes; /* [n_ops] collectives' bytes per peer, or NULL */
+    uint64_t *op_end; /* record_ops: each op's end time */
     uint32_t op_end_n, op_end_cap;
     huvm_sim_tenant_result_t res;
     sim_vacnt_t vacnt;
-    uint32_t batch_lo, batch_hi;      /* huvm-atc22: the fault batch in progress, its lowest and highest
+    uint32_t batch_lo, batch_hi; /* huvm-atc22: the fault batch in progress, its lowest and highest
                                          faulted chunk (global index; SIM_NIL: none yet) */
-    uint64_t batch_start;             /* huvm-atc22: when the fault batch in progress was fetched */
+    uint64_t batch_start; /* huvm-atc22: when the fault batch in progress was fetched */
+    uint32_t *pages; /* [n_touches] touch_pages, or NULL: whole blocks */
 } sim_tenant_t;
 
 struct huvm_sim {
@@ -157,9 +160,9 @@ struct huvm_sim {
     huvm_gpu_state_t state[HUVM_MAX_GPUS];
     sim_gpu_t gpus[HUVM_SIM_MAX_GPUS];
     sim_res_t nvl[HUVM_SIM_MAX_GPUS][HUVM_SIM_MAX_GPUS];
-    sim_res_t sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS];  /* PCIe switch uplinks */
+    sim_res_t sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS]; /* PCIe switch uplinks */
     uint32_t xfer_seq;
-    uint32_t traffic_mask;     /* GPUs with a guest-traffic budget (refresh_gpus; set by huvm_sim_run) */
+    uint32_t traffic_mask; /* GPUs with a guest-traffic budget (refresh_gpus; set by huvm_sim_run) */
     sim_tenant_t tenants[HUVM_SIM_MAX_TENANTS];
     uint32_t n_tenants;
     sim_chunk_t *chunks;
@@ -168,15 +171,17 @@ struct huvm_sim {
     uint32_t fg_remaining;
     uint32_t failed;
     uint64_t now;
-    uint64_t decide_ns;        /* the time of the decision being made (a tenant's clock within its op, >= now) */
+    uint64_t decide_ns; /* the time of the decision being made (a tenant's clock within its op, >= now) */
     uint64_t host_chunks;
     uint64_t host_limit_chunks;
     huvm_sim_traffic_t traffic;
     huvm_sim_sample_t *samples;
     uint32_t n_samples, samples_cap;
     uint64_t sample_interval, next_sample;
-    huvm_sim_error_t err;          /* first run-time error */
-    uint32_t proto_prefetch;       /* created as huvm-atc22: prefetch runs as the prototype's kthreads */
+    huvm_sim_error_t err; /* first run-time error */
+    uint32_t proto_prefetch; /* created as huvm-atc22: prefetch runs as the prototype's kthreads */
+    uint32_t *pop; /* [n_chunks] the 64 KiB groups of each block that hold data (in host memory or on
+                                      a GPU); the others were never touched (a fault zero-fills them) */
 };
 
 /* ---- small helpers shared by the sources (inline: the hot paths stay as fast as in one file) ---- */
@@ -255,6 +260,12 @@ static inline uint64_t res_ns(const sim_res_t *r, uint64_t bytes)
     return (bytes * 1000 + r->mbyte_per_s - 1) / r->mbyte_per_s;
 }
 
+/* The bytes of a block's resident groups (what a move of its GPU copy carries). */
+static inline uint64_t pages_bytes(uint32_t pages)
+{
+    return pages == HUVM_SIM_PAGES_ALL ? SIM_CHUNK : (uint64_t)__builtin_popcount(pages) * HUVM_SIM_PAGE_GROUP_BYTES;
+}
+
 static inline uint64_t chunk_va(const huvm_sim_t *sim, uint32_t ci)
 {
     const sim_tenant_t *t = &sim->tenants[sim->chunks[ci].tenant];
@@ -287,7 +298,8 @@ static inline void lend_charge(huvm_sim_t *sim, uint32_t h, uint64_t chunks)
 }
 
 /* huvm_sim.c: the paging model (faults, eviction, give-back, prefetch, pre-eviction through the core) */
-uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t, int *remote);
+uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint32_t want, uint64_t t, int *remote);
+
 uint64_t sim_pin_chunk(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t);
 void sim_release_chunk(huvm_sim_t *sim, uint32_t ci);
 /* The GPU's worker at t: give-back down to its lend reserve (huvm_giveback_need) and, unless giveback_only,

@@ -15,6 +15,7 @@ void sim_tenant_free(sim_tenant_t *t)
     free(t->first);
     free(t->touch);
     free(t->mode);
+    free(t->pages);
     free(t->aop);
     free(t->fop);
     free(t->alloc_first);
@@ -301,6 +302,17 @@ static uint32_t tenant_validate(const huvm_sim_t *sim,
                               s->touch_mode[i]);
                 return HUVM_NV_ERR_INVALID_ARGUMENT;
             }
+            if (s->touch_pages && s->touch_pages[i] == 0) {
+                sim_set_error(err,
+                              HUVM_NV_ERR_INVALID_ARGUMENT,
+                              (int32_t)i,
+                              TFIELD("touch_pages"),
+                              "tenant %u: op %u touch %u touches no 64 KiB group of its block (mask 0)",
+                              idx,
+                              k,
+                              i);
+                return HUVM_NV_ERR_INVALID_ARGUMENT;
+            }
         }
     }
 #undef TFIELD
@@ -311,6 +323,7 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
 {
     sim_tenant_t *t;
     sim_chunk_t *chunks;
+    uint32_t *pop;
     uint32_t idx, c, st, n;
 
     if (err)
@@ -344,6 +357,11 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
         t->mode = dup_array(spec->touch_mode, spec->n_touches, sizeof(uint8_t));
         t->aop = dup_array(spec->chunk_alloc_op, spec->n_chunks, sizeof(int32_t));
         t->fop = dup_array(spec->chunk_free_op, spec->n_chunks, sizeof(int32_t));
+        if (spec->touch_pages && spec->n_touches) {
+            t->pages = dup_array(spec->touch_pages, spec->n_touches, sizeof(uint32_t));
+            if (!t->pages)
+                goto nomem;
+        }
         if (spec->op_link_bytes && (spec->link_send_mask | spec->link_recv_mask)) {
             t->link_bytes = dup_array(spec->op_link_bytes, spec->n_ops, sizeof(uint64_t));
             if (!t->link_bytes)
@@ -371,6 +389,7 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
     t->spec.op_first_touch = t->first;
     t->spec.touch_chunk = t->touch;
     t->spec.touch_mode = t->mode;
+    t->spec.touch_pages = t->pages;
     t->spec.chunk_alloc_op = t->aop;
     t->spec.chunk_free_op = t->fop;
     t->spec.op_link_bytes = t->link_bytes;
@@ -384,6 +403,11 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
         if (!chunks)
             goto nomem;
         sim->chunks = chunks;
+        pop = realloc(sim->pop, ((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(uint32_t));
+        if (!pop)
+            goto nomem;
+        sim->pop = pop;
+        memset(pop + sim->n_chunks, 0, (size_t)t->spec.n_chunks * sizeof(uint32_t));
         for (c = 0; c < t->spec.n_chunks; c++) {
             sim_chunk_t *ch = &chunks[sim->n_chunks + c];
 
@@ -424,6 +448,7 @@ static void place_on_host(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci)
     if (c->loc != HUVM_SIM_LOC_NONE || host_take_chunk(sim))
         return;
     c->loc = HUVM_SIM_LOC_HOST;
+    sim->pop[ci] = HUVM_SIM_PAGES_ALL;    /* written by the CPU: every page holds data */
     sim->gpus[tt->spec.gpu].host_chunks++;
 }
 
@@ -504,7 +529,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
 {
     const uint32_t g = tt->spec.gpu, base = tt->chunk_base, op = tt->op;
     sim_chunk_t *const ch = sim->chunks;
-    const uint32_t *touch = tt->touch;
+    const uint32_t *touch = tt->touch, *pages = tt->pages;
     uint64_t t = tt->clock, fault_start, compute_end, end;
     uint64_t remote_bytes[HUVM_SIM_MAX_GPUS];
     uint32_t remote_mask = 0, nb = 0, i, e;
@@ -527,13 +552,16 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     for (i = tt->first[op], e = tt->first[op + 1]; i < e; i++) {
         const uint32_t ci = base + touch[i];
         sim_chunk_t *c = &ch[ci];
+        uint32_t want;
         int remote;
 
         /* huvm-atc22: the prototype's prefetch items that have started by now move their blocks first */
         if (sim->proto_prefetch && !(c->loc == HUVM_SIM_LOC_GPU && c->holder == g))
             sim_proto_flush(sim, g, t);
         if (c->loc == HUVM_SIM_LOC_GPU) {
-            if (c->holder == g) {
+            /* resident: all the groups it touches are on its GPU (a partly resident block faults); a tenant
+             * without touch_pages only ever holds whole blocks, so its touches need no mask test */
+            if (c->holder == g && (!pages || (c->pages & pages[i]) == pages[i])) {
                 if (c->flags & SIM_CF_PREFETCHED)
                     pf_note(sim, c, 1);
                 if (c->ready_ns > t) {
@@ -542,9 +570,10 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
                 }
                 continue;
             }
-            if (c->flags & SIM_CF_REMOTE) {
+            if (c->holder != g && (c->flags & SIM_CF_REMOTE)) {
+                want = pages ? pages[i] : HUVM_SIM_PAGES_ALL;
                 remote_bytes[c->holder] =
-                    (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK : SIM_CHUNK;
+                    (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want) : pages_bytes(want);
                 remote_mask |= 1u << c->holder;
                 tt->res.remote_touches++;
                 continue;
@@ -560,11 +589,12 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         }
         tt->batch_lo = ci < tt->batch_lo ? ci : tt->batch_lo;
         tt->batch_hi = ci > tt->batch_hi ? ci : tt->batch_hi;
-        t = sim_service_fault(sim, tt, ci, t, &remote);
+        want = pages ? pages[i] : HUVM_SIM_PAGES_ALL;
+        t = sim_service_fault(sim, tt, ci, want, t, &remote);
         tt->res.faults++;
         if (remote) {
             remote_bytes[c->holder] =
-                (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + SIM_CHUNK : SIM_CHUNK;
+                (remote_mask & (1u << c->holder)) ? remote_bytes[c->holder] + pages_bytes(want) : pages_bytes(want);
             remote_mask |= 1u << c->holder;
             tt->res.remote_touches++;
         }
@@ -609,7 +639,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     if (!sim->failed && tt->res.fault_batches)
         sim_preevict(sim, g, end, 0);
     else if (!sim->failed && sim->gpus[g].guest_chunks)
-        sim_preevict(sim, g, end, 1);   /* a cudaMalloc lender: its allocations kick the give-back worker */
+        sim_preevict(sim, g, end, 1); /* a cudaMalloc lender: its allocations kick the give-back worker */
     if (++tt->op == tt->spec.n_ops) {
         tt->op = 0;
         tt->res.steps_done++;

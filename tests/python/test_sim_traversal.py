@@ -136,3 +136,34 @@ def test_op_levels_only_for_its_own_traces() -> None:
 
     with pytest.raises(SimConfigError):
         traversal.op_levels(workloads.streaming(4 * CHUNK_BYTES))
+
+
+def _contiguous(m: int) -> bool:
+    m >>= (m & -m).bit_length() - 1
+    return (m & (m + 1)) == 0
+
+
+def test_extents_gathers_touch_single_groups_and_edge_lists_their_runs() -> None:
+    """touch_pages (docs/simulator.md "Partial-block migration"): the initialising op writes whole blocks; the
+    source's op reads its edge list as one contiguous run of 64 KiB groups per block and gathers each
+    neighbour's distance from its own group (at most one group per neighbour)."""
+    tr = traversal.bfs_trace("soc-twitter-2010", FOOT, scale=SCALE)
+    levels, arrs = traversal.op_levels(tr)
+    first = np.asarray(tr.op_first_touch, dtype=np.int64)
+    chunk = np.asarray(tr.touch_chunk, dtype=np.int64)
+    pages = np.asarray(tr.touch_pages, dtype=np.int64)
+    assert levels[0] == -1 and (pages[first[0]:first[1]] == 0xFFFFFFFF).all()
+    k = int(np.flatnonzero(levels == 0)[0])
+    sl = slice(int(first[k]), int(first[k + 1]))
+    g = traversal.scaled_graph("soc-twitter-2010", SCALE)
+    src = int(np.flatnonzero(np.diff(g.offsets) > 0)[0])
+    deg = int(g.offsets[src + 1] - g.offsets[src])
+    ind, dist = arrs["indices"], arrs["distances"]
+    in_ind = (chunk[sl] >= ind.base) & (chunk[sl] < ind.base + ind.chunks)
+    in_dist = (chunk[sl] >= dist.base) & (chunk[sl] < dist.base + dist.chunks)
+    assert in_ind.any() and all(_contiguous(int(m)) for m in pages[sl][in_ind])
+    gathered = sum(int(m).bit_count() for m in pages[sl][in_dist])
+    assert 1 <= gathered <= deg
+    assert gathered < 32 * int(in_dist.sum())        # a gather is not the whole block
+    # a whole-array pass and every touch name at least one group
+    assert (pages != 0).all()

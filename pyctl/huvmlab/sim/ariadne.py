@@ -13,8 +13,10 @@ Each kernel below is the benchmark's loop nest at 2 MiB granularity, from the su
 mapping and loop order of Polybench-GPU's CUDA kernels, Rodinia's ``bfs`` and ``nw``, HeCBench's
 ``hellinger``), in 4 GiB, every buffer initialised by the CPU (host-resident before the first kernel). The
 baseline is the same trace without oversubscription (stock, data migrated on first touch), as ARIADNE's.
-What the chunk model cannot do: a sparse touch migrates the whole block here (UVM copies 4-64 KB of it), and
-**XSB** is left out: its 15 M lookups each read a random row of a ~3.8 GB index grid, one random block per
+Each touch names the 64 KiB groups of its block the loop nest reads or writes (``touch_pages``, docs/simulator.md
+"Partial-block migration"): a sparse sweep page ``k`` of every row in the block, a GEMM tile its 8 rows of A and
+C, an NW diagonal block the 17 or 16 rows of its score and reference tiles; coalesced passes and GEMM's B the
+whole block. **XSB** is left out: its 15 M lookups each read a random row of a ~3.8 GB index grid, one random block per
 lookup, which at chunk granularity costs a whole block's service per miss where the GPU fetches a few KB;
 modelled so, it would say nothing about the real benchmark. The mix's geomean is over the other nine.
 
@@ -51,22 +53,58 @@ TABLE_I: dict[str, str] = {
 NOT_MODELLED = ("XSB",)
 
 
+#: 64 KiB groups per 2 MiB block (the simulator's touch_pages bits)
+GROUP = 64 * 1024
+GROUPS = CHUNK_BYTES // GROUP
+ALL = (1 << GROUPS) - 1
+
+
+def span_masks(lo: I64, hi: I64) -> tuple[I64, I64]:
+    """The blocks and 64 KiB group masks the byte ranges ``[lo, hi)`` cover (unique blocks, masks OR'ed)."""
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
+    g0, g1 = lo // GROUP, (hi - 1) // GROUP
+    cnt = g1 - g0 + 1
+    g = np.repeat(g0 - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()), dtype=np.int64)
+    blocks, inv = np.unique(g // GROUPS, return_inverse=True)
+    mask = np.zeros(len(blocks), dtype=np.int64)
+    np.bitwise_or.at(mask, inv, np.left_shift(1, g % GROUPS))
+    return blocks, mask
+
+
 class _Ops:
     def __init__(self) -> None:
         self.rows: list[I64] = []
         self.modes: list[npt.NDArray[np.uint8]] = []
+        self.pages: list[I64] = []
         self.times: list[int] = []
 
-    def add(self, reads: I64, writes: I64 | None = None, ns: float = 0.0, write_mode: int = 2) -> None:
+    def add(self, reads: I64, writes: I64 | None = None, ns: float = 0.0, write_mode: int = 2,
+            read_masks: I64 | None = None, write_masks: I64 | None = None) -> None:
+        """One op reading the blocks ``reads`` and writing ``writes`` (a block in both is written), each at its
+        64 KiB groups (``*_masks``, aligned with the blocks; None: whole blocks)."""
+        rd = np.asarray(reads, dtype=np.int64)
         w = np.zeros(0, dtype=np.int64) if writes is None else np.asarray(writes, dtype=np.int64)
-        r = np.setdiff1d(np.asarray(reads, dtype=np.int64), w)
+        rm = np.full(len(rd), ALL, dtype=np.int64) if read_masks is None else np.asarray(read_masks, np.int64)
+        wm = np.full(len(w), ALL, dtype=np.int64) if write_masks is None else np.asarray(write_masks, np.int64)
+        r = np.setdiff1d(rd, w)
+        rmask = np.zeros(len(r), dtype=np.int64)
+        keep = np.isin(rd, r)
+        np.bitwise_or.at(rmask, np.searchsorted(r, rd[keep]), rm[keep])
+        wmask = wm.copy()
+        both = np.isin(rd, w)
+        if both.any():
+            pos = {int(b): i for i, b in enumerate(w)}
+            for b, m in zip(rd[both], rm[both], strict=True):
+                wmask[pos[int(b)]] |= m
         self.rows.append(np.concatenate([r, w]))
         self.modes.append(np.concatenate([np.zeros(len(r), dtype=np.uint8), np.full(len(w), write_mode, np.uint8)]))
+        self.pages.append(np.concatenate([rmask, wmask]))
         self.times.append(max(1, int(ns)))
 
     def trace(self, name: str) -> SimTrace:
         return make_trace(name, self.rows, np.array(self.times, dtype=np.uint64), N_CHUNKS,
-                          modes=np.concatenate(self.modes))
+                          modes=np.concatenate(self.modes), pages=np.concatenate(self.pages).astype(np.uint32))
 
 
 def _dense(ops: _Ops, base: int, n: int, per_op: int = 16, out: int | None = None) -> None:
@@ -78,16 +116,34 @@ def _dense(ops: _Ops, base: int, n: int, per_op: int = 16, out: int | None = Non
         ops.add(r, w, ns=len(r) * NS_PER_CHUNK * (1 if w is None else 2), write_mode=1)
 
 
+def sweep_masks(n: int, row_bytes: int, k: int) -> I64:
+    """Sweep ``k`` of :func:`_sparse_sweeps` over a matrix of ``n`` blocks: per block, the 64 KiB groups holding
+    page ``k`` (bytes ``[k, k + 1)`` x 4 KB) of its rows."""
+    rows = n * CHUNK_BYTES // row_bytes
+    lo = np.arange(rows, dtype=np.int64) * row_bytes + k * PAGE
+    blocks, mask = span_masks(lo, lo + PAGE)
+    out = np.zeros(n, dtype=np.int64)
+    keep = blocks < n
+    out[blocks[keep]] = mask[keep]
+    return out
+
+
 def _sparse_sweeps(ops: _Ops, bases: list[int], n: int, row_bytes: int, per_op: int = 64) -> None:
     """Thread per row, each looping over its row: at any moment every row is at about the same column, so
-    the kernel sweeps all of the matrix's blocks once per 4 KB page of a row, each touch reading
-    rows-per-block x 4 KB (interleaved over ``bases``: GESUMMV reads A and B row by row together)."""
+    the kernel sweeps all of the matrix's blocks once per 4 KB page of a row, each touch reading page ``k``
+    of each of the block's rows (:func:`sweep_masks`; interleaved over ``bases``: GESUMMV reads A and B row
+    by row together)."""
     sweeps = max(1, row_bytes // PAGE)
     frac = PAGE / row_bytes
-    for _ in range(sweeps):
+    for k in range(sweeps):
+        masks = sweep_masks(n, row_bytes, k)
         for c in range(0, n, per_op):
-            r = np.concatenate([np.arange(b + c, b + min(n, c + per_op), dtype=np.int64) for b in bases])
-            ops.add(r, ns=len(r) * NS_PER_CHUNK * frac)
+            sl = slice(c, min(n, c + per_op))
+            idx = np.arange(sl.start, sl.stop, dtype=np.int64)
+            r = np.concatenate([idx + b for b in bases])
+            m = np.concatenate([masks[sl] for _ in bases])
+            live = m != 0
+            ops.add(r[live], ns=len(r) * NS_PER_CHUNK * frac, read_masks=m[live])
 
 
 def two_dc() -> SimTrace:
@@ -111,14 +167,19 @@ def _matrix_product(name: str) -> SimTrace:
     flops_tile = 2.0 * 8 * n * n
     step = 32
     chunks_b = np.arange(b0, b0 + per, dtype=np.int64)
+    tile_bytes = 8 * n * 4
     for t in range(tiles):
-        a = a0 + t * per // tiles
-        c = c0 + t * per // tiles
+        # the tile's 8 rows of A (read) and of C (written at the end): their blocks and 64 KiB groups
+        lo = np.array([t * tile_bytes])
+        a, am = span_masks(a0 * CHUNK_BYTES + lo, a0 * CHUNK_BYTES + lo + tile_bytes)
+        c, cm = span_masks(c0 * CHUNK_BYTES + lo, c0 * CHUNK_BYTES + lo + tile_bytes)
         parts = range(0, per, step)
         for k in parts:
             last = k + step >= per
-            ops.add(np.concatenate([[a], chunks_b[k:k + step]]), np.array([c]) if last else None,
-                    ns=flops_tile / FLOPS_PER_S * 1e9 / len(parts))
+            b = chunks_b[k:k + step]
+            ops.add(np.concatenate([a, b]), c if last else None, ns=flops_tile / FLOPS_PER_S * 1e9 / len(parts),
+                    read_masks=np.concatenate([am, np.full(len(b), ALL, dtype=np.int64)]),
+                    write_masks=cm if last else None)
     return ops.trace(name)
 
 
@@ -178,13 +239,20 @@ def nw() -> SimTrace:
     nb = n // 16
     per_op = 64
     block_bytes = (17 * 17 + 16 * 16) * 4
+    row = np.arange(17, dtype=np.int64)
     for d in range(2 * nb - 1):
         lo, hi = max(0, d - nb + 1), min(d, nb - 1)
         for b0 in range(lo, hi + 1, per_op):
-            b = np.arange(b0, min(hi + 1, b0 + per_op), dtype=np.int64)
-            score = np.unique(b * half // nb)
-            ref = score + half
-            ops.add(ref, score, ns=len(b) * block_bytes / CHUNK_BYTES * NS_PER_CHUNK)
+            i = np.arange(b0, min(hi + 1, b0 + per_op), dtype=np.int64)[:, None]
+            j = d - i
+            # block (i, j) reads its 17 x 17 score tile (the halo row and column included) and its 16 x 16
+            # reference tile, and writes the score tile's 16 x 16 interior: 68 or 64 bytes of each row
+            s_lo = (((16 * i + row) * n + 16 * j) * 4).reshape(-1)
+            r_lo = (((16 * i + 1 + row[:16]) * n + 16 * j + 1) * 4).reshape(-1)
+            score, sm = span_masks(s_lo, s_lo + 68)
+            ref, rm = span_masks(r_lo, r_lo + 64)
+            ops.add(ref[ref < half] + half, score[score < half], ns=i.size * block_bytes / CHUNK_BYTES * NS_PER_CHUNK,
+                    read_masks=rm[ref < half], write_masks=sm[score < half])
     return ops.trace("ariadne-NW")
 
 

@@ -157,6 +157,10 @@ class SimNode:
                 buf = ffi.cast(ctype, ffi.from_buffer(arr)) if len(arr) else ffi.NULL
                 keep.append(arr)
                 setattr(c, fld, buf)
+            pages = _touch_pages(tr, idx, c.n_touches)
+            if pages is not None:
+                keep.append(pages)
+                c.touch_pages = ffi.cast("uint32_t *", ffi.from_buffer(pages))
             c.record_ops = 1 if spec.record_ops else 0
             if spec.link_send or spec.link_recv:
                 link = _link_bytes(tr, idx, len(arrays["op_time_ns"]))
@@ -403,6 +407,22 @@ def _link_bytes(tr: Any, idx: int, n_ops: int) -> npt.NDArray[np.uint64]:
     if arr.size and int(arr.min()) < 0:
         raise SimTraceError("op_link_bytes must not be negative", field=where, record=int(np.argmax(arr < 0)))
     return np.ascontiguousarray(arr, dtype=np.uint64)
+
+
+def _touch_pages(tr: Any, idx: int, n_touches: int) -> npt.NDArray[np.uint32] | None:
+    """The trace's per-touch 64 KiB group masks (``touch_pages``), checked; None: whole blocks."""
+    a = getattr(tr, "touch_pages", None)
+    if a is None or n_touches == 0:
+        return None
+    where = f"tenants[{idx}].touch_pages"
+    arr = np.asarray(a)
+    if arr.shape != (n_touches,) or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise SimTraceError(f"touch_pages must hold one integer mask per touch ({n_touches})", field=where)
+    if int(arr.min()) <= 0 or int(arr.max()) > 0xFFFFFFFF:
+        bad = int(np.argmax((arr <= 0) | (arr > 0xFFFFFFFF)))
+        raise SimTraceError(f"touch_pages[{bad}] = {int(arr[bad])} is not a nonzero 32-bit mask", field=where,
+                            record=bad)
+    return np.ascontiguousarray(arr, dtype=np.uint32)
 
 
 def _trace_arrays(tr: Any, idx: int) -> dict[str, npt.NDArray[Any]]:

@@ -43,6 +43,9 @@ from .workloads import DEFAULT_NS_PER_CHUNK, make_trace
 
 I64 = npt.NDArray[np.int64]
 
+#: 64 KiB groups per 2 MiB chunk (the simulator's touch_pages bits)
+GROUPS = CHUNK_BYTES // (64 * 1024)
+
 #: published dataset sizes (vertices, edges) of the prototype's graphs (module docstring for the sources)
 DATASETS: dict[str, tuple[int, int]] = {
     "soc-twitter-2010": (21_297_772, 265_025_809),
@@ -60,6 +63,26 @@ class Array:
 
     def chunk_of(self, idx: I64) -> I64:
         return self.base + (np.asarray(idx, dtype=np.int64) * self.chunks) // max(1, self.elems)
+
+    def group_of(self, idx: I64) -> I64:
+        """The 64 KiB group (global index: chunk x 32 + group in the chunk) holding each element: a gathered
+        element touches its one group."""
+        return self.base * GROUPS + (np.asarray(idx, dtype=np.int64) * self.chunks * GROUPS) // max(1, self.elems)
+
+    def run_groups(self, lo: I64, hi: I64) -> I64:
+        """Every group the contiguous element runs ``[lo, hi)`` cover (an edge list, a queue slice): a run's
+        first to last element's groups and all between."""
+        lo = np.asarray(lo, dtype=np.int64)
+        hi = np.asarray(hi, dtype=np.int64)
+        keep = hi > lo
+        g0, g1 = self.group_of(lo[keep]), self.group_of(hi[keep] - 1)
+        cnt = g1 - g0 + 1
+        if not cnt.size:
+            return np.zeros(0, dtype=np.int64)
+        return np.repeat(g0 - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()), dtype=np.int64)
+
+    def all_groups(self) -> I64:
+        return np.arange(self.base * GROUPS, (self.base + self.chunks) * GROUPS, dtype=np.int64)
 
 
 def layout(arrays: list[tuple[str, int, int]], footprint_bytes: int) -> tuple[dict[str, Array], float]:
@@ -167,21 +190,27 @@ class _Ops:
     def __init__(self, w: float, ns_per_chunk: int) -> None:
         self.rows: list[I64] = []
         self.modes: list[npt.NDArray[np.uint8]] = []
+        self.pages: list[npt.NDArray[np.uint32]] = []
         self.times: list[int] = []
         self.level: list[int] = []
         self.ns_per_byte = ns_per_chunk / CHUNK_BYTES
         self.w = w
 
     def add(self, parts: list[tuple[I64, int]], nbytes: float, level: int) -> None:
-        """One op: (chunks, mode) parts; a chunk in several parts is touched once, written if any part writes."""
-        chunks = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
+        """One op: (groups, mode) parts, groups as global 64 KiB group indices (:meth:`Array.group_of`,
+        :meth:`Array.run_groups`); a chunk in several parts is touched once, at the union of its groups,
+        written if any part writes."""
+        groups = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
         modes = np.concatenate([np.full(len(c), m, dtype=np.uint8) for c, m in parts]) if parts else \
             np.zeros(0, dtype=np.uint8)
-        uniq, inv = np.unique(chunks, return_inverse=True)
+        uniq, inv = np.unique(groups // GROUPS, return_inverse=True)
         mode = np.zeros(len(uniq), dtype=np.uint8)
         np.maximum.at(mode, inv, modes)
+        mask = np.zeros(len(uniq), dtype=np.uint64)
+        np.bitwise_or.at(mask, inv, np.left_shift(np.uint64(1), (groups % GROUPS).astype(np.uint64)))
         self.rows.append(uniq.astype(np.int64))
         self.modes.append(mode)
+        self.pages.append(mask.astype(np.uint32))
         self.times.append(max(1, int(nbytes * self.w * self.ns_per_byte)))
         self.level.append(level)
 
@@ -236,7 +265,7 @@ def bfs_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
     source = int(np.flatnonzero(np.diff(g.offsets) > 0)[0])
     ops = _Ops(w, ns_per_chunk)
     dist = arrs["distances"]
-    ops.add([(np.arange(dist.base, dist.base + dist.chunks, dtype=np.int64), 1)], v * 4, -1)   # "unvisited"
+    ops.add([(dist.all_groups(), 1)], v * 4, -1)   # "unvisited"
     visited = np.zeros(v, dtype=bool)
     visited[source] = True
     for level, frontier in enumerate(bfs_levels(g.offsets, g.indices, source)):
@@ -251,10 +280,11 @@ def bfs_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
             visited[new] = True
             qpos = np.arange(written, written + new.size, dtype=np.int64)
             written += new.size
-            parts = [(qin.chunk_of(np.arange(a, b, dtype=np.int64)), 0),
-                     (arrs["offsets"].chunk_of(np.concatenate([fv, fv + 1])), 0),
-                     (arrs["indices"].chunk_of(ep), 0), (dist.chunk_of(nbrs), 2),
-                     (arrs["predecessors"].chunk_of(new), 2), (qout.chunk_of(qpos), 1)]
+            parts = [(qin.run_groups(np.array([a]), np.array([b])), 0),
+                     (arrs["offsets"].group_of(np.concatenate([fv, fv + 1])), 0),
+                     (arrs["indices"].run_groups(g.offsets[fv], g.offsets[fv + 1]), 0), (dist.group_of(nbrs), 2),
+                     (arrs["predecessors"].group_of(new), 2),
+                     (qout.run_groups(qpos[:1], qpos[-1:] + 1), 1)]
             nbytes = (b - a) * (4 + 16) + ep.size * (4 + GATHER_BYTES) + new.size * (GATHER_BYTES + 4)
             ops.add(parts, nbytes, level)
     return _finish(name or f"bfs-{dataset}", ops, arrs)
@@ -274,7 +304,7 @@ def wcc_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
                       ("active1", v, 4)], footprint_bytes)
     ops = _Ops(w, ns_per_chunk)
     lab = arrs["labels"]
-    ops.add([(np.arange(lab.base, lab.base + lab.chunks, dtype=np.int64), 1)], v * 4, -1)   # labels = ids
+    ops.add([(lab.all_groups(), 1)], v * 4, -1)   # labels = ids
     labels = np.arange(v, dtype=np.int64)
     active = np.arange(v, dtype=np.int64)
     r = 0
@@ -294,10 +324,10 @@ def wcc_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
             marked[changed] = True
             qpos = np.arange(written, written + changed.size, dtype=np.int64)
             written += changed.size
-            parts = [(qin.chunk_of(np.arange(a, b, dtype=np.int64)), 0),
-                     (arrs["offsets"].chunk_of(np.concatenate([av, av + 1])), 0),
-                     (arrs["indices"].chunk_of(ep), 0), (lab.chunk_of(av), 0), (lab.chunk_of(nbrs), 2),
-                     (qout.chunk_of(qpos), 1)]
+            parts = [(qin.run_groups(np.array([a]), np.array([b])), 0),
+                     (arrs["offsets"].group_of(np.concatenate([av, av + 1])), 0),
+                     (arrs["indices"].run_groups(off[av], off[av + 1]), 0), (lab.group_of(av), 0),
+                     (lab.group_of(nbrs), 2), (qout.run_groups(qpos[:1], qpos[-1:] + 1), 1)]
             nbytes = (b - a) * (4 + 16 + 4) + ep.size * (4 + GATHER_BYTES) + changed.size * 4
             ops.add(parts, nbytes, r)
         active = np.flatnonzero(marked).astype(np.int64)
@@ -309,7 +339,7 @@ def wcc_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
 def _finish(name: str, ops: _Ops, arrs: dict[str, Array]) -> SimTrace:
     n_chunks = max(a.base + a.chunks for a in arrs.values())
     tr = make_trace(name, ops.rows, np.array(ops.times, dtype=np.uint64), n_chunks,
-                    modes=np.concatenate(ops.modes))
+                    modes=np.concatenate(ops.modes), pages=np.concatenate(ops.pages))
     _OP_LEVELS[id(tr)] = (tr, np.array(ops.level, dtype=np.int64), arrs)
     while len(_OP_LEVELS) > _OP_LEVELS_KEPT:   # the oldest first (dicts keep insertion order)
         del _OP_LEVELS[next(iter(_OP_LEVELS))]
@@ -364,8 +394,7 @@ def rodinia_bfs_trace(footprint_bytes: int, edge_chunks_per_op: int = 32,
     ops = _Ops(w, ns_per_chunk)
 
     def whole(name: str) -> I64:
-        a = arrs[name]
-        return np.arange(a.base, a.base + a.chunks, dtype=np.int64)
+        return arrs[name].all_groups()
 
     visited = np.zeros(v, dtype=bool)
     visited[0] = True
@@ -380,9 +409,9 @@ def rodinia_bfs_trace(footprint_bytes: int, edge_chunks_per_op: int = 32,
             new = np.unique(nbrs[~visited[nbrs]])
             visited[new] = True
             found.append(new)
-            parts = [(arrs["nodes"].chunk_of(fv), 0), (arrs["edges"].chunk_of(ep), 0),
-                     (arrs["visited"].chunk_of(nbrs), 0), (arrs["cost"].chunk_of(fv), 0),
-                     (arrs["cost"].chunk_of(new), 2), (arrs["updating"].chunk_of(new), 2)]
+            parts = [(arrs["nodes"].group_of(fv), 0), (arrs["edges"].run_groups(g.offsets[fv], g.offsets[fv + 1]), 0),
+                     (arrs["visited"].group_of(nbrs), 0), (arrs["cost"].group_of(fv), 0),
+                     (arrs["cost"].group_of(new), 2), (arrs["updating"].group_of(new), 2)]
             ops.add(parts, (b - a) * 12 + ep.size * (4 + GATHER_BYTES) + new.size * 2 * GATHER_BYTES, level)
         ops.add([(whole("updating"), 2), (whole("mask"), 2), (whole("visited"), 2)], 3 * v, level)
     return _finish("rodinia-bfs", ops, arrs)

@@ -39,8 +39,10 @@ def _chunks(nbytes: int) -> int:
 def make_trace(name: str, per_op: list[npt.NDArray[np.int64]] | npt.NDArray[np.int64], op_time_ns: npt.ArrayLike,
                n_chunks: int, modes: npt.NDArray[np.uint8] | None = None,
                alloc_op: npt.NDArray[np.int32] | None = None,
-               free_op: npt.NDArray[np.int32] | None = None) -> SimTrace:
-    """Build a SimTrace from per-op chunk lists (or a 2-D array: one row per op)."""
+               free_op: npt.NDArray[np.int32] | None = None,
+               pages: npt.NDArray[np.uint32] | None = None) -> SimTrace:
+    """Build a SimTrace from per-op chunk lists (or a 2-D array: one row per op); ``pages``: each touch's 64 KiB
+    groups (:attr:`SimTrace.touch_pages`; None: whole blocks)."""
     if isinstance(per_op, np.ndarray) and per_op.ndim == 2:
         counts = np.full(per_op.shape[0], per_op.shape[1], dtype=np.int64)
         touch = per_op.reshape(-1)
@@ -62,6 +64,7 @@ def make_trace(name: str, per_op: list[npt.NDArray[np.int64]] | npt.NDArray[np.i
         chunk_alloc_op=np.full(n_chunks, -1, dtype=np.int32) if alloc_op is None else alloc_op.astype(np.int32),
         chunk_free_op=np.full(n_chunks, -1, dtype=np.int32) if free_op is None else free_op.astype(np.int32),
         peak_live_bytes=n_chunks * CHUNK_BYTES,
+        touch_pages=None if pages is None else np.asarray(pages, dtype=np.uint32),
     )
 
 
@@ -318,7 +321,8 @@ def coarsen(trace: SimTrace, k: int) -> SimTrace:
     module's do. Within an op a block is touched once, where its first chunk was; it is written when any of
     its chunks is written, and needs its old data (mode 2, or 0 when not written) unless every touch wrote new
     data (mode 1). A block is reserved when its first chunk is and released after its last one (never if any
-    chunk is never released). Op times are kept. ``k = 1`` returns ``trace`` itself."""
+    chunk is never released). Op times are kept. ``k = 1`` returns ``trace`` itself. Touch extents
+    (``touch_pages``) are not carried over: a coarse block's touches are whole blocks."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise SimConfigError(f"must be a whole number of chunks >= 1, not {k!r}", field="k")
     k = int(k)

@@ -37,6 +37,9 @@ class SimTrace:
     chunk_alloc_op: npt.NDArray[np.int32]
     chunk_free_op: npt.NDArray[np.int32]
     peak_live_bytes: int
+    #: per touch, the 64 KiB groups of its 2 MiB block it reads or writes (bit k: bytes [k, k + 1) x 64 KiB;
+    #: docs/simulator.md "Partial-block migration"); None: every touch is the whole block
+    touch_pages: npt.NDArray[np.uint32] | None = None
 
     @property
     def n_ops(self) -> int:
