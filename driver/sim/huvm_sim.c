@@ -33,6 +33,12 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
     huvm_gpu_state_t *st = sim->state;
     uint32_t g;
 
+    /* A budget is paced (huvm_traffic_level): its GPUs read their traffic at the decision's own time, which
+     * moves within an op (the copies of a fault batch are issued one after another, as in the kernel), so
+     * they are refreshed at every decision. */
+    if (sim->decide_ns > now)
+        mask |= budgets;
+
     for (g = 0; g < n; g++, gg++, st++) {
         uint64_t used, inflight, own;
 
@@ -63,8 +69,13 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
         st->prefetch_unused = gg->pf_unused;
         /* huvm_traffic_level's answer without a guest-traffic budget: 0 (its window was started over when the
          * run started, note_traffic_budgets) */
-        st->guest_traffic_bytes =
-            (budgets & (1u << g)) ? huvm_traffic_level(&sim->core, g, &gg->guest_traffic, now) : 0;
+        if (budgets & (1u << g)) {
+            gg->traffic_ns = u64_max(gg->traffic_ns, u64_max(now, sim->decide_ns));
+            st->guest_traffic_bytes = huvm_traffic_level(&sim->core, g, &gg->guest_traffic, gg->traffic_ns);
+        }
+        else {
+            st->guest_traffic_bytes = 0;
+        }
     }
 }
 
@@ -289,6 +300,7 @@ evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, 
     huvm_decision_t d;
     uint64_t start = u64_max(t, c->ready_ns), fin;
 
+    sim->decide_ns = t;
     refresh_gpus(sim, stale ? *stale : ~0u);
     memset(&req, 0, sizeof(req));
     req.gpu = g;
@@ -467,6 +479,7 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
 
     if (sim->cfg.flags & HUVM_SIM_FLAG_UNLIMITED)
         return;
+    sim->decide_ns = t;
     refresh_state(sim);
     memset(&plan, 0, sizeof(plan));
     memset(&back, 0, sizeof(back));
@@ -538,6 +551,7 @@ static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32
     uint32_t stride, k, span, local_done = 0, peer_done = 0, local_cnt, back_done = 0;
     uint32_t idx = ci - tt->chunk_base;
 
+    sim->decide_ns = t;
     refresh_state(sim);
     memset(&plan, 0, sizeof(plan));
     plan.peer = HUVM_DEST_HOST;
@@ -718,6 +732,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
     uint32_t stride, k, span, local_done = 0, peer_done = 0, back_done = 0, two_stage;
     uint64_t clock = s;
 
+    sim->decide_ns = s;
     refresh_state(sim);
     memset(&plan, 0, sizeof(plan));
     plan.peer = HUVM_DEST_HOST;
@@ -790,6 +805,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             uint32_t p = plan.peer;
             sim_gpu_t *pg = &sim->gpus[p];
 
+            sim->decide_ns = clock;
             refresh_state(sim);
             if (gpu_free(pg) == 0 ||
                 huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, clock) != HUVM_REASON_PEER) {

@@ -118,6 +118,7 @@ typedef struct {
     uint64_t batch_allocs; /* chunks allocated by the fault batch in progress */
     sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
     huvm_traffic_t guest_traffic; /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
+    uint64_t traffic_ns; /* the time guest_traffic was last read at (monotonic: refresh_gpus) */
     uint64_t lend_debt_ns; /* HBM time guests' copies took from its tenants, not yet charged */
     sim_res_t h2d, d2h; /* PCIe */
     sim_res_t port_out, port_in; /* NVSwitch ports */
@@ -176,6 +177,7 @@ struct huvm_sim {
     uint32_t fg_remaining;
     uint32_t failed;
     uint64_t now;
+    uint64_t decide_ns; /* the time of the decision being made (a tenant's clock within its op, >= now) */
     uint64_t host_chunks;
     uint64_t host_limit_chunks;
     huvm_sim_traffic_t traffic;
