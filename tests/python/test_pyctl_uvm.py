@@ -293,10 +293,12 @@ def test_guest_builtin_table_matches_the_binding(binding: Path) -> None:
     names = uvm.test_names()
     stages = [b.stage for b in tb.BUILTINS]
     assert stages == sorted(stages)
+    # the binding here is 535.261.03's: a test of later branches only (branches=(580,)) is not in it
+    later = {b.name for b in tb.BUILTINS if 535 not in b.branches}
     for b in tb.BUILTINS:
-        assert b.name in names, b.name
+        assert (b.name in names) == (b.name not in later), b.name
         assert b.fd in ("uvm_cpu", "uvm_gpus", "session", "fresh"), b.name
-    assert set(sglib.BUILTIN_RESULTS) == set(names)  # the table lists every UVM_TEST_*
+    assert set(sglib.BUILTIN_RESULTS) - later == set(names)  # the table lists every UVM_TEST_*
     required = {"HOST_SANITY", "CE_SANITY", "TRACKER_SANITY", "PUSH_SANITY", "CHANNEL_SANITY",
                 "GPU_SEMAPHORE_SANITY", "RM_MEM_SANITY", "MEM_SANITY", "INVALIDATE_TLB", "PMM_SANITY",
                 "PMM_CHECK_LEAK", "VA_BLOCK", "PEER_IDENTITY_MAPPINGS", "EVICT_CHUNK", "GET_GPU_REF_COUNT",
@@ -324,5 +326,5 @@ def test_uvm_ioctl_headers_route_every_test_the_suite_runs(binding: Path) -> Non
     text = (UPSTREAM / "nvidia-uvm" / "uvm_test.c").read_text()
     routed = set(re.findall(r"UVM_ROUTE_CMD_\w+\(UVM_TEST_(\w+),", text))
     for b in _guest_suite().BUILTINS:
-        if not b.not_run:
+        if not b.not_run and 535 in b.branches:   # UPSTREAM is 535.261.03's tree
             assert b.name in routed, b.name
