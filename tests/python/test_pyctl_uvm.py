@@ -328,3 +328,37 @@ def test_uvm_ioctl_headers_route_every_test_the_suite_runs(binding: Path) -> Non
     for b in _guest_suite().BUILTINS:
         if not b.not_run and 535 in b.branches:   # UPSTREAM is 535.261.03's tree
             assert b.name in routed, b.name
+
+
+def test_tools_event_queue_entries_and_refusals(binding: Path) -> None:
+    """The tools event queue's layouts come from uvm_types.h (compiled): an entry is as large as the kernel's
+    UvmEventEntry, the eviction info is read at the compiler's offsets, and a queue of a size UVM refuses (not a
+    power of 2) or of an unknown version is refused before any file is opened."""
+    f, lib = uvm.ffi(), uvm.lib()
+    assert f.sizeof("UvmEventEntry") >= f.sizeof("UvmEventEvictionInfo")
+    assert f.sizeof("UvmEventEntry") % 8 == 0      # "ensure that this structure is 64 bit aligned" (uvm_types.h)
+    assert f.sizeof("UvmToolsEventControlData") == 16 + 8 * int(lib.UvmEventNumTypesAll)
+    entry = f.new("UvmEventEntry *")
+    info = f.cast("UvmEventEvictionInfo *", entry)
+    info.eventType, info.srcIndex, info.dstIndex = lib.UvmEventTypeEviction, 2, 0
+    info.addressOut, info.size, info.timeStamp = 0x7F00_0020_0000, 2 << 20, 99
+    raw = bytes(f.buffer(entry))
+    assert raw[0] == lib.UvmEventTypeEviction and raw[1:3] == b"\x02\x00"
+    ev = uvm.ToolsEventQueue.eviction(object.__new__(uvm.ToolsEventQueue), uvm.ToolsEvent(raw[0], raw, 1))
+    assert (ev.src, ev.dst, ev.address, ev.size, ev.timestamp) == (2, 0, 0x7F00_0020_0000, 2 << 20, 99)
+    with pytest.raises(errors.UsageError, match="not an eviction"):
+        uvm.ToolsEventQueue.eviction(object.__new__(uvm.ToolsEventQueue), uvm.ToolsEvent(3, raw, 1))
+
+    class NoUvm:
+        fd = -1
+
+    for entries in (0, 1, 6, 3 << 20):
+        with pytest.raises(errors.UsageError, match="power of 2"):
+            uvm.ToolsEventQueue(NoUvm(), entries)  # type: ignore[arg-type]
+    with pytest.raises(errors.UsageError, match="version 3"):
+        uvm.ToolsEventQueue(NoUvm(), 16, version=3)  # type: ignore[arg-type]
+    # 535's binding has no V2 queue (570 added it)
+    with pytest.raises(errors.NotSupported, match="570"):
+        uvm.ToolsEventQueue(NoUvm(), 16, version=2)  # type: ignore[arg-type]
+    with pytest.raises(errors.DeviceUnavailable):
+        uvm.ToolsEventQueue(NoUvm(), 16, path="/nonexistent/nvidia-uvm-tools")  # type: ignore[arg-type]
