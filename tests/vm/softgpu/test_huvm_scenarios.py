@@ -941,6 +941,70 @@ def test_lender_grows(session: sglib.Session, managed: Any, huvm_node: Any, kmsg
     assert n_bad == 0, f"{n_bad} words of the lender's own data differ, first at 0x{first:x}"
 
 
+# ---- lender-grows-past-free (issue 26: an allocation must not evict own data for a give-back in flight) -----------
+
+@_scenario("lender-grows-past-free")
+def test_lender_grows_past_free(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
+    """The lender (GPU1) holds guest chunks; its own process then needs all of its memory but one chunk: more
+    than is free, so its allocations evict while its worker gives guest chunks back (the lend reserve, 0007), with
+    GPU1's copies slowed to widen every give-back. Whatever is in flight, the lender's own data never leaves: an
+    allocation that finds no free or harvested chunk while a give-back is in flight waits for it (PMM's
+    huvm_giveback_in_flight) instead of evicting own data. Counters equal residency; no byte lost."""
+    s, node = session, huvm_node
+    assert len(s.gpus) >= 2, "lender-grows-past-free needs at least 2 GPUs"
+    g0, lender = s.gpus[0], s.gpus[1]
+    slot = _slots(node, s)
+    owner, holder = slot[g0.index], slot[lender.index]
+    reserve = 16 * MIB
+
+    node.apply_preset("huvm")
+    _, policy = node.set(["preevict_chunks=0", f"gpu.{holder}.lend_reserve_bytes={reserve >> 20}MiB"]
+                         + [f"gpu.{slot[o.index]}.role=harvester" for o in s.gpus[2:]])
+    assert policy.gpus[holder].lend_reserve_bytes == reserve, policy.gpus[holder]
+
+    seed = 0x1E_6F0
+    r, size, blocks = _oversubscribe(s, managed, g0, seed)
+    st1 = _settled_stats(node, owner)
+    counts1, _ = sglib.blocks_by_place(s, r.base, size)
+    guest1 = counts1.get(f"GPU{lender.index}", 0)
+    free1 = _huvm_free(node, holder)
+    assert guest1 >= 4, f"too few guest chunks on {lender.name}: {counts1}"
+
+    # all of GPU1 but three chunks (room for page tables): its free memory and the guest chunks but three
+    need = free1 + (guest1 - 3) * CHUNK
+    own = managed(need)
+    own_seed = 0x0_6F1
+    sglib.fill_pattern(own, own_seed)
+    s.sg.set_knob("copy_mbps", lender, 20)
+    try:
+        for off in range(0, need, CHUNK):
+            own.migrate(lender, off, CHUNK)
+    finally:
+        s.sg.set_knob("copy_mbps", lender, 0)
+    st2 = _settled_stats(node, owner, also=(holder,))
+    counts2, odd2 = sglib.blocks_by_place(s, r.base, size)
+    own_bad = sglib.resident_exactly_on(s.uvm, own, lender)
+    d = st2.delta(st1)
+    given = d.gpus[holder]["giveback"]
+    guest2 = counts2.get(f"GPU{lender.index}", 0)
+    own_evicted = d.gpus[holder]["evict_to_host"] + d.gpus[holder]["evict_to_peer"]
+    print(f"lender-grows-past-free: {guest1} guest chunks on {lender.name}, free {free1 >> 20} MiB; own data "
+          f"{need >> 20} MiB; residency {counts2}; giveback +{given}; own evictions {own_evicted} "
+          f"(host +{d.gpus[holder]['evict_to_host']}, peers +{d.gpus[holder]['evict_to_peer']}); own not on "
+          f"{lender.name}: {len(own_bad)}")
+
+    bad_log = sglib.bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert not odd2, f"blocks split between processors: {odd2[:8]}"
+    assert own_evicted == 0, f"{lender.name} evicted {own_evicted} chunks of its own data with guest chunks to give"
+    assert not own_bad, f"the lender's own data is not (all) on {lender.name}: {own_bad[:4]}"
+    assert guest1 - guest2 == given and given >= guest1 - 3, f"{guest1} -> {guest2} guest chunks, giveback +{given}"
+    n_bad, first = sglib.pattern_mismatches(own, own_seed)
+    assert n_bad == 0, f"{n_bad} words of the lender's own data differ, first at 0x{first:x}"
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
+
+
 # ---- block-split (defect 2) ------------------------------------------------------------------------------------------
 
 def _munmap(addr: int, length: int) -> None:
