@@ -6,6 +6,7 @@
 
 #include "huvm_sim.h"
 #include "huvm_core.h"
+#include "huvm_sim_thrash.h"
 
 #define SIM_NIL              0xffffffffu
 #define SIM_CHUNK            ((uint64_t)HUVM_CHUNK_SIZE)
@@ -187,6 +188,7 @@ struct huvm_sim {
     uint32_t proto_prefetch; /* created as huvm-atc22: prefetch runs as the prototype's kthreads */
     uint32_t *pop; /* [n_chunks] the 64 KiB groups of each block that hold data (in host memory or on
                                       a GPU); the others were never touched (a fault zero-fills them) */
+    huvm_sim_thr_t thr; /* UVM's thrashing detection, per block (huvm_sim_thrash.h; every policy) */
 };
 
 /* ---- small helpers shared by the sources (inline: the hot paths stay as fast as in one file) ---- */
