@@ -36,7 +36,9 @@ typedef struct {
     uint64_t prefetch_used;             /* its recent prefetched chunks touched before they left it, and */
     uint64_t prefetch_unused;           /* those that left unused (huvm_prefetch_feedback keeps both) */
     uint64_t guest_traffic_bytes;       /* guests' data copied into or out of this GPU over the last
-                                           HUVM_LEND_TRAFFIC_WINDOW_MS: huvm_traffic_update's level */
+                                           HUVM_LEND_TRAFFIC_WINDOW_MS: huvm_traffic_update's level, with
+                                           HUVM_TRAFFIC_PACED while it still pays for the copies it took at
+                                           its budget's rate (huvm_traffic_level) */
     uint64_t own_spike_ns;              /* the expected time between rises of its own use (huvm_peak_spike_ns
                                            of its huvm_peak_t; 0 = unknown) */
 } huvm_gpu_state_t;
@@ -54,11 +56,17 @@ typedef struct {
     uint32_t pad;
 } huvm_peak_t;
 
+/* In huvm_gpu_state_t.guest_traffic_bytes: the lender has not yet paid, at its guest-traffic budget's rate, for the
+ * guests' copies it took (huvm_traffic_level); a level never reaches this bit (memory <= 2^50). */
+#define HUVM_TRAFFIC_PACED (1ULL << 63)
+
 /* A GPU's recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes), kept by the caller. */
 typedef struct {
     uint64_t start_ns;                  /* the current window's start (0 = none yet) */
     uint64_t start_total;               /* huvm_guest_traffic_total when it started */
     uint64_t prev_bytes;                /* the traffic of the window before it */
+    uint64_t paid_ns;                   /* pacing: when the traffic so far is paid for at the budget's rate */
+    uint64_t paid_total;                /* huvm_guest_traffic_total that paid_ns accounts for */
 } huvm_traffic_t;
 
 /* Flags of an eviction request. */
@@ -261,8 +269,18 @@ uint64_t huvm_guest_traffic_total(const huvm_core_t *core, uint32_t holder);
 uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint64_t now_ns);
 /* huvm_gpu_state_t.guest_traffic_bytes of gpu at now_ns: huvm_traffic_update of its huvm_guest_traffic_total when
  * it has a guest-traffic budget (its entry's, or the one its slowdown bound allows); otherwise 0, and *traffic starts over (the pair counters are not
- * summed for a GPU without a budget; a window starts when one is set). */
+ * summed for a GPU without a budget; a window starts when one is set). With HUVM_TRAFFIC_PACED while the guest
+ * copies so far are not yet paid for at the budget's rate (huvm_traffic_paid_ns): a new guest chunk then goes to a
+ * lender that has paid, if one admits it, so that the budget is spent evenly rather than in bursts inside the
+ * lender's own work (a serving lender's tokens). */
 uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_t *traffic, uint64_t now_ns);
+/* Pacing at rate_mbyte_per_s (> 0): fold total_bytes into traffic's paid-for time at now_ns (the copies since the
+ * last call are paid for after those before them, each at the rate: a virtual clock) and return it; a time after
+ * now_ns means the lender is still paying for copies it took. A total below the last one starts over. */
+uint64_t huvm_traffic_paid_ns(huvm_traffic_t *traffic,
+                              uint64_t total_bytes,
+                              uint64_t rate_mbyte_per_s,
+                              uint64_t now_ns);
 /* A prefetched chunk of the GPU was touched (used = 1) or left unused (evicted, freed): count it in its
  * huvm_gpu_state_t.prefetch_used / prefetch_unused; both are halved once they reach
  * HUVM_PREFETCH_FEEDBACK_WINDOW together, so they describe the recent prefetches. */

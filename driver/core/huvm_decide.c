@@ -150,7 +150,7 @@ static HUVM_ALWAYS_INLINE uint32_t admit_inflight(const huvm_core_t *core,
          * (1 MB/s for 1 ms is 1000 bytes; <= 2^24 x 2^16 x 1000: no overflow). The caller's level and the
          * bytes in flight are each bounded by memory sizes, so their sum does not overflow either. */
         uint64_t budget = budget_mbyte_per_s * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;
-        uint64_t traffic = state[holder].guest_traffic_bytes + inflight;
+        uint64_t traffic = (state[holder].guest_traffic_bytes & ~HUVM_TRAFFIC_PACED) + inflight;
 
         if (traffic > budget || bytes > budget - traffic)
             return HUVM_REASON_LENDER_BUSY;
@@ -225,9 +225,11 @@ static HUVM_ALWAYS_INLINE uint64_t peer_score(const huvm_core_t *core,
          * out, as the prototype's fewest-lent rule does; the most free memory favoured a peer that was itself
          * about to need it back (two harvesters lending to each other). */
         uint64_t lent = huvm_atomic64_read(&core->counters[holder].lent_bytes) / HUVM_CHUNK_SIZE;
+        uint64_t paid = (state[holder].guest_traffic_bytes & HUVM_TRAFFIC_PACED) ? 0 : 1ull << 31;
 
-        return ((uint64_t)core->links[owner][holder].mbyte_per_s << 32) |
-               (0xffffffffull - (lent < 0xffffffffull ? lent : 0xffffffffull));
+        /* between the two, a lender that has paid for its last guests' copies (pacing) before one still paying */
+        return ((uint64_t)core->links[owner][holder].mbyte_per_s << 32) | paid |
+               (0x7fffffffull - (lent < 0x7fffffffull ? lent : 0x7fffffffull));
     }
     case HUVM_PEER_SELECT_ROUND_ROBIN:
         /* the first peer at or after rr_next[owner], wrapping */
@@ -261,11 +263,11 @@ static HUVM_ALWAYS_INLINE huvm_pick_t pick_peer(const huvm_core_t *core,
 {
     huvm_pick_t pick = { HUVM_DEST_HOST, HUVM_REASON_NO_PEER, 0 };
     uint64_t best_score = 0;
-    uint32_t eligible = 0, full = 0, busy = 0, p;
+    uint32_t eligible = 0, full = 0, busy = 0, best_paced = 0, p;
 
     for (p = 0; p < core->gpu_count; p++) {
         const huvm_gpu_policy_t *e;
-        uint32_t chunks, reason;
+        uint32_t chunks, reason, paced;
         uint64_t score;
 
         if (!(candidates & (1u << p)))
@@ -276,7 +278,7 @@ static HUVM_ALWAYS_INLINE huvm_pick_t pick_peer(const huvm_core_t *core,
         eligible++;
         chunks = chunks_each ? chunks_each : multipath_share(core, owner, p, n);
         if (chunks == 0) {
-            full++;             /* its PCIe share rounds to nothing */
+            full++; /* its PCIe share rounds to nothing */
             continue;
         }
         reason = admit_eligible(core, state, e, p, (uint64_t)chunks * HUVM_CHUNK_SIZE, now_ns);
@@ -286,10 +288,15 @@ static HUVM_ALWAYS_INLINE huvm_pick_t pick_peer(const huvm_core_t *core,
             continue;
         }
         score = peer_score(core, state, owner, p);
-        if (pick.peer == HUVM_DEST_HOST || score > best_score) {
+        /* a lender still paying for its last guests' copies (pacing, huvm_traffic_level) only when no lender
+         * that has paid admits the chunk; FASTEST_LINK weighs it after the link rate (peer_score) */
+        paced = core->policy.peer_select != HUVM_PEER_SELECT_FASTEST_LINK &&
+                (state[p].guest_traffic_bytes & HUVM_TRAFFIC_PACED) != 0;
+        if (pick.peer == HUVM_DEST_HOST || paced < best_paced || (paced == best_paced && score > best_score)) {
             pick.peer = p;
             pick.chunks = chunks;
             best_score = score;
+            best_paced = paced;
         }
     }
     if (eligible == 0)
@@ -388,7 +395,7 @@ static uint32_t evict_run_length(const huvm_core_t *core,
         if (o && admit_eligible(core, state, o, p, HUVM_CHUNK_SIZE, req->now_ns) == HUVM_REASON_PEER)
             return 1;
     }
-    room = state[peer].free_bytes / HUVM_CHUNK_SIZE;        /* no admission past the free bytes */
+    room = state[peer].free_bytes / HUVM_CHUNK_SIZE; /* no admission past the free bytes */
     if (hi > room)
         hi = room;
     if (hi <= 1 || admit_eligible(core, state, e, peer, HUVM_CHUNK_SIZE, req->now_ns) != HUVM_REASON_PEER)
@@ -592,17 +599,51 @@ uint64_t huvm_traffic_update(huvm_traffic_t *traffic, uint64_t total_bytes, uint
     return cur + (traffic->prev_bytes >> 10) * ((window - elapsed) * 1024 / window);
 }
 
+uint64_t huvm_traffic_paid_ns(huvm_traffic_t *traffic, uint64_t total_bytes, uint64_t rate_mbyte_per_s, uint64_t now_ns)
+{
+    uint64_t start;
+
+    if (!traffic || rate_mbyte_per_s == 0)
+        return now_ns;
+    if (traffic->paid_ns == 0 || total_bytes < traffic->paid_total) {
+        /* first use or a counter reset: nothing is owed */
+        traffic->paid_ns = now_ns ? now_ns : 1;
+        traffic->paid_total = total_bytes;
+        return traffic->paid_ns;
+    }
+    /* the copies since the last call start being paid for when those before them are, or now: 1 MB/s pays one
+     * byte per us, so bytes x 1000 / MB/s is ns (bytes <= 2^50 x 2^10: no overflow) */
+    start = traffic->paid_ns > now_ns ? traffic->paid_ns : now_ns;
+    traffic->paid_ns = start + (total_bytes - traffic->paid_total) * 1000 / rate_mbyte_per_s;
+    traffic->paid_total = total_bytes;
+    /* what is owed beyond a window is forgotten, as the window forgets (fetch-backs are never refused: without
+     * this, a run of them would shut the lender to new guests for as long as they lasted) */
+    if (traffic->paid_ns > now_ns + (uint64_t)HUVM_LEND_TRAFFIC_WINDOW_MS * HUVM_NS_PER_MS)
+        traffic->paid_ns = now_ns + (uint64_t)HUVM_LEND_TRAFFIC_WINDOW_MS * HUVM_NS_PER_MS;
+    return traffic->paid_ns;
+}
+
 uint64_t huvm_traffic_level(const huvm_core_t *core, uint32_t gpu, huvm_traffic_t *traffic, uint64_t now_ns)
 {
     const huvm_gpu_policy_t *e = core ? huvm_policy_gpu(core, gpu) : NULL;
+    uint64_t rate, total, level;
 
     if (!traffic)
         return 0;
-    if (!e || traffic_budget_mbyte_per_s(core, e, gpu) == 0) {
+    rate = e ? traffic_budget_mbyte_per_s(core, e, gpu) : 0;
+    if (rate == 0) {
         huvm_memset(traffic, 0, sizeof(*traffic));
         return 0;
     }
-    return huvm_traffic_update(traffic, huvm_guest_traffic_total(core, gpu), now_ns);
+    total = huvm_guest_traffic_total(core, gpu);
+    level = huvm_traffic_update(traffic, total, now_ns);
+    /* Pacing: a window's budget spent in one burst lands inside a few of the lender's ops (a serving lender's
+     * tokens: its p99). While the copies it took (fetch-backs and give-backs included) are not yet paid for at
+     * the budget's rate, the lender is marked paced: the eviction's choice sends a new chunk to a lender that has
+     * paid when one admits it (pick_peer), and to this one only when none does, as without pacing. */
+    if (huvm_traffic_paid_ns(traffic, total, rate, now_ns) > now_ns)
+        return level | HUVM_TRAFFIC_PACED;
+    return level;
 }
 
 uint32_t huvm_decide_fetch(const huvm_core_t *core, uint32_t owner, uint32_t holder)
@@ -648,7 +689,7 @@ void huvm_decide_prefetch(const huvm_core_t *core,
     n = core->policy.prefetch_chunks;
     e = huvm_policy_gpu(core, gpu);
     if (e && (e->flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK) && state[gpu].prefetch_unused > state[gpu].prefetch_used)
-        n = 1;      /* most recent prefetches were wasted: probe with one chunk until they pay again */
+        n = 1; /* most recent prefetches were wasted: probe with one chunk until they pay again */
     /* As the prototype's uvm_prefetch_flags: LOCAL (1) brings the window's chunks to the faulting GPU from
      * host and from peers; TWO_STAGE (3) sends the host-resident ones to a peer (as PEER) and brings the
      * peer-resident ones to the faulting GPU. */

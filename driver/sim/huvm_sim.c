@@ -52,6 +52,12 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
     huvm_gpu_state_t *st = sim->state;
     uint32_t g;
 
+    /* A budget is paced (huvm_traffic_level): its GPUs read their traffic at the decision's own time, which
+     * moves within an op (the copies of a fault batch are issued one after another, as in the kernel), so
+     * they are refreshed at every decision. */
+    if (sim->decide_ns > now)
+        mask |= budgets;
+
     for (g = 0; g < n; g++, gg++, st++) {
         uint64_t used, inflight;
 
@@ -72,8 +78,13 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
         st->prefetch_unused = gg->pf_unused;
         /* huvm_traffic_level's answer without a guest-traffic budget: 0 (its window was started over when the
          * run started, note_traffic_budgets) */
-        st->guest_traffic_bytes =
-            (budgets & (1u << g)) ? huvm_traffic_level(&sim->core, g, &gg->guest_traffic, now) : 0;
+        if (budgets & (1u << g)) {
+            gg->traffic_ns = u64_max(gg->traffic_ns, u64_max(now, sim->decide_ns));
+            st->guest_traffic_bytes = huvm_traffic_level(&sim->core, g, &gg->guest_traffic, gg->traffic_ns);
+        }
+        else {
+            st->guest_traffic_bytes = 0;
+        }
     }
 }
 
@@ -141,6 +152,12 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
     }
     sim->cfg = *cfg;
     huvm_core_init(&sim->core, HUVM_BACKEND_SIM, preset);
+    {
+        huvm_sim_thr_params_t tp;
+
+        huvm_sim_thr_default_params(&tp); /* uvm_perf_thrashing.c's module-parameter defaults */
+        huvm_sim_thr_init(&sim->thr, &tp);
+    }
     /* The prototype's module runs its prefetch its own way, whatever its policy fields are set to later. */
     sim->proto_prefetch = preset == HUVM_PRESET_ATC22;
     sim->core.single_writer = 1;    /* one event loop updates the counters (readers may run beside it) */
@@ -229,6 +246,7 @@ void huvm_sim_destroy(huvm_sim_t *sim)
     sim_links_free(sim);
     free(sim->chunks);
     free(sim->pop);
+    huvm_sim_thr_destroy(&sim->thr);
     free(sim->samples);
     free(sim);
 }
@@ -299,6 +317,7 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
     huvm_decision_t d;
     uint64_t start = u64_max(t, c->ready_ns), fin;
 
+    sim->decide_ns = t;
     /* A chunk of a pre-eviction run: its decision reads no state (huvm_decide_evict_run), so the refresh of
      * what the run's moves changed waits for the run's next decision (stale accumulates); g's copies that
      * ended by sim->now are still retired at once, as the per-chunk refresh would. */
@@ -495,6 +514,7 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
 
     if (sim->cfg.flags & HUVM_SIM_FLAG_UNLIMITED)
         return;
+    sim->decide_ns = t;
     refresh_state(sim);
     memset(&plan, 0, sizeof(plan));
     memset(&back, 0, sizeof(back));
@@ -563,6 +583,7 @@ static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32
     c->pages = sim->pop[pci];
     list_push_tail(sim->chunks, &pg->guest[g], pci);
     c->flags |= SIM_CF_PREFETCHED;
+    huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)p, t); /* a prefetch to the peer: a thrashing event */
     pg->guest_chunks++;
     vacnt_add(sim, pci, 4);
     huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
@@ -576,6 +597,7 @@ static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32
     uint32_t stride, k, span, local_done = 0, peer_done = 0, local_cnt, back_done = 0;
     uint32_t idx = ci - tt->chunk_base;
 
+    sim->decide_ns = t;
     refresh_state(sim);
     memset(&plan, 0, sizeof(plan));
     plan.peer = HUVM_DEST_HOST;
@@ -622,6 +644,7 @@ static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32
             c->holder = (uint8_t)g;
             c->fetched_ns = c->ready_ns;
             c->flags |= SIM_CF_PREFETCHED;
+            huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)g, t);
             list_push_tail(sim->chunks, &sim->gpus[g].own, pci);
             sim->gpus[g].batch_allocs++;
             back_done++;
@@ -652,6 +675,7 @@ static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32
             c->pages = sim->pop[pci];
             list_push_tail(sim->chunks, &gg->own, pci);
             c->flags |= SIM_CF_PREFETCHED;
+            huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)g, t);
             gg->batch_allocs++;             /* the prefetched chunk takes memory of this batch too */
             local_done++;
             vacnt_add(sim, pci, 4);
@@ -754,6 +778,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
     uint32_t stride, k, span, local_done = 0, peer_done = 0, back_done = 0, two_stage;
     uint64_t clock = s;
 
+    sim->decide_ns = s;
     refresh_state(sim);
     memset(&plan, 0, sizeof(plan));
     plan.peer = HUVM_DEST_HOST;
@@ -806,6 +831,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             sim->gpus[p].guest_chunks--;
             gg->peer_chunks--;
             clock = u64_max(clock, c->ready_ns) + sim->cfg.peer_fault_service_ns;
+            huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)g, clock); /* the kthread's service: an event */
             clock = sim_xfer_peer(sim, p, g, clock, pages_bytes(c->pages), 0, SIM_BG, pci);
             c->ready_ns = clock;
             lend_charge(sim, p, 1);
@@ -825,6 +851,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             uint32_t p = plan.peer;
             sim_gpu_t *pg = &sim->gpus[p];
 
+            sim->decide_ns = clock;
             refresh_state(sim);
             if (gpu_free(pg) == 0 ||
                 huvm_admit_lend(&sim->core, sim->state, g, p, SIM_CHUNK, clock) != HUVM_REASON_PEER) {
@@ -843,6 +870,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             sim->host_chunks--;
             gg->host_chunks--;
             clock = u64_max(clock, c->ready_ns) + sim->cfg.fault_service_ns;
+            huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)g, clock);
             clock = sim_xfer_h2d(sim, g, clock, pages_bytes(sim->pop[pci]), 0, SIM_BG, pci);
             sim->pop[pci] = HUVM_SIM_PAGES_ALL;
             c->ready_ns = clock;
@@ -911,6 +939,24 @@ uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted)
  * *remote is set when the core chose to map the peer's copy instead (the touch then runs over NVLink). A fault
  * moves only the groups the density prefetcher's region (huvm_sim_prefetch_region) adds to what its GPU holds; the
  * block's GPU memory is one 2 MiB chunk however many groups it holds. */
+/* A GPU fault's thrashing hint: while it is THROTTLE, the fault waits for the nap's end and asks again (the
+ * replay). Returns when the fault may be serviced. */
+static uint64_t thrash_throttle(huvm_sim_t *sim, uint32_t ci, uint32_t g, uint64_t t)
+{
+    huvm_sim_thr_hint_t h;
+    int replays = 0;
+
+    if (sim->thr.gate[ci].slot == HUVM_SIM_THR_UNTRACKED)
+        return t; /* not tracked: no hint (every block of a one-processor VA space) */
+    h = huvm_sim_thr_hint(&sim->thr, ci, (uint8_t)g, t);
+
+    while (h.type == HUVM_SIM_THR_HINT_THROTTLE && replays++ < 64) {
+        t = u64_max(t + 1, h.end_ns);
+        h = huvm_sim_thr_hint(&sim->thr, ci, (uint8_t)g, t);
+    }
+    return t;
+}
+
 uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint32_t want, uint64_t t, int *remote)
 {
     sim_chunk_t *c = &sim->chunks[ci];
@@ -924,6 +970,13 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
     const uint32_t from_host = add & sim->pop[ci];
 
     *remote = 0;
+    /* UVM's thrashing detection (huvm_sim_thrash.h) asked first, as service_fault_batch asks
+     * uvm_perf_thrashing_get_hint per fault: a THROTTLE hint leaves the fault unserviced until the nap ends (it
+     * is replayed then and asks again). Events are the fault-driven copies to this GPU below; evictions are
+     * none. A tenant's VA space has one processor, its GPU, so no block starts tracking in any scenario so far
+     * and these hints stay NONE; a PIN could only come from a second processor (a CPU touch, a GPU sharing
+     * the VA space) that the traces do not have yet. */
+    t = thrash_throttle(sim, ci, g, t);
     /* A migrating fault's block service: one block at a time per GPU (upstream's service_fault_batch loop),
      * whichever of the GPU's tenants faulted; its copy follows (no service of its own: the fault service
      * covers it). A fault with nothing to copy (first touch) only populates: populate_ns below. */
@@ -939,6 +992,8 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
 
         c->pages |= add;
         c->ready_ns = fin;
+        if (from_host)
+            huvm_sim_thr_migrated(&sim->thr, ci, (uint8_t)g, t); /* a fault-driven copy: a thrashing event */
         if (from_host)
             huvm_account_fetch(&sim->core,
                                g,
@@ -978,6 +1033,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
         c->holder = (uint8_t)g;
         c->ready_ns = fin;
         c->fetched_ns = fin;
+        huvm_sim_thr_migrated(&sim->thr, ci, (uint8_t)g, t);
         vacnt_add(sim, ci, 2);
         huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, ci));
         if (!sim->proto_prefetch && (sim->core.policy.prefetch_mode == HUVM_PREFETCH_TWO_STAGE ||
@@ -1000,6 +1056,8 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
         c->pages = add;
         c->ready_ns = fin;
         list_push_tail(sim->chunks, &gg->own, ci);
+        if (from_host)
+            huvm_sim_thr_migrated(&sim->thr, ci, (uint8_t)g, t);
         vacnt_add(sim, ci, 3);
         huvm_account_fetch(&sim->core, g, HUVM_DEST_HOST, 0, SIM_CHUNK, chunk_va(sim, ci));
         if (!sim->proto_prefetch)

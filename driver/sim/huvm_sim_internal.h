@@ -6,6 +6,7 @@
 
 #include "huvm_sim.h"
 #include "huvm_core.h"
+#include "huvm_sim_thrash.h"
 
 #define SIM_NIL              0xffffffffu
 #define SIM_CHUNK            ((uint64_t)HUVM_CHUNK_SIZE)
@@ -117,6 +118,7 @@ typedef struct {
     uint64_t batch_allocs; /* chunks allocated by the fault batch in progress */
     sim_list_t guest[HUVM_SIM_MAX_GPUS]; /* harvested chunks of other owners held here, per owner */
     huvm_traffic_t guest_traffic; /* its recent guest traffic (huvm_gpu_state_t.guest_traffic_bytes) */
+    uint64_t traffic_ns; /* the time guest_traffic was last read at (monotonic: refresh_gpus) */
     uint64_t lend_debt_ns; /* HBM time guests' copies took from its tenants, not yet charged */
     sim_res_t h2d, d2h; /* PCIe */
     sim_res_t port_out, port_in; /* NVSwitch ports */
@@ -176,6 +178,7 @@ struct huvm_sim {
     uint32_t failed;
     uint32_t per_chunk_evict; /* tests: a decision per pre-evicted chunk (no runs), the reference */
     uint64_t now;
+    uint64_t decide_ns; /* the time of the decision being made (a tenant's clock within its op, >= now) */
     uint64_t host_chunks;
     uint64_t host_limit_chunks;
     huvm_sim_traffic_t traffic;
@@ -186,6 +189,7 @@ struct huvm_sim {
     uint32_t proto_prefetch; /* created as huvm-atc22: prefetch runs as the prototype's kthreads */
     uint32_t *pop; /* [n_chunks] the 64 KiB groups of each block that hold data (in host memory or on
                                       a GPU); the others were never touched (a fault zero-fills them) */
+    huvm_sim_thr_t thr; /* UVM's thrashing detection, per block (huvm_sim_thrash.h; every policy) */
 };
 
 /* ---- small helpers shared by the sources (inline: the hot paths stay as fast as in one file) ---- */

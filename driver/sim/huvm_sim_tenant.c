@@ -408,6 +408,8 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
             goto nomem;
         sim->pop = pop;
         memset(pop + sim->n_chunks, 0, (size_t)t->spec.n_chunks * sizeof(uint32_t));
+        if (huvm_sim_thr_grow(&sim->thr, sim->n_chunks + t->spec.n_chunks))
+            goto nomem;
         for (c = 0; c < t->spec.n_chunks; c++) {
             sim_chunk_t *ch = &chunks[sim->n_chunks + c];
 

@@ -1,6 +1,7 @@
 # huvm: simulated node (driver/sim). Included by the top Makefile.
 #
-#   make sim-test    C tests of the simulator, plain and under ASan/UBSan (part of `make test`)
+#   make sim-test    C tests of the simulator, plain and under ASan/UBSan (part of `make test`); its part
+#                    sim-thrash-test tests UVM's thrashing detection model alone
 #   make bench-sim   simulator speed: chunk-touch events/s on one core, one Llama-7B-sized training step on
 #                    an 8-GPU node (part of `make bench`)
 #   make eval        the evaluation half of the scenario matrix (huvm.sim.matrix): per scenario, harvester
@@ -36,7 +37,22 @@ $(SIM_BUILD)/sim_test_san: $(SIM_DIR)/tests/sim_test.c $(SIM_SRCS) $(SIM_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(SIM_CFLAGS) $(SIM_SAN) -o $@ $(SIM_DIR)/tests/sim_test.c $(SIM_SRCS)
 
-sim-test: $(SIM_BUILD)/sim_test $(SIM_BUILD)/sim_test_san
+# UVM's thrashing detection model on its own (driver/sim/huvm_sim_thrash.c): `make sim-thrash-test`.
+$(SIM_BUILD)/thrash_test: $(SIM_DIR)/tests/thrash_test.c $(SIM_DIR)/huvm_sim_thrash.c $(SIM_DIR)/huvm_sim_thrash.h
+	@mkdir -p $(@D)
+	$(CC) $(SIM_CFLAGS) -O2 -o $@ $(SIM_DIR)/tests/thrash_test.c $(SIM_DIR)/huvm_sim_thrash.c
+
+$(SIM_BUILD)/thrash_test_san: $(SIM_DIR)/tests/thrash_test.c $(SIM_DIR)/huvm_sim_thrash.c $(SIM_DIR)/huvm_sim_thrash.h
+	@mkdir -p $(@D)
+	$(CC) $(SIM_CFLAGS) $(SIM_SAN) -o $@ $(SIM_DIR)/tests/thrash_test.c $(SIM_DIR)/huvm_sim_thrash.c
+
+.PHONY: sim-thrash-test
+sim-thrash-test: $(SIM_BUILD)/thrash_test $(SIM_BUILD)/thrash_test_san
+	$(SIM_BUILD)/thrash_test
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(SIM_BUILD)/thrash_test_san
+
+sim-test: $(SIM_BUILD)/sim_test $(SIM_BUILD)/sim_test_san sim-thrash-test
 	$(SIM_BUILD)/sim_test
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$(SIM_BUILD)/sim_test_san

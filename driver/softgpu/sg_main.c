@@ -113,6 +113,54 @@ MODULE_PARM_DESC(link_latency_us,
                  "Initial extra latency per peer CE launch of every GPU in us, 0-1000000 "
                  "(default 0 = off)");
 
+/* uuid_gen=GPU:GEN, writable at run time: GPU's UUID generation (byte 14 of its UUID, 0 at load), so that one
+ * GPU can come back to UVM as another (huvm's slot reuse needs more distinct GPUs than the bed has). Refused
+ * (-EBUSY) while UVM has the GPU registered or a device on it; reading gives every GPU's generation. */
+static u8 sg_uuid_gen[SG_MAX_GPUS];
+
+static int sg_param_uuid_gen_set(const char *val, const struct kernel_param *kp)
+{
+    unsigned int index, gen;
+    struct sg_gpu *gpu;
+    int ret = 0;
+
+    if (sscanf(val, "%u:%u", &index, &gen) != 2 || index >= SG_MAX_GPUS || gen > 255)
+        return -EINVAL;
+
+    mutex_lock(&sg_node.lock);
+    gpu = sg_node.gpus[index];
+    if (gpu && (gpu->registered || gpu->device)) {
+        ret = -EBUSY;
+    }
+    else {
+        sg_uuid_gen[index] = (u8)gen;
+        if (gpu)
+            gpu->uuid.uuid[14] = (u8)gen;
+    }
+    mutex_unlock(&sg_node.lock);
+    return ret;
+}
+
+static int sg_param_uuid_gen_get(char *buf, const struct kernel_param *kp)
+{
+    unsigned int i;
+    int n = 0;
+
+    for (i = 0; i < SG_MAX_GPUS; i++)
+        n += scnprintf(buf + n, PAGE_SIZE - n, "%s%u", i ? "," : "", sg_uuid_gen[i]);
+    n += scnprintf(buf + n, PAGE_SIZE - n, "\n");
+    return n;
+}
+
+static const struct kernel_param_ops sg_uuid_gen_ops = {
+    .set = sg_param_uuid_gen_set,
+    .get = sg_param_uuid_gen_get,
+};
+module_param_cb(uuid_gen, &sg_uuid_gen_ops, NULL, 0644);
+MODULE_PARM_DESC(uuid_gen,
+                 "GPU:GEN sets GPU's UUID generation (byte 14 of its UUID, 0-255; default 0), refused while "
+                 "UVM has the GPU registered: the GPU comes back to UVM as a new one (test of huvm's slot reuse)");
+
 /* ---- the architecture ---------------------------------------------------------------------------- */
 
 /*
@@ -675,7 +723,8 @@ fail:
 
 /* ---- GPUs ---------------------------------------------------------------------------------------- */
 
-/* Stable and deterministic: "SGPU", zeros, the index in the last byte, with the version (4) and variant
+/* Stable and deterministic: "SGPU", zeros, the uuid_gen generation (0 unless set) and the index in the last two
+ * bytes, with the version (4) and variant
  * (10b) bits of an RFC 4122 random UUID. Cannot equal NVIDIA's CPU UUID 73772a14-2c41-4750-... (the
  * first byte differs). */
 static void sg_gpu_make_uuid(unsigned int index, NvProcessorUuid *uuid)
@@ -687,6 +736,7 @@ static void sg_gpu_make_uuid(unsigned int index, NvProcessorUuid *uuid)
     uuid->uuid[3] = 'U';
     uuid->uuid[6] = 0x40;
     uuid->uuid[8] = 0x80;
+    uuid->uuid[14] = sg_uuid_gen[index];
     uuid->uuid[15] = (NvU8)index;
 }
 

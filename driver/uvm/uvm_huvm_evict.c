@@ -172,8 +172,9 @@ void uvm_huvm_account_release_chunk(uvm_va_block_t *va_block, uvm_gpu_t *holder_
         uvm_huvm_va_space_harvested_sub(va_space);
 }
 
-// Tools event "Eviction" (UvmEventTypeEviction), defined by UVM but not sent in 535: sent for the
-// movements huvm adds (to a peer, and a peer's give-back to host).
+// Tools event "Eviction" (UvmEventTypeEviction), defined by UVM but not sent in 535 nor 580: sent for every
+// eviction huvm accounts (to a peer, to the host while the tier is on, and a peer's give-back to host). Stock
+// behaviour (the tier off) sends none, as upstream.
 // LOCKING: the block lock is held; uvm_tools_record_eviction() takes the VA space tools lock.
 static void record_tools_eviction(uvm_va_space_t *va_space,
                                   uvm_va_block_t *va_block,
@@ -485,6 +486,7 @@ to_host:
                            va_block->start);
         atomic64_inc(&va_space->huvm.evict_to_host);
         atomic64_set(&g_uvm_huvm.slots[owner].last_evict_ns, req.now_ns);
+        record_tools_eviction(va_space, va_block, gpu->id, UVM_ID_CPU);
     }
 
     return NV_OK;

@@ -92,6 +92,24 @@ const int huvm_nv_status_count = (int)(sizeof(huvm_nv_status_table) / sizeof(huv
 _Static_assert(sizeof(NvProcessorUuid) == NV_UUID_LEN, "NvProcessorUuid is the 16 UUID bytes");
 """
 
+# uvm_types.h's tools event queue types (partial: the compiler lays them out) and the constants they need.
+TOOLS_CDEF: tuple[tuple[str, str], ...] = (
+    ("UvmEventEntry", "typedef struct { ...; } UvmEventEntry;"),
+    ("UvmEventEvictionInfo", "typedef struct {\n    NvU8 eventType;\n    NvU8 srcIndex;\n    NvU8 dstIndex;\n"
+     "    NvU64 addressOut;\n    NvU64 addressIn;\n    NvU64 size;\n    NvU64 timeStamp;\n    ...;\n"
+     "} UvmEventEvictionInfo;"),
+    ("UvmToolsEventControlData", "typedef struct {\n    NvU32 get_ahead;\n    NvU32 get_behind;\n"
+     "    NvU32 put_ahead;\n    NvU32 put_behind;\n    NvU64 dropped[...];\n    ...;\n"
+     "} UvmToolsEventControlData;"),
+)
+TOOLS_CDEF_V2: tuple[tuple[str, str], ...] = (
+    ("UvmEventEntry_V2", "typedef struct { ...; } UvmEventEntry_V2;"),
+    ("UvmEventEvictionInfo_V2", "typedef struct {\n    NvU8 eventType;\n    NvU16 srcIndex;\n"
+     "    NvU16 dstIndex;\n    NvU64 addressOut;\n    NvU64 addressIn;\n    NvU64 size;\n"
+     "    NvU64 timeStamp;\n    ...;\n} UvmEventEvictionInfo_V2;"),
+)
+TOOLS_CONSTANTS = ("UvmEventTypeEviction", "UvmEventTypeMigration", "UvmEventNumTypes", "UvmEventNumTypesAll")
+
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
 _DIRECTIVE = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
 _DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)(\([^)]*\))?\s*(.*)$")
@@ -241,6 +259,15 @@ def parse(orig: Path) -> Parsed:
             skipped[name] = []
             structs[name] = _struct_cdef(name, body, known, skipped[name])
             known.add(name)
+
+    # The tools event queue (uvm_types.h, outside the ioctl headers): an entry is a union of every event's
+    # info, opaque here (the compiler sizes it); the eviction info is read through a cast (it starts the
+    # entry, as every event's info does). 570 added the V2 queue (16-bit processor ids).
+    has_v2 = "UvmEventEntry_V2" in (uvm / "uvm_types.h").read_text()
+    for name, cdef in TOOLS_CDEF + (TOOLS_CDEF_V2 if has_v2 else ()):
+        structs[name] = cdef
+        known.add(name)
+    macros.update({c: c for c in TOOLS_CONSTANTS})
 
     for header in HEADERS:
         text = preprocess((uvm / header).read_text(), str(uvm / header))

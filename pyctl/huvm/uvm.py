@@ -504,12 +504,14 @@ class Uvm:
     def new(self, command: str, **fields: Any) -> Any:
         return new_params(command, **fields)
 
-    def ioctl(self, command: str, params: Any, *, fd: int | None = None) -> int:
+    def ioctl(self, command: str, params: Any, *, fd: int | None = None, number: int | None = None) -> int:
         """Send command with params; return rmStatus. OS-level failures raise (EINVAL on a UVM_TEST_*
-        command: the module was loaded without uvm_enable_builtin_tests=1)."""
+        command: the module was loaded without uvm_enable_builtin_tests=1). ``number`` is for a command whose
+        params type is another's (UVM_TOOLS_INIT_EVENT_TRACKER_V2)."""
         if self.fd < 0:
             raise errors.HuvmError(f"{self.path}: closed")
-        number = commands()[command]
+        if number is None:
+            number = commands()[command]
         f, lb = ffi(), lib()
         for attempt in range(200):
             if lb.ioctl(self.fd if fd is None else fd, number, params) == 0:
@@ -696,6 +698,157 @@ class Uvm:
         p = self.run_test("EVICT_CHUNK", gpu_uuid=gpu, eviction_mode=constant(EVICT_MODES[mode]), address=address)
         return EvictResult(bool(p.chunk_was_evicted), int(p.evicted_physical_address),
                            int(p.chunk_size_backing_virtual))
+
+
+# ---- UVM's tools event queue (/dev/nvidia-uvm-tools) -------------------------------------------------------
+
+TOOLS_DEVICE = "/dev/nvidia-uvm-tools"
+
+
+@dataclass(frozen=True)
+class ToolsEvent:
+    """One entry of a tools event queue: its event type and the entry's bytes (a union of every event's info,
+    each starting with the type: ``UvmEventEntry``, or ``UvmEventEntry_V2`` on a version 2 queue)."""
+
+    type: int
+    raw: bytes
+    version: int
+
+
+@dataclass(frozen=True)
+class EvictionEvent:
+    """``UvmEventEvictionInfo`` (V1: 8-bit processor indices) or ``_V2`` (16-bit): data of [address,
+    address + size) moved from processor src to dst. V1 queues of 570+ index GPUs by parent GPU (1, 2, 3...),
+    V2 queues by processor id (1, 9, 17... on 580); the CPU is 0 on both."""
+
+    src: int
+    dst: int
+    address: int
+    address_in: int
+    size: int
+    timestamp: int
+
+
+class ToolsEventQueue:
+    """An event queue of one UVM VA space, as CUDA's tools (CUPTI) create it (UvmToolsCreateEventQueue): a
+    /dev/nvidia-uvm-tools file whose tracker (UVM_TOOLS_INIT_EVENT_TRACKER, or ``_V2`` with ``version=2`` on
+    570+) pins a queue of ``entries`` entries (a power of 2) and a control area in this process's memory; UVM
+    writes the enabled events of the VA space into it (uvm_tools.c enqueue_event(): one entry is always left
+    free, so a queue holds ``entries - 1``; an event that finds it full is counted in ``dropped``).
+
+        with uvm.ToolsEventQueue(u, 256) as q:
+            q.enable(uvm.constant("UvmEventTypeEviction"))
+            ...
+            for ev in q.read(): print(ev.type, q.eviction(ev))
+    """
+
+    def __init__(self, u: Uvm, entries: int = 1024, *, version: int = 1, path: str = TOOLS_DEVICE) -> None:
+        if entries < 2 or entries & (entries - 1) or entries > 1 << 20:
+            raise errors.UsageError(f"a tools event queue holds a power of 2 of entries (2..1M), not {entries}")
+        if version not in (1, 2):
+            raise errors.UsageError(f"tools event queue version {version}: 1 or 2")
+        f, lb = ffi(), lib()
+        if version == 2 and not hasattr(lb, "UVM_TOOLS_INIT_EVENT_TRACKER_V2"):
+            raise errors.NotSupported("version 2 tools event queues need a 570+ nvidia-uvm binding (UPSTREAM=580.142)")
+        self.uvm = u
+        self.path = path
+        self.version = version
+        self.entries = entries
+        self.entry_type = "UvmEventEntry_V2" if version == 2 else "UvmEventEntry"
+        self.entry_size = int(f.sizeof(self.entry_type))
+        self.fd = -1
+        self._queue_len = -(-entries * self.entry_size // PAGE_SIZE) * PAGE_SIZE
+        self._ctrl_len = -(-int(f.sizeof("UvmToolsEventControlData")) // PAGE_SIZE) * PAGE_SIZE
+        self._queue = self._ctrl = 0
+        try:
+            self._queue = _anon_map(self._queue_len)
+            self._ctrl = _anon_map(self._ctrl_len)
+            self.control: Any = f.cast("UvmToolsEventControlData *", self._ctrl)
+            self.fd = _open(path)
+            p = new_params("UVM_TOOLS_INIT_EVENT_TRACKER", queueBuffer=self._queue, queueBufferSize=entries,
+                           controlBuffer=self._ctrl, uvmFd=u.fd)
+            command = "UVM_TOOLS_INIT_EVENT_TRACKER_V2" if version == 2 else "UVM_TOOLS_INIT_EVENT_TRACKER"
+            status = u.ioctl(command, p, fd=self.fd, number=int(getattr(lb, command)))
+            if status != NV_OK:
+                raise errors.from_nv_status(status, command, status_name(status))
+        except BaseException:
+            self.close()
+            raise
+
+    def _events(self, command: str, types: Iterable[int]) -> None:
+        flags = 0
+        for t in types:
+            if not 0 <= t < 64:
+                raise errors.UsageError(f"tools event type {t}: 0..63")
+            flags |= 1 << t
+        p = new_params(command, eventTypeFlags=flags)
+        status = self.uvm.ioctl(command, p, fd=self.fd)
+        if status != NV_OK:
+            raise errors.from_nv_status(status, command, status_name(status))
+
+    def enable(self, *types: int) -> None:
+        """UVM_TOOLS_EVENT_QUEUE_ENABLE_EVENTS of these event types (``UvmEventType*``)."""
+        self._events("UVM_TOOLS_EVENT_QUEUE_ENABLE_EVENTS", types)
+
+    def disable(self, *types: int) -> None:
+        self._events("UVM_TOOLS_EVENT_QUEUE_DISABLE_EVENTS", types)
+
+    def read(self) -> list[ToolsEvent]:
+        """Every entry UVM has written since the last read, oldest first (they are consumed)."""
+        if self.fd < 0:
+            raise errors.HuvmError(f"{self.path}: closed")
+        f, ctrl, mask = ffi(), self.control, self.entries - 1
+        get = int(ctrl.get_behind) & mask
+        put = int(ctrl.put_behind) & mask
+        out: list[ToolsEvent] = []
+        while get != put:
+            raw = bytes(f.buffer(f.cast("char *", self._queue + get * self.entry_size), self.entry_size))
+            out.append(ToolsEvent(raw[0], raw, self.version))
+            get = (get + 1) & mask
+        ctrl.get_ahead = get
+        ctrl.get_behind = get
+        return out
+
+    def dropped(self, event_type: int) -> int:
+        """Events of this type that found the queue full."""
+        return int(self.control.dropped[event_type])
+
+    def eviction(self, ev: ToolsEvent) -> EvictionEvent:
+        """An ``UvmEventTypeEviction`` entry's info."""
+        if ev.type != constant("UvmEventTypeEviction"):
+            raise errors.UsageError(f"tools event of type {ev.type} is not an eviction")
+        f = ffi()
+        buf = f.new("char[]", ev.raw)
+        info = f.cast("UvmEventEvictionInfo_V2 *" if ev.version == 2 else "UvmEventEvictionInfo *", buf)
+        return EvictionEvent(int(info.srcIndex), int(info.dstIndex), int(info.addressOut), int(info.addressIn),
+                             int(info.size), int(info.timeStamp))
+
+    def close(self) -> None:
+        """Close the tools file (UVM destroys the tracker and unpins the buffers), then unmap them."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        for attr, length in (("_queue", self._queue_len), ("_ctrl", self._ctrl_len)):
+            addr = getattr(self, attr)
+            if addr:
+                setattr(self, attr, 0)
+                _munmap(addr, length)
+
+    def __enter__(self) -> ToolsEventQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _anon_map(length: int) -> int:
+    """Private anonymous memory (what UVM's tools pin for a queue): its address."""
+    f, lb = ffi(), lib()
+    ptr = lb.mmap(f.NULL, length, lb.PROT_READ | lb.PROT_WRITE, lb.MAP_PRIVATE | lb.MAP_ANONYMOUS, -1, 0)
+    if _map_failed(ptr):
+        err = f.errno
+        raise errors.HuvmError(f"mmap of {length} bytes: {os.strerror(err)}", errno=err)
+    return int(f.cast("uintptr_t", ptr))
 
 
 def _open(path: str) -> int:

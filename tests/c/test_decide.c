@@ -509,7 +509,7 @@ TEST(decide_peak_spike_cadence)
 TEST(decide_traffic_window)
 {
     const uint64_t ms = 1000000ULL, w = HUVM_LEND_TRAFFIC_WINDOW_MS * 1000000ULL;
-    huvm_traffic_t t = { 0, 0, 0 };
+    huvm_traffic_t t = { 0, 0, 0, 0, 0 };
     uint64_t t0 = 1000 * ms;
 
     node4(HUVM_PEER_SELECT_MOST_FREE);
@@ -551,7 +551,8 @@ TEST(decide_traffic_window)
         CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
         CHECK_EQ(huvm_traffic_level(&core, 1, &t, t0), 0);          /* the window starts */
         huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, 2 * CHUNK, 0);
-        CHECK_EQ(huvm_traffic_level(&core, 1, &t, t0 + ms), 2 * CHUNK);
+        /* two chunks at 105 MB/s take 40 ms to pay for: paced (decide_traffic_pacing) */
+        CHECK_EQ(huvm_traffic_level(&core, 1, &t, t0 + ms), 2 * CHUNK | HUVM_TRAFFIC_PACED);
         p.gpus[1].lend_traffic_mbyte_per_s = 0;
         CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
         CHECK_EQ(huvm_traffic_level(&core, 1, &t, t0 + 2 * ms), 0);
@@ -559,6 +560,82 @@ TEST(decide_traffic_window)
         CHECK_EQ(huvm_traffic_level(&core, 1, NULL, t0), 0);
         CHECK_EQ(huvm_traffic_level(NULL, 1, &t, t0), 0);
     }
+}
+
+/* Pacing of a guest-traffic budget (issue 28): a lender still paying, at its budget's rate, for the guests' copies
+ * it took is marked HUVM_TRAFFIC_PACED; a new chunk goes to a lender that has paid when one admits it (after the
+ * link rate under FASTEST_LINK), and to a paced one only when none does, as without pacing. */
+TEST(decide_traffic_pacing)
+{
+    const uint64_t ms = 1000000ULL, w = HUVM_LEND_TRAFFIC_WINDOW_MS * 1000000ULL;
+    huvm_traffic_t t1 = { 0, 0, 0, 0, 0 }, t2 = { 0, 0, 0, 0, 0 };
+    uint64_t t0 = 1000 * ms;
+    huvm_evict_request_t r = fx_req(0, (1u << 1) | (1u << 2));
+    huvm_policy_t p;
+
+    /* the virtual clock: at 1000 MB/s a byte takes a ns */
+    CHECK_EQ(huvm_traffic_paid_ns(&t1, 0, 1000, t0), t0);                           /* first call: nothing owed */
+    CHECK_EQ(huvm_traffic_paid_ns(&t1, CHUNK, 1000, t0), t0 + CHUNK);
+    CHECK_EQ(huvm_traffic_paid_ns(&t1, 2 * CHUNK, 1000, t0 + ms), t0 + 2 * CHUNK);   /* paid after the first */
+    CHECK_EQ(huvm_traffic_paid_ns(&t1, 2 * CHUNK, 1000, t0 + 9 * ms), t0 + 9 * ms);        /* paid up: now */
+    CHECK_EQ(huvm_traffic_paid_ns(&t1, 3 * CHUNK, 1000, t0 + 10 * ms), t0 + 10 * ms + CHUNK); /* paid up: from now */
+    /* what is owed beyond a window is forgotten */
+    CHECK_EQ(huvm_traffic_paid_ns(&t1, 103 * CHUNK, 1000, t0 + 10 * ms), t0 + 10 * ms + w);
+    /* a counter reset starts over; no rate or no state: nothing owed */
+    CHECK_EQ(huvm_traffic_paid_ns(&t1, 0, 1000, t0 + 11 * ms), t0 + 11 * ms);
+    CHECK_EQ(huvm_traffic_paid_ns(&t1, CHUNK, 0, t0 + 12 * ms), t0 + 12 * ms);
+    CHECK_EQ(huvm_traffic_paid_ns(NULL, CHUNK, 1000, t0), t0);
+
+    /* two lenders on equal links, each with a budget of 1000 MB/s (a window: 20 MB, 9 chunks) */
+    node4(HUVM_PEER_SELECT_FASTEST_LINK);
+    p = core.policy;
+    p.generation = 0;
+    p.gpus[1].lend_traffic_mbyte_per_s = 1000;
+    p.gpus[2].lend_traffic_mbyte_per_s = 1000;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_memset(&t1, 0, sizeof(t1));
+    CHECK_EQ(huvm_traffic_level(&core, 1, &t1, t0), 0);
+    CHECK_EQ(huvm_traffic_level(&core, 2, &t2, t0), 0);
+    /* GPU 2 took 2 chunks and has paid for them (4.2 ms at its rate) by t0 + 20 ms */
+    huvm_account_evict(&core, 0, 2, HUVM_REASON_PEER, 0, 2 * CHUNK, 0);
+    CHECK_EQ(huvm_traffic_level(&core, 2, &t2, t0 + 10 * ms), 2 * CHUNK | HUVM_TRAFFIC_PACED);
+    st[2].guest_traffic_bytes = huvm_traffic_level(&core, 2, &t2, t0 + 20 * ms);
+    CHECK_EQ(st[2].guest_traffic_bytes, 2 * CHUNK);
+    /* GPU 1 just took one: still paying for it */
+    huvm_account_evict(&core, 0, 1, HUVM_REASON_PEER, 0, CHUNK, 0);
+    CHECK_EQ(huvm_traffic_level(&core, 1, &t1, t0 + 20 * ms), CHUNK | HUVM_TRAFFIC_PACED);
+    st[1].guest_traffic_bytes = huvm_traffic_level(&core, 1, &t1, t0 + 20 * ms);
+    CHECK_EQ(st[1].guest_traffic_bytes, CHUNK | HUVM_TRAFFIC_PACED);
+    /* fewest lent would pick GPU 1 (1 chunk against 2); it is still paying: GPU 2 */
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 2);
+    /* the flag is no level: GPU 1 is within its window's budget */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    /* a paced lender alone still takes it (pacing is a preference, the budget the limit) */
+    r.candidates = 1u << 1;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    /* both paying: the fewest lent, as without pacing */
+    r.candidates = (1u << 1) | (1u << 2);
+    st[2].guest_traffic_bytes |= HUVM_TRAFFIC_PACED;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    /* GPU 1 has paid by t0 + 30 ms: fewest lent again */
+    st[2].guest_traffic_bytes &= ~HUVM_TRAFFIC_PACED;
+    st[1].guest_traffic_bytes = huvm_traffic_level(&core, 1, &t1, t0 + 30 * ms);
+    CHECK_EQ(st[1].guest_traffic_bytes & HUVM_TRAFFIC_PACED, 0);
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    /* the link rate comes first: a faster lender still paying beats a slower one that has paid */
+    st[1].guest_traffic_bytes |= HUVM_TRAFFIC_PACED;
+    core.links[0][1].mbyte_per_s = 2 * core.links[0][2].mbyte_per_s;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
+    /* the other choices: a lender that has paid first, then the choice's own order */
+    p = core.policy;
+    p.generation = 0;
+    p.peer_select = HUVM_PEER_SELECT_MOST_FREE;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    st[1].free_bytes = 16 * GIB;
+    st[2].free_bytes = 8 * GIB;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 2);
+    st[1].guest_traffic_bytes &= ~HUVM_TRAFFIC_PACED;
+    CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
 }
 
 TEST(decide_admit_lend_direct)

@@ -64,6 +64,14 @@ def test_explanation_is_measured_from_the_runs() -> None:
         e.huvm.fault_stall_ns - e.best.fault_stall_ns, rel=0.05)
 
 
+def test_explain_runs_the_kinds_at_every_level(capsys: pytest.CaptureFixture[str]) -> None:
+    """--all-levels judges the workload kinds at levels the default matrix lacks; --explain runs those
+    scenarios too (it looked them up in the default matrix: "no scenario 'a100/moe/3/spiky' in the tuning half")."""
+    assert V.main(["--half", "tuning", "--kind", "moe", "--all-levels", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "why a100/moe/3/spiky T=" in out
+
+
 def test_explain_flag_rejects_another_cadence(capsys: pytest.CaptureFixture[str]) -> None:
     assert V.main(["--only", SCENARIO, "--explain", "--spike-period", "1000"]) == 2
     assert capsys.readouterr().err.startswith("error: ")

@@ -742,6 +742,74 @@ static void test_partial_pages(uint32_t preset, uint32_t host_resident)
     trace_free(&t);
 }
 
+/* UVM's thrashing detection in the running model (huvm_sim_thrash.h). (a) An oversubscribed stream, every
+ * policy: each block is an event target again and again; under stock only ever towards its GPU (evictions are
+ * no events), so none is tracked; no fault is throttled under any policy. (b) A block seeded as thrashing between the CPU and
+ * the GPU, the CPU the processor not throttled in the current period: the GPU's first fault on it waits for
+ * the nap's end (500 us from the CPU's hint) and is then serviced. */
+static void run_stream(uint32_t preset,
+                       int seed,
+                       huvm_sim_tenant_result_t *r,
+                       uint64_t *throttled,
+                       uint32_t *tracked,
+                       uint32_t *with_events)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    huvm_sim_t *sim;
+    trace_t t;
+    uint32_t i;
+
+    node2(&cfg, 64 * MIB);
+    sim = huvm_sim_create(&cfg, preset, &err);
+    CHECK(sim != NULL);
+    trace_stream(&t, 48, 96, 4, 20000);
+    spec_from(&s, &t, 0, 3);
+    CHECK(huvm_sim_add_tenant(sim, &s, &err) == 0);
+    if (seed) {
+        for (i = 1; i <= 5; i++)
+            CHECK(huvm_sim_thr_migrated(&sim->thr, 0, (i & 1) ? HUVM_SIM_THR_CPU : 0, i) == 0);
+        CHECK(huvm_sim_thr_events(&sim->thr, 0) == 3);
+        CHECK(huvm_sim_thr_hint(&sim->thr, 0, HUVM_SIM_THR_CPU, 6).type == HUVM_SIM_THR_HINT_NONE);
+    }
+    CHECK(huvm_sim_run(sim, HUVM_UNLIMITED, &err) == HUVM_NV_OK);
+    CHECK(huvm_sim_tenant_result(sim, 0, r) == HUVM_NV_OK && r->done);
+    *throttled = sim->thr.throttled;
+    *tracked = sim->thr.pool_n;
+    *with_events = 0;
+    for (i = 0; i < sim->thr.n_blocks; i++)
+        *with_events += sim->thr.gate[i].last_ts != 0;
+    CHECK(huvm_sim_check(sim, &err) == 0);
+    huvm_sim_destroy(sim);
+    trace_free(&t);
+}
+
+static void test_thrashing(void)
+{
+    static const uint32_t presets[] = { HUVM_PRESET_STOCK, HUVM_PRESET_ATC22, HUVM_PRESET_HUVM };
+    huvm_sim_tenant_result_t plain, seeded;
+    uint64_t throttled;
+    uint32_t tracked, with_events, k;
+
+    for (k = 0; k < 3; k++) {
+        run_stream(presets[k], 0, &plain, &throttled, &tracked, &with_events);
+        CHECK(plain.faults > 48); /* oversubscribed: blocks come back after eviction */
+        CHECK(with_events == 48);
+        /* stock: one processor, never tracked; huvm's prefetch to the peer is an event towards another
+         * processor, so a block may be tracked, but none thrashes on this trace */
+        CHECK(presets[k] != HUVM_PRESET_STOCK || tracked == 0);
+        CHECK(throttled == 0);
+    }
+    run_stream(HUVM_PRESET_STOCK, 0, &plain, &throttled, &tracked, &with_events);
+    run_stream(HUVM_PRESET_STOCK, 1, &seeded, &throttled, &tracked, &with_events);
+    CHECK(throttled == 1);
+    /* the first fault came well inside the nap: it waited for most of it */
+    CHECK(seeded.fault_stall_ns > plain.fault_stall_ns + 400000);
+    CHECK(seeded.fault_stall_ns <= plain.fault_stall_ns + 500000);
+    CHECK(seeded.faults == plain.faults);
+}
+
 /* A pre-eviction batch in runs (huvm_decide_evict_run; the owner's notes deferred) against a decision and a
  * refresh per chunk (per_chunk_evict): two GPUs that each harvest from and lend to the other, both over their
  * memory, in slices; after every slice both simulations have the same peak history of every GPU (what the
@@ -814,6 +882,7 @@ int main(void)
     test_partial_pages(HUVM_PRESET_ATC22, 0);
     test_partial_pages(HUVM_PRESET_HUVM, 0);
     test_partial_pages(HUVM_PRESET_HUVM, 1);
+    test_thrashing();
     if (failures) {
         fprintf(stderr, "sim_test: %d check(s) failed\n", failures);
         return 1;

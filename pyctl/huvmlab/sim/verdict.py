@@ -293,11 +293,12 @@ def measure(sc: Scenario, vs: Sequence[Variant]) -> dict[str, Breakdown]:
     return out
 
 
-def explain(verdicts: Sequence[Verdict], half: str) -> list[Explanation]:
+def explain(verdicts: Sequence[Verdict], half: str, all_levels: bool = False) -> list[Explanation]:
     """One :class:`Explanation` per ``behind`` verdict: huvm's point at its T and the verdict's best point, both
-    run on the scenario of ``half`` at the matrix's cadence (the verdict's timing 1.0)."""
+    run on the scenario of ``half`` at the matrix's cadence (the verdict's timing 1.0); ``all_levels``: the
+    verdicts were judged with the workload kinds at every level (:func:`judge`)."""
     by_name = {v.name: v for v in variants()}
-    scs = {s.name: s for s in scenarios(half)}
+    scs = {s.name: s for s in scenarios(half, all_levels=all_levels)}
     out: list[Explanation] = []
     for vd in verdicts:
         if not vd.behind:
@@ -356,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SimConfigError("--explain runs the matrix's cadence: no --spike-period", field="spike_period")
         verdicts = judge(args.half, args.only, args.spike_period, args.kind or None, args.all_levels)
         if verdicts and (args.explain or args.explain_doc):
-            explanations = explain(verdicts, args.half)
+            explanations = explain(verdicts, args.half, args.all_levels)
         if args.explain_doc and verdicts:
             changed = replace_block(args.explain_doc, EXPLAIN_BEGIN, EXPLAIN_END, explain_block(explanations))
             print(f"{args.explain_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)

@@ -21,6 +21,7 @@ import sglib
 from huvm import errors, softgpu, uvm
 
 MIB = sglib.MIB
+CHUNK = sglib.CHUNK
 
 
 @dataclass
@@ -508,6 +509,71 @@ def run_nvlink_toggle(name: str) -> Callable[[Ctx], None]:
 
 # ---- the table, in stage order ----------------------------------------------------------------------------
 
+def run_inject_tools_event(version: int) -> Callable[[Ctx], None]:
+    """INJECT_TOOLS_EVENT (V1 queues) / INJECT_TOOLS_EVENT_V2 (570+): the test writes ``count`` copies of the
+    entry it is given into the VA space's queues of that version (uvm_tools.c uvm_test_inject_tools_event*) and
+    nothing else; a tools event queue on /dev/nvidia-uvm-tools reads them back. Checked: every copy arrives
+    byte for byte; an event type the queue has not enabled arrives nowhere; a queue of 8 entries keeps 7 (one
+    is always left free) and counts the rest in its control area's ``dropped[type]``; a queue of the other
+    version sees none of them."""
+    def run(ctx: Ctx) -> None:
+        f = uvm.ffi()
+        evict_t, migrate_t = uvm.constant("UvmEventTypeEviction"), uvm.constant("UvmEventTypeMigration")
+        name = "INJECT_TOOLS_EVENT_V2" if version == 2 else "INJECT_TOOLS_EVENT"
+        field_name, info_t = ("entry_v2", "UvmEventEvictionInfo_V2 *") if version == 2 \
+            else ("entry", "UvmEventEvictionInfo *")
+        magic = 0x7E57_0000_0000 + version * CHUNK     # an address no real eviction of this suite reports
+
+        def inject(event_type: int, count: int, src: int = 3, dst: int = 0) -> None:
+            p = uvm.new_params(f"UVM_TEST_{name}", count=count)
+            info = f.cast(info_t, f.addressof(p, field_name))
+            info.eventType, info.srcIndex, info.dstIndex = event_type, src, dst
+            info.addressOut, info.addressIn, info.size, info.timeStamp = magic, magic + 4096, CHUNK, 12345
+            ctx.u.call(f"UVM_TEST_{name}", p)
+
+        def ours(q: uvm.ToolsEventQueue) -> list[uvm.ToolsEvent]:
+            # the tier variant may evict for real meanwhile: only the injected entries count
+            return [e for e in q.read() if e.type != evict_t or q.eviction(e).address == magic]
+
+        other = 1 if version == 2 else (2 if sglib.BRANCH >= 570 else 0)
+        with uvm.ToolsEventQueue(ctx.u, 64, version=version) as q, \
+                (uvm.ToolsEventQueue(ctx.u, 64, version=other) if other else _nothing()) as q_other:
+            q.enable(evict_t)
+            if q_other is not None:
+                q_other.enable(evict_t)
+            inject(evict_t, 5, src=7, dst=1)
+            got = ours(q)
+            expect(len(got) == 5, f"{len(got)} of 5 injected eviction events read back")
+            ev = q.eviction(got[0])
+            expect((ev.src, ev.dst, ev.address, ev.address_in, ev.size, ev.timestamp)
+                   == (7, 1, magic, magic + 4096, CHUNK, 12345), f"injected entry read back as {ev}")
+            expect(all(e.raw == got[0].raw for e in got), "the 5 injected copies differ")
+            if q_other is not None:
+                expect(not ours(q_other), f"a V{other} queue received V{version} injected events")
+            inject(migrate_t, 3)
+            got = ours(q)
+            expect(not got, f"{len(got)} events of a type the queue did not enable arrived")
+            ctx.details["read_back"] = 5
+        if ctx.tier:
+            return
+        with uvm.ToolsEventQueue(ctx.u, 8, version=version) as small:
+            small.enable(evict_t)
+            inject(evict_t, 10)
+            got = ours(small)
+            expect(len(got) == 7 and small.dropped(evict_t) == 3,
+                   f"a queue of 8 entries took {len(got)} of 10 and dropped {small.dropped(evict_t)} (7 and 3)")
+            ctx.details["full_queue"] = {"kept": len(got), "dropped": small.dropped(evict_t)}
+    return run
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 NO_CC = "needs Confidential Computing (SEC2, CSL): the software GPU runs with CC off"
 NO_NUMA = "needs GPU memory onlined as a NUMA node: the software GPU reports numaEnabled=0"
 NO_ACCESS_COUNTERS = "needs access-counter notifications, which the software GPU does not raise"
@@ -604,6 +670,9 @@ BUILTINS: list[Builtin] = [
     Builtin("PMM_INJECT_PMA_EVICT_ERROR", 6, "PMM/PMA", run=run_pmm_inject_pma_evict_error),
     Builtin("SET_PAGE_THRASHING_POLICY", 6, "residency/VA", run=run_page_thrashing_policy),
     Builtin("SET_PAGE_PREFETCH_POLICY", 6, "residency/VA", run=run_page_prefetch_policy),
+    # tools events: a queue on /dev/nvidia-uvm-tools reads back what the tests inject (V2 queues since 570)
+    Builtin("INJECT_TOOLS_EVENT", 6, "tools events", run=run_inject_tools_event(1)),
+    Builtin("INJECT_TOOLS_EVENT_V2", 6, "tools events", run=run_inject_tools_event(2), branches=(580,)),
     Builtin("CHANGE_PTE_MAPPING", 7, "faults", run=run_change_pte_mapping),
     # 7. faults
     Builtin("FAULT_BUFFER_FLUSH", 7, "faults", "session", each(dict(iterations=10))),
@@ -629,9 +698,6 @@ BUILTINS: list[Builtin] = [
     Builtin("GET_PAGEABLE_MEM_ACCESS_TYPE", 8, "out of scope", not_run=NO_HMM),
     Builtin("REGISTER_UNLOAD_STATE_BUFFER", 8, "out of scope",
             not_run="reports at module unload, which this suite does not do"),
-    Builtin("INJECT_TOOLS_EVENT", 8, "out of scope",
-            not_run="needs a tools event queue (UVM_TOOLS_INIT_EVENT_TRACKER on /dev/nvidia-uvm-tools), which the "
-                    "UVM binding does not create yet"),
     Builtin("INCREMENT_TOOLS_COUNTER", 8, "out of scope", not_run="tools counters are not part of this suite"),
     Builtin("DESTROY_GPU_VA_SPACE_DELAY", 8, "out of scope", not_run="a race-window knob for other tests"),
     Builtin("SPLIT_INVALIDATE_DELAY", 8, "out of scope", not_run="a race-window knob for other tests"),

@@ -32,7 +32,12 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
   leak checker clean, all of PMA free, no RM memory left (the software GPU warns at teardown); both are loaded
   again as the phase loads them and a new session harvests. The modules stay loaded for the phase's unload.
 
-The last two close the session-scoped fixtures (sglib.release_fixtures): they run last (conftest.py's ORDER
+- ``slot-reuse``: GPU0 harvests onto GPU1 and leaves UVM with its chunks there; it comes back under new UUIDs
+  (the software GPU's ``uuid_gen`` knob) until huvm's 16 slots are all given out: the next new GPU never takes
+  the gone GPU's slot while its data is held, the chunks' gauges and their release stay on that slot, and once
+  released the slot is reused.
+
+The last three close the session-scoped fixtures (sglib.release_fixtures): they run last (conftest.py's ORDER
 and their order here), and no test that needs those fixtures can follow them.
 """
 
@@ -679,6 +684,119 @@ def _check_small_harvest(h: dict[str, Any], when: str) -> None:
     assert h["evict_to_peer"] == 4 and h["harvested"] == 4, f"{when}: counted {h}"
     assert h["bad_words"] == 0, f"{when}: {h['bad_words']} words differ"
     assert not h["gauges_after"], f"{when}: gauges not 0 after the blocks were freed: {h['gauges_after']}"
+
+
+# ---- slot-reuse ---------------------------------------------------------------------------------------------
+
+UUID_GEN = "/sys/module/huvm_softgpu/parameters/uuid_gen"
+
+
+def _set_uuid_gen(sg: softgpu.SoftGpu, gpu: int, gen: int) -> softgpu.GpuInfo:
+    """The software GPU's uuid_gen knob: GPU ``gpu`` answers to a new UUID (UVM must not hold it). Returns the GPU
+    as SOFTGPU_GET_INFO describes it now."""
+    with open(UUID_GEN, "w") as f:
+        f.write(f"{gpu}:{gen}")
+    g = sg.info(refresh=True).gpus[gpu]
+    assert g.uuid[14] == gen, f"GPU{gpu}'s UUID {g.uuid_str} does not carry generation {gen}"
+    return g
+
+
+def _slot_of(node: Any, g: softgpu.GpuInfo) -> int:
+    by_uuid = {x.uuid.lower(): x.index for x in node.info().gpus}
+    assert g.uuid_str.lower() in by_uuid, \
+        f"{g.uuid_str} has no huvm slot: {sorted(by_uuid.items(), key=lambda kv: kv[1])}"
+    return by_uuid[g.uuid_str.lower()]
+
+
+def _cycle(sg: softgpu.SoftGpu, node: Any, g: softgpu.GpuInfo) -> int:
+    """UVM_REGISTER_GPU of g in a VA space of its own, then UVM_UNREGISTER_GPU: the slot huvm gave it."""
+    with uvm.Uvm.open() as u:
+        u.register_gpu(g, sg.client)
+        try:
+            return _slot_of(node, g)
+        finally:
+            u.unregister_gpu(g)
+
+
+@_scenario("slot-reuse")
+def test_slot_reuse(unloadable: None, kmsg: Kmsg) -> None:
+    """huvm's 16 GPU slots (HUVM_MAX_GPUS) reused in the bed (issue 26, reviews.md row 19): GPU0 harvests 4 chunks
+    onto GPU1 and leaves UVM (UVM_UNREGISTER_GPU) with them still there, so its slot is gone but in use (the
+    chunks carry it as their owner); then GPU0 comes back under new UUIDs (the software GPU's uuid_gen knob) until
+    all 16 slots have been given out. The next new GPU takes a gone slot that holds no data, never GPU0's first;
+    the harvested chunks' gauges stay on that slot, and their release (munmap) is counted against it, not against
+    the new GPU; once released, that slot is reused too."""
+    sg = softgpu.SoftGpu.open()
+    node = huvm.open(backend="kernel", device=UVM_DEVICE)
+    s = None
+    r = None
+    try:
+        max_gpus = int(abi.lib.HUVM_MAX_GPUS)
+        s = sglib.open_session(sg, va_spaces=True, count=2)
+        g0, g1 = s.gpus[0], s.gpus[1]
+        slot0, slot1 = _slot_of(node, g0), _slot_of(node, g1)
+        used_before = len(node.info().gpus)
+        _, policy = node.apply_preset("huvm")
+        assert policy.preset_name == "huvm"
+        r = s.uvm.alloc_managed(4 * CHUNK)
+        seed = 0x5_107
+        sglib.fill_pattern(r, sglib.stale_seed(seed))
+        r.migrate(g0)
+        sglib.gpu_fill(s, g0.index, r, seed)
+        evicted = sum(int(s.uvm.evict_chunk(g0, r.base + off).evicted) for off in range(0, r.size, CHUNK))
+        counts, _ = sglib.blocks_by_place(s, r.base, r.size)
+        assert evicted == 4 and counts == {f"GPU{g1.index}": 4}, f"the harvest: {evicted} evicted, {counts}"
+        # GPU0 leaves UVM with its data held on GPU1
+        s.uvm.unregister_gpu(g0)
+        s.gone.add(g0.index)
+        st = node.stats()
+        held0 = st.pair(slot0, slot1)["held_bytes"]
+        gone = [x for x in node.info().gpus if x.index == slot0]
+        print(f"slot-reuse: {g0.name} ({g0.uuid_str}) had slot {slot0}, left UVM holding {held0 >> 20} MiB on "
+              f"{g1.name} (slot {slot1}); {used_before} slots used; present flags {[x.flag_names for x in gone]}")
+        assert held0 == 4 * CHUNK, f"held_bytes of slot {slot0} on slot {slot1}: {held0}"
+        assert gone and not gone[0].present, f"slot {slot0} still present after UVM_UNREGISTER_GPU: {gone}"
+
+        # GPU0 again and again under new UUIDs until every slot has been given out
+        slots = []
+        gen = 0
+        while len(node.info().gpus) < max_gpus:
+            gen += 1
+            slots.append(_cycle(sg, node, _set_uuid_gen(sg, g0.index, gen)))
+        print(f"slot-reuse: generations 1..{gen} of {g0.name} got slots {slots}")
+        assert slots == list(range(used_before, max_gpus)), f"new GPUs got slots {slots}"
+        # all used: the next new GPU takes a gone slot without data (the lowest), not slot0
+        gen += 1
+        reused = _cycle(sg, node, _set_uuid_gen(sg, g0.index, gen))
+        st = node.stats()
+        print(f"slot-reuse: generation {gen} got slot {reused}; slot {slot0} holds "
+              f"{st.pair(slot0, slot1)['held_bytes'] >> 20} MiB on slot {slot1}")
+        assert reused != slot0, f"slot {slot0} was given to a new GPU while its harvested chunks remain on GPU1"
+        assert st.pair(slot0, slot1)["held_bytes"] == 4 * CHUNK, "the gone GPU's held_bytes moved"
+        assert st.pair(reused, slot1)["held_bytes"] == 0, f"the new GPU (slot {reused}) holds data it never had"
+        # the harvested chunks freed: released against slot0 (its gauges to 0, GPU1 lends nothing)
+        n_bad, first = sglib.pattern_mismatches(r, seed)
+        assert n_bad == 0, f"{n_bad} words of the gone GPU's data differ, first at 0x{first:x}"
+        r.close()
+        r = None
+        st, left = gauges_settled_to_zero(node)
+        assert not left, f"gauges not 0 after the gone GPU's chunks were freed: {left}"
+        # now slot0 holds nothing: the next new GPU may take it (the lowest gone slot)
+        gen += 1
+        again = _cycle(sg, node, _set_uuid_gen(sg, g0.index, gen))
+        print(f"slot-reuse: after the release, generation {gen} got slot {again}")
+        assert again == slot0, f"slot {slot0} was not reused once its data was released (got {again})"
+        assert_clean_log(kmsg, "slot reuse")
+    finally:
+        if r is not None:
+            r.close()
+        if s is not None:
+            sglib.close_session(s)
+        node.apply_preset("stock")
+        node.close()
+        with open(UUID_GEN, "w") as f:
+            f.write("0:0")
+        sg.close()
 
 
 # ---- load-unload-x20 -----------------------------------------------------------------------------------------

@@ -255,11 +255,16 @@ def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: An
 
     seed = 0x1E_7D
     st0 = node.stats()
-    with sglib.TraceRecorder() as rec:
-        r, size, blocks = _oversubscribe(s, managed, g0, seed)
-        _settled_stats(node, owner)
-        events = [e for e in rec.events() if e.name in ("evict", "preevict") and e.gpu == owner]
-        lost = rec.lost()
+    tools = _EvictionEvents(s)
+    try:
+        with sglib.TraceRecorder() as rec:
+            r, size, blocks = _oversubscribe(s, managed, g0, seed)
+            _settled_stats(node, owner)
+            events = [e for e in rec.events() if e.name in ("evict", "preevict") and e.gpu == owner]
+            lost = rec.lost()
+        tools.read()
+    finally:
+        tools.close()
     st1 = node.stats()
     counts, odd = sglib.blocks_by_place(s, r.base, size)
     d = st1.delta(st0)
@@ -286,6 +291,13 @@ def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: An
     # the rate: after a chunk the lender takes the next one only once the window holding it has passed (the
     # sliding window keeps all but 1/1024 of the last window's traffic; the stamps are per-CPU clocks)
     assert all(gap >= window_ns * 9 // 10 for gap in gaps), f"chunks onto GPU1 {[x / 1e6 for x in gaps]} ms apart"
+    # UVM's tools event "Eviction" (what CUPTI sees): one per chunk, GPU0 -> GPU1 for the blocks on GPU1, GPU0 ->
+    # CPU for those on the host (each block moved once: nothing came back before the census)
+    where = {off: s.uvm.va_residency_info(r.base + off) for off in range(0, size, CHUNK)}
+    _check_tools_evictions(tools, g0.index, lender.index, r, size,
+                           [o for o, w in where.items() if w.resident_on == (lender.uuid,)], "to the peer")
+    _check_tools_evictions(tools, g0.index, None, r, size, [o for o, w in where.items() if w.on_cpu],
+                           "to the host")
     n_bad, first = sglib.pattern_mismatches(r, seed)
     assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
 
@@ -317,6 +329,68 @@ def _pma_room(s: sglib.Session, gpu: Any) -> tuple[int, int]:
 
 def _own_va_space_counters(node: Any) -> dict[int, dict[str, int]]:
     return {v.id: v.counters for v in node.va_spaces() if v.pid == os.getpid()}
+
+
+# ---- UVM's tools event "Eviction" (UvmEventTypeEviction), which huvm sends and stock UVM never does -----------
+
+class _EvictionEvents:
+    """Tools event queues on the session's VA space (/dev/nvidia-uvm-tools, as CUPTI opens them) with only
+    UvmEventTypeEviction enabled: a V1 queue and, on 570+, a V2 queue (the glue fills both: V1 indexes GPUs by
+    parent GPU, 1, 2, 3..., V2 by processor id, sglib.uvm_gpu_id())."""
+
+    def __init__(self, s: sglib.Session) -> None:
+        from huvm import uvm
+
+        self.queues: list[Any] = []
+        try:
+            for version in (1, 2) if sglib.BRANCH >= 570 else (1,):
+                q = uvm.ToolsEventQueue(s.uvm, 4096, version=version)
+                self.queues.append(q)
+                q.enable(uvm.constant("UvmEventTypeEviction"))
+        except BaseException:
+            self.close()
+            raise
+        self.got: dict[int, list[Any]] = {q.version: [] for q in self.queues}
+
+    @staticmethod
+    def index(version: int, nth: int) -> int:
+        """The tools index of the nth GPU (the CPU is 0 in both versions)."""
+        return nth + 1 if version == 1 else sglib.uvm_gpu_id(nth)
+
+    def read(self) -> dict[int, list[Any]]:
+        """version -> every eviction event so far (uvm.EvictionEvent), nothing dropped."""
+        from huvm import uvm
+
+        for q in self.queues:
+            self.got[q.version] += [q.eviction(e) for e in q.read()]
+            dropped = q.dropped(uvm.constant("UvmEventTypeEviction"))
+            assert dropped == 0, f"the V{q.version} tools event queue dropped {dropped} eviction events"
+        return self.got
+
+    def between(self, version: int, src: int, dst: int | None, lo: int, hi: int) -> list[Any]:
+        """Events of queue ``version`` from softgpu GPU ``src`` to GPU ``dst`` (None: the CPU) in [lo, hi)."""
+        want_src, want_dst = self.index(version, src), 0 if dst is None else self.index(version, dst)
+        return [e for e in self.got[version] if e.src == want_src and e.dst == want_dst and lo <= e.address < hi]
+
+    def close(self) -> None:
+        for q in self.queues:
+            q.close()
+        self.queues = []
+
+
+def _check_tools_evictions(ev: _EvictionEvents, src: int, dst: int | None, r: Any, size: int, want: list[int],
+                           what: str) -> None:
+    """Every queue holds exactly one 2 MiB eviction event from GPU src to dst (None: the CPU) per block offset of
+    ``want`` (a block that went twice counts twice), and no other event of that pair in the region."""
+    for version in ev.got:
+        got = ev.between(version, src, dst, r.base, r.base + size)
+        offs = sorted(e.address - r.base for e in got)
+        print(f"tools events: V{version} {what}: {len(got)} Eviction events "
+              f"{ev.index(version, src)} -> {0 if dst is None else ev.index(version, dst)}")
+        assert all(e.size == CHUNK for e in got), f"V{version} {what}: sizes {sorted({e.size for e in got})}"
+        assert offs == sorted(want), \
+            f"V{version} {what}: {len(got)} tools Eviction events at {[o >> 20 for o in offs][:12]} MiB, " \
+            f"expected {len(want)} at {[o >> 20 for o in sorted(want)][:12]} MiB"
 
 
 # ---- giveback --------------------------------------------------------------------------------------------------
@@ -379,9 +453,18 @@ def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sg
     assert want > 0
     vas_before = _own_va_space_counters(node)
     sg_before = s.sg.counters()
-    fa = s.sg.foreign_alloc(lender, want)
+    tools = _EvictionEvents(s)
+    try:
+        fa = s.sg.foreign_alloc(lender, want)
+    except BaseException:
+        tools.close()
+        raise
     try:
         st2 = _settled_stats(node, owner, also=(holder,))
+        try:
+            tools.read()
+        finally:
+            tools.close()
         counts2, odd2 = sglib.blocks_by_place(s, r.base, size)
         own_bad = sglib.resident_exactly_on(s.uvm, own, lender)
         free_after, unpinned_after = _pma_room(s, lender)
@@ -434,6 +517,13 @@ def test_giveback(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sg
         ((vid, vas1),) = moved.items()
         assert vas_before[vid]["harvested_bytes"] - vas1["harvested_bytes"] == guest * CHUNK, \
             f"VA space harvested_bytes {vas_before[vid]['harvested_bytes']} -> {vas1['harvested_bytes']}"
+        # UVM's tools event "Eviction" for each given-back chunk: the lender -> CPU, at the blocks now on the host;
+        # nothing from GPU0 (its data did not move)
+        on_cpu = [off for off in range(0, size, CHUNK) if s.uvm.va_residency_info(r.base + off).on_cpu]
+        _check_tools_evictions(tools, lender.index, None, r, size, on_cpu, "give-back to the host")
+        for version in tools.got:
+            from_g0 = [e for e in tools.got[version] if e.src == tools.index(version, g0.index)]
+            assert not from_g0, f"V{version}: {len(from_g0)} tools Eviction events from {g0.name} during the give-back"
     finally:
         s.sg.foreign_free(fa)
 
