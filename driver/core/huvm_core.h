@@ -205,6 +205,24 @@ uint64_t huvm_policy_field_get(const huvm_policy_field_t *d, const void *base);
 huvm_decision_t huvm_decide_evict(const huvm_core_t *core,
                                   const huvm_gpu_state_t *state,
                                   const huvm_evict_request_t *req);
+/* A batch of one owner's evictions at one now (the pre-eviction worker's): huvm_decide_evict for each chunk,
+ * with the peer's admission checked once per run instead of the whole choice per chunk. Same decisions as
+ * huvm_decide_evict per chunk when, between two calls, the caller changes nothing but what a chunk that went to
+ * run->peer changes (its free bytes down and its lent bytes up by HUVM_CHUNK_SIZE, through huvm_account_evict)
+ * and calls huvm_evict_run_moved after each such chunk; req's gpu, flags, candidates and now_ns stay the same.
+ * Start a batch with run zeroed; max: the chunks left in the batch (a run never covers more). */
+typedef struct {
+    uint32_t peer;                      /* the run's peer */
+    uint32_t left;                      /* chunks the peer still takes without a new choice; 0: decide afresh */
+} huvm_evict_run_t;
+
+huvm_decision_t huvm_decide_evict_run(const huvm_core_t *core,
+                                      const huvm_gpu_state_t *state,
+                                      const huvm_evict_request_t *req,
+                                      huvm_evict_run_t *run,
+                                      uint32_t max);
+/* A chunk of the batch went to dst (HUVM_DEST_HOST or a GPU). */
+void huvm_evict_run_moved(huvm_evict_run_t *run, uint32_t dst);
 /* Can holder take `bytes` more of owner's data now? Returns HUVM_REASON_PEER if yes, else the reason. */
 uint32_t huvm_admit_lend(const huvm_core_t *core,
                          const huvm_gpu_state_t *state,

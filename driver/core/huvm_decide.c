@@ -363,6 +363,91 @@ huvm_decision_t huvm_decide_evict(const huvm_core_t *core,
     return d;
 }
 
+/* How many chunks in a row (at most max, at least 1) huvm_decide_evict's choice of peer stands for in a batch of
+ * one owner's evictions at one now (pre-eviction), when each chunk that goes to the peer lowers its free bytes and
+ * raises its lent bytes by one chunk and nothing else changes. Then the i-th chunk's admission (one chunk, after
+ * i moves) is the admission of i + 1 chunks at the batch's state (admit_inflight: free - bytes, lent + bytes and
+ * the usage after admission move together), which is monotone in the bytes: a binary search finds the last one.
+ * The peer stays the pick while no other candidate is admissible: their state does not move in the batch, so
+ * none becomes admissible and the scores never matter. Else (another admissible candidate could overtake it as
+ * the peer's counts move), or when the peer's guest traffic is budgeted (its level is a window, not a count of
+ * chunks), or its free bytes are clamped (an inconsistent caller): 1, a decision per chunk. */
+static uint32_t evict_run_length(const huvm_core_t *core,
+                                 const huvm_gpu_state_t *state,
+                                 const huvm_evict_request_t *req,
+                                 uint32_t peer,
+                                 uint32_t max)
+{
+    const huvm_gpu_policy_t *e = peer_eligible(core, req->gpu, peer);
+    uint32_t candidates = candidate_mask(core, req->gpu, req->candidates);
+    uint64_t lo = 1, hi = max, room;
+    uint32_t p;
+
+    if (!e || max <= 1 || !(candidates & (1u << peer)) || traffic_budget_mbyte_per_s(core, e, peer) != 0 ||
+        state[peer].free_bytes > core->gpus[peer].memory_bytes)
+        return 1;
+    for (p = 0; p < core->gpu_count; p++) {
+        const huvm_gpu_policy_t *o;
+
+        if (p == peer || !(candidates & (1u << p)))
+            continue;
+        o = peer_eligible(core, req->gpu, p);
+        if (o && admit_eligible(core, state, o, p, HUVM_CHUNK_SIZE, req->now_ns) == HUVM_REASON_PEER)
+            return 1;
+    }
+    room = state[peer].free_bytes / HUVM_CHUNK_SIZE; /* no admission past the free bytes */
+    if (hi > room)
+        hi = room;
+    if (hi <= 1 || admit_eligible(core, state, e, peer, HUVM_CHUNK_SIZE, req->now_ns) != HUVM_REASON_PEER)
+        return 1;
+    /* admitted: lo chunks; invariant admit(lo) and lo <= hi */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo + 1) / 2;
+
+        if (admit_eligible(core, state, e, peer, mid * HUVM_CHUNK_SIZE, req->now_ns) == HUVM_REASON_PEER)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return (uint32_t)lo;
+}
+
+huvm_decision_t huvm_decide_evict_run(const huvm_core_t *core,
+                                      const huvm_gpu_state_t *state,
+                                      const huvm_evict_request_t *req,
+                                      huvm_evict_run_t *run,
+                                      uint32_t max)
+{
+    huvm_decision_t d;
+
+    if (!run)
+        return huvm_decide_evict(core, state, req);
+    if (run->left) {
+        /* the run's peer; pick_peer's anti-ping-pong for the chunk itself (an eligible peer exists) */
+        if (within_ms(req->now_ns, req->chunk_fetched_ns, core->policy.hysteresis_ms)) {
+            d.dst = HUVM_DEST_HOST;
+            d.reason = HUVM_REASON_HYSTERESIS;
+        }
+        else {
+            d.dst = run->peer;
+            d.reason = HUVM_REASON_PEER;
+        }
+        return d;
+    }
+    d = huvm_decide_evict(core, state, req);
+    if (d.reason == HUVM_REASON_PEER && d.dst < core->gpu_count) {
+        run->peer = d.dst;
+        run->left = evict_run_length(core, state, req, d.dst, max ? max : 1);
+    }
+    return d;
+}
+
+void huvm_evict_run_moved(huvm_evict_run_t *run, uint32_t dst)
+{
+    if (run && run->left && dst == run->peer)
+        run->left--;
+}
+
 /* Chunks to pre-evict so that gpu has min(preevict_chunks, 1/16 of its memory, cap) chunks free. */
 uint32_t huvm_preevict_target(const huvm_core_t *core, uint32_t gpu)
 {

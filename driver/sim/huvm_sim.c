@@ -25,6 +25,25 @@
  * frees a GPU's memory is only issued by a move out of it), and the guest-traffic window is idempotent at the
  * same time and counter total, so their state would come out the same. The simulated clock only moves in the
  * loop of huvm_sim_run, between ops. */
+static SIM_ALWAYS_INLINE void note_own_at(sim_gpu_t *gg, huvm_gpu_state_t *st, uint64_t now, uint64_t own)
+{
+    if (gg->noted_ns != now + 1 || gg->noted_own != own) {
+        huvm_peak_update(&gg->own_peak, own, now);
+        st->own_peak_bytes = gg->own_peak.bytes;
+        st->own_spike_ns = huvm_peak_spike_ns(&gg->own_peak, now);
+        gg->noted_ns = now + 1;
+        gg->noted_own = own;
+    }
+}
+
+static SIM_ALWAYS_INLINE void refresh_own(sim_gpu_t *gg, huvm_gpu_state_t *st, uint64_t now)
+{
+    /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's own
+     * allocations: a peak older than its window gives way then too); at the same sim->now and own use, noting
+     * again changes nothing (refresh_gpus's partial refresh relies on it) */
+    note_own_at(gg, st, now, (gg->own.count + gg->pinned_chunks) * SIM_CHUNK);
+}
+
 static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
 {
     const uint64_t now = sim->now;
@@ -40,7 +59,7 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
         mask |= budgets;
 
     for (g = 0; g < n; g++, gg++, st++) {
-        uint64_t used, inflight, own;
+        uint64_t used, inflight;
 
         if (!(mask & (1u << g)))
             continue;
@@ -54,17 +73,7 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
         st->last_evict_ns = gg->last_evict_ns;
         st->last_pressure_ns = gg->last_pressure_ns;
         st->burst_chunks = gg->burst_chunks;
-        /* the own peak and spike cadence noted at every decision, as the kernel does (not only on the GPU's
-         * own allocations: a peak older than its window gives way then too); at the same sim->now and own
-         * use, noting again changes nothing (the partial refresh above relies on it) */
-        own = (gg->own.count + gg->pinned_chunks) * SIM_CHUNK;
-        if (gg->noted_ns != now + 1 || gg->noted_own != own) {
-            huvm_peak_update(&gg->own_peak, own, now);
-            st->own_peak_bytes = gg->own_peak.bytes;
-            st->own_spike_ns = huvm_peak_spike_ns(&gg->own_peak, now);
-            gg->noted_ns = now + 1;
-            gg->noted_own = own;
-        }
+        refresh_own(gg, st, now);
         st->prefetch_used = gg->pf_used;
         st->prefetch_unused = gg->pf_unused;
         /* huvm_traffic_level's answer without a guest-traffic budget: 0 (its window was started over when the
@@ -290,9 +299,17 @@ int host_take_chunk(huvm_sim_t *sim)
 }
 
 /* Evict chunk ci (owner g's own, resident on g) where the core says. Returns when g can reuse the memory
- * (sync) or t (async: pre-eviction). */
-static SIM_ALWAYS_INLINE uint64_t
-evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, int sync, uint32_t *stale)
+ * (sync) or t (async: pre-eviction). run: a pre-eviction batch's (huvm_decide_evict_run, max chunks left in
+ * it), or NULL: a decision per chunk. */
+static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
+                                            uint32_t g,
+                                            uint32_t ci,
+                                            uint64_t t,
+                                            uint32_t flags,
+                                            int sync,
+                                            uint32_t *stale,
+                                            huvm_evict_run_t *run,
+                                            uint32_t max)
 {
     sim_chunk_t *c = &sim->chunks[ci];
     sim_gpu_t *gg = &sim->gpus[g];
@@ -301,14 +318,30 @@ evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, 
     uint64_t start = u64_max(t, c->ready_ns), fin;
 
     sim->decide_ns = t;
-    refresh_gpus(sim, stale ? *stale : ~0u);
+    /* A chunk of a pre-eviction run: its decision reads no state (huvm_decide_evict_run), so the refresh of
+     * what the run's moves changed waits for the run's next decision (stale accumulates); g's copies that
+     * ended by sim->now are still retired at once, as the per-chunk refresh would. */
+    if (run && run->left) {
+        if (gg->inflight && sim->now >= gg->inflight_lb)
+            sim_gpu_retire(sim, g, sim->now);
+        /* Its own use is noted at the run's next decision, or at the batch's end (sim_preevict): at one now,
+         * a run only lowers it, and after the run's first note the peak history of a falling use depends only
+         * on its last value (huvm_peak_update: the high mark, the falling flag and the low mark; no spike
+         * begins below the first note). noted_ns 0: a note is due. */
+        gg->noted_ns = 0;
+    }
+    else {
+        refresh_gpus(sim, stale ? *stale : ~0u);
+        if (stale)
+            *stale = 0;
+    }
     memset(&req, 0, sizeof(req));
     req.gpu = g;
     req.flags = flags;
     req.candidates = gg->candidates;
     req.now_ns = t;
     req.chunk_fetched_ns = c->fetched_ns;
-    d = huvm_decide_evict(&sim->core, sim->state, &req);
+    d = huvm_decide_evict_run(&sim->core, sim->state, &req, run, max);
     if (d.dst < sim->cfg.gpu_count && (d.dst == g || !(gg->candidates & (1u << d.dst)))) {
         /* Not a usable destination: the glue refuses it and goes to host. */
         d.dst = HUVM_DEST_HOST;
@@ -324,7 +357,7 @@ evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, 
             d.reason = HUVM_REASON_NO_PEER;
     }
     if (stale)
-        *stale = 1u << g | (d.dst < sim->cfg.gpu_count ? 1u << d.dst : 0);     /* what this eviction changes */
+        *stale |= 1u << g | (d.dst < sim->cfg.gpu_count ? 1u << d.dst : 0); /* what this eviction changes */
     if (d.dst == HUVM_DEST_HOST && host_take_chunk(sim))
         return t;
     if (c->flags & SIM_CF_PREFETCHED)
@@ -349,6 +382,7 @@ evict_own(huvm_sim_t *sim, uint32_t g, uint32_t ci, uint64_t t, uint32_t flags, 
         gg->peer_chunks++;
         c->holder = (uint8_t)p;
         vacnt_add(sim, ci, 0);
+        huvm_evict_run_moved(run, p);
     }
     else {
         /* only the resident pages are written back (the rest of the block is in host memory already) */
@@ -455,7 +489,7 @@ static SIM_ALWAYS_INLINE uint64_t make_room(huvm_sim_t *sim, uint32_t g, uint64_
             }
         }
         if (gg->own.count) {
-            t = evict_own(sim, g, gg->own.head, t, flags, 1, NULL);
+            t = evict_own(sim, g, gg->own.head, t, flags, 1, NULL, NULL, 1);
             continue;
         }
         run_error(sim,
@@ -474,6 +508,7 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
 {
     sim_gpu_t *gg = &sim->gpus[g];
     huvm_giveback_plan_t plan, back;
+    huvm_evict_run_t run = { 0, 0 };
     uint64_t need;
     uint32_t n, o, k, stale;
 
@@ -506,9 +541,20 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
         }
     }
     for (n = 0; n < plan.own_chunks && gg->own.count && !sim->failed; n++) {
-        evict_own(sim, g, gg->own.head, t, HUVM_EVICT_FLAG_PREEVICT, 0, &stale);
+        evict_own(sim,
+                  g,
+                  gg->own.head,
+                  t,
+                  HUVM_EVICT_FLAG_PREEVICT,
+                  0,
+                  &stale,
+                  sim->per_chunk_evict ? NULL : &run,
+                  plan.own_chunks - n);
         gg->preevicted++;
     }
+    if (gg->noted_ns == 0 && !sim->failed)
+        /* the last chunk was a run's (evict_own): note the own use its refresh would have, before its move */
+        note_own_at(gg, &sim->state[g], sim->now, (gg->own.count + gg->pinned_chunks + 1) * SIM_CHUNK);
     gg->preevicted = u64_min(gg->preevicted, gpu_free(gg) + gg->inflight);
 }
 

@@ -176,6 +176,7 @@ struct huvm_sim {
     uint32_t started;
     uint32_t fg_remaining;
     uint32_t failed;
+    uint32_t per_chunk_evict; /* tests: a decision per pre-evicted chunk (no runs), the reference */
     uint64_t now;
     uint64_t decide_ns; /* the time of the decision being made (a tenant's clock within its op, >= now) */
     uint64_t host_chunks;

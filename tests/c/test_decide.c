@@ -1078,3 +1078,85 @@ TEST(decide_presets_on_8_gpus)
     /* huvm: 5% reserve = 4 GiB on 80 GiB */
     CHECK_EQ(huvm_policy_gpu(&core, 3)->lend_reserve_bytes, 4 * GIB);
 }
+
+/* A batch of pre-evictions (huvm_decide_evict_run) decides every chunk as huvm_decide_evict would, over random
+ * nodes and states: peer choices, limits, reserves, usage caps, lend-above-peak lenders, traffic budgets,
+ * hysteresis, chunks fetched back recently, moves the caller could not make (no memory on the peer). After
+ * each chunk that goes to a peer, the state moves as the simulator's does: the peer's free bytes down and
+ * its lent bytes up by one chunk, its guest traffic up by one chunk. */
+static uint64_t run_rand_state = 88172645463325252ULL;
+
+static uint64_t run_rand(uint64_t n)
+{
+    run_rand_state ^= run_rand_state << 13;
+    run_rand_state ^= run_rand_state >> 7;
+    run_rand_state ^= run_rand_state << 17;
+    return n ? run_rand_state % n : 0;
+}
+
+TEST(decide_evict_run_matches_per_chunk)
+{
+    static const uint32_t selects[] = { HUVM_PEER_SELECT_MOST_FREE, HUVM_PEER_SELECT_FEWEST_LENT,
+                                        HUVM_PEER_SELECT_BW_WEIGHTED, HUVM_PEER_SELECT_FASTEST_LINK,
+                                        HUVM_PEER_SELECT_ROUND_ROBIN };
+    const uint64_t mem = 1 * GIB;
+    uint32_t trial, runs = 0, long_runs = 0;
+
+    for (trial = 0; trial < 4000; trial++) {
+        uint32_t n = 2 + (uint32_t)run_rand(4), g, owner = (uint32_t)run_rand(n), batch = 1 + (uint32_t)run_rand(200);
+        uint32_t k, decided = 0;
+        huvm_evict_run_t run = { 0, 0 };
+        huvm_evict_request_t r;
+
+        fx_node(&core, n, mem, HUVM_PRESET_HUVM);
+        fx_state(&core, st);
+        core.policy.peer_select = selects[run_rand(5)];
+        core.policy.peer_usage_max_pct = 50 + (uint32_t)run_rand(51);
+        core.policy.hysteresis_ms = run_rand(3) ? 0 : 5;
+        for (g = 0; g < n; g++) {
+            huvm_gpu_policy_t *e = (huvm_gpu_policy_t *)huvm_policy_gpu(&core, g);
+
+            fx_role(&core,
+                    g,
+                    g == owner ? HUVM_ROLE_BOTH : (uint32_t)run_rand(HUVM_ROLE_COUNT),
+                    run_rand(4) ? HUVM_UNLIMITED : run_rand(mem),
+                    run_rand(2) ? 0 : run_rand(mem / 4));
+            e->flags = run_rand(3) ? 0 : HUVM_GPU_POLICY_LEND_ABOVE_PEAK;
+            e->lend_slowdown_max_pct = run_rand(2) ? 0 : 1 + (uint32_t)run_rand(50);
+            e->lend_traffic_mbyte_per_s = run_rand(4) ? 0 : 1 + (uint32_t)run_rand(100000);
+            core.hbm_mbyte_per_s[g] = run_rand(2) ? 0 : 3000000;
+            st[g].free_bytes = run_rand(10) ? run_rand(mem + 1) : mem + run_rand(mem);     /* some clamped */
+            st[g].own_peak_bytes = run_rand(mem);
+            st[g].own_spike_ns = run_rand(2000000000ULL);
+            st[g].guest_traffic_bytes = run_rand(64) * CHUNK;
+            st[g].last_evict_ns = run_rand(4) ? 0 : 1000000000ULL - run_rand(10000000ULL);
+            if (g != owner && run_rand(2))
+                huvm_account_evict(&core, owner, g, HUVM_REASON_PEER, 1, run_rand(64) * CHUNK, 0);
+        }
+        r = fx_req(owner, run_rand(4) ? ALL : (uint32_t)run_rand(1u << n));
+        r.flags = HUVM_EVICT_FLAG_PREEVICT;
+        for (k = 0; k < batch; k++) {
+            huvm_decision_t want, got;
+            uint32_t left_before = run.left;
+
+            r.chunk_fetched_ns = run_rand(8) ? 0 : r.now_ns - run_rand(10000000ULL);
+            want = huvm_decide_evict(&core, st, &r);
+            got = huvm_decide_evict_run(&core, st, &r, &run, batch - k);
+            CHECK_EQ(got.dst, want.dst);
+            CHECK_EQ(got.reason, want.reason);
+            if (got.dst != want.dst || got.reason != want.reason)
+                return;
+            decided += left_before == 0;
+            if (want.dst >= n || run_rand(10) == 0)
+                continue;                   /* to host, or the caller found no memory on the peer */
+            st[want.dst].free_bytes -= st[want.dst].free_bytes >= CHUNK ? CHUNK : st[want.dst].free_bytes;
+            st[want.dst].guest_traffic_bytes += CHUNK;
+            huvm_account_evict(&core, owner, want.dst, want.reason, 1, CHUNK, 0);
+            huvm_evict_run_moved(&run, want.dst);
+        }
+        runs++;
+        long_runs += decided * 4 < batch;   /* the batch took fewer decisions than a quarter of its chunks */
+    }
+    CHECK(runs == 4000);
+    CHECK(long_runs > 100);                 /* the runs do cover many chunks (not a decision per chunk) */
+}

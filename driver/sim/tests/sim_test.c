@@ -810,8 +810,61 @@ static void test_thrashing(void)
     CHECK(seeded.faults == plain.faults);
 }
 
+/* A pre-eviction batch in runs (huvm_decide_evict_run; the owner's notes deferred) against a decision and a
+ * refresh per chunk (per_chunk_evict): two GPUs that each harvest from and lend to the other, both over their
+ * memory, in slices; after every slice both simulations have the same peak history of every GPU (what the
+ * deferred notes must reproduce), and at the end the same results, counters and traffic. */
+static void test_evict_runs_match_per_chunk(void)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_tenant_spec_t s;
+    huvm_sim_t *sim[2];
+    trace_t t0, t1;
+    uint32_t k, g, slices = 0, differ = 0;
+
+    node2(&cfg, 256 * MIB);
+    trace_stream(&t0, 200, 400, 8, 10000);
+    trace_stream(&t1, 60, 300, 3, 13000);
+    for (k = 0; k < 2; k++) {
+        sim[k] = huvm_sim_create(&cfg, HUVM_PRESET_HUVM, &err);
+        CHECK(sim[k] != NULL);
+        if (!sim[k])
+            return;
+        sim[k]->per_chunk_evict = k;
+        spec_from(&s, &t0, 0, 2);
+        CHECK(huvm_sim_add_tenant(sim[k], &s, &err) == 0);
+        spec_from(&s, &t1, 1, 2);
+        CHECK(huvm_sim_add_tenant(sim[k], &s, &err) == 1);
+        set_roles(sim[k], HUVM_ROLE_BOTH, HUVM_ROLE_BOTH);
+    }
+    while (!huvm_sim_finished(sim[0]) && slices < 100000) {
+        uint64_t until = huvm_sim_now(sim[0]) + 50000;
+
+        CHECK(huvm_sim_run(sim[0], until, &err) == HUVM_NV_OK);
+        CHECK(huvm_sim_run(sim[1], until, &err) == HUVM_NV_OK);
+        for (g = 0; g < 2; g++)
+            differ += memcmp(&sim[0]->gpus[g].own_peak, &sim[1]->gpus[g].own_peak, sizeof(huvm_peak_t)) != 0;
+        slices++;
+    }
+    CHECK(differ == 0);
+    CHECK(slices > 10 && huvm_sim_finished(sim[0]) && huvm_sim_finished(sim[1]));
+    CHECK(huvm_sim_now(sim[0]) == huvm_sim_now(sim[1]));
+    CHECK(memcmp(&sim[0]->traffic, &sim[1]->traffic, sizeof(sim[0]->traffic)) == 0);
+    CHECK(memcmp(sim[0]->core.counters, sim[1]->core.counters, sizeof(sim[0]->core.counters)) == 0);
+    CHECK(sim[0]->core.counters[0].preevict_to_peer > 100);     /* the runs were taken */
+    printf("evict runs: %u slices, %llu chunks pre-evicted to the peer\n",
+           slices,
+           (unsigned long long)sim[0]->core.counters[0].preevict_to_peer);
+    for (k = 0; k < 2; k++)
+        huvm_sim_destroy(sim[k]);
+    trace_free(&t0);
+    trace_free(&t1);
+}
+
 int main(void)
 {
+    test_evict_runs_match_per_chunk();
     test_paths(1, HUVM_FETCH_REMOTE_MAP);
     test_paths(1, HUVM_FETCH_MIGRATE);
     test_paths(0, HUVM_FETCH_MIGRATE);
