@@ -160,7 +160,8 @@ static bool sg_engines_ready;
 
 static int sg_param_engine_threads;
 module_param_named(engine_threads, sg_param_engine_threads, int, 0444);
-MODULE_PARM_DESC(engine_threads, "0: one engine thread per GPU (default); 1: one thread for every GPU (for comparison)");
+MODULE_PARM_DESC(engine_threads,
+                 "0: one engine thread per GPU (default); 1: one thread for every GPU (for comparison)");
 
 static void sg_engines_init(void)
 {
@@ -636,7 +637,8 @@ static enum sg_step sg_host_mem_op(struct sg_run *run, u32 d)
         /* Ampere's INVAL_SCOPE (clc56f.h; only with REPLAY NONE): LINK_TLBS reaches none of the TLBs
          * emulated here. Volta has no such field (those bits are 0: ALL_TLBS). */
         if (sg_arch->host_class == SG_CLASS_HOST_AMPERE && replay == NVC36F_MEM_OP_C_TLB_INVALIDATE_REPLAY_NONE &&
-            SG_FLD(NVC56F_MEM_OP_A_TLB_INVALIDATE_INVAL_SCOPE, a) == NVC56F_MEM_OP_A_TLB_INVALIDATE_INVAL_SCOPE_LINK_TLBS)
+            SG_FLD(NVC56F_MEM_OP_A_TLB_INVALIDATE_INVAL_SCOPE, a) ==
+                NVC56F_MEM_OP_A_TLB_INVALIDATE_INVAL_SCOPE_LINK_TLBS)
             inv.non_link = false;
         sg_tlb_invalidate(gpu, &inv);
 

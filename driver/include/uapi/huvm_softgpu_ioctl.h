@@ -61,9 +61,9 @@
 #define SOFTGPU_ACCESS_FLAG_NO_WAIT 2   /* do not wait for a replay: report the first fault and stop */
 
 /* Knobs (SOFTGPU_SET_KNOB_PARAMS.knob); per GPU unless noted. */
-#define SOFTGPU_KNOB_COPY_MBPS       1   /* CE bandwidth throttle in MB/s, 0 = off */
-#define SOFTGPU_KNOB_LINK_LATENCY_US 2   /* extra latency per peer CE launch, 0 = off */
-#define SOFTGPU_KNOB_FAIL_PMA_ALLOC  3   /* fail the next N PMA allocations of this GPU with NO_MEMORY */
+#define SOFTGPU_KNOB_COPY_MBPS            1   /* CE bandwidth throttle in MB/s, 0 = off */
+#define SOFTGPU_KNOB_LINK_LATENCY_US      2   /* extra latency per peer CE launch, 0 = off */
+#define SOFTGPU_KNOB_FAIL_PMA_ALLOC       3   /* fail the next N PMA allocations of this GPU with NO_MEMORY */
 #define SOFTGPU_KNOB_TLB_DROP_INVALIDATES 4 /* 1: this GPU's TLB invalidates keep the SM's (user VA space) entries */
 
 /* Counters (SOFTGPU_GET_COUNTERS_PARAMS.gpus[g].counters[i]). */
