@@ -183,7 +183,7 @@ static void sg_engines_init(void)
 
 static struct sg_engine *sg_engine_of(struct uvmGpuChannel_tag *ch)
 {
-    if (sg_param_engine_threads == 1)
+    if (sg_param_engine_threads == 1 || !ch->gpu)
         return &sg_engines[0];
     return &sg_engines[ch->gpu->index];
 }
