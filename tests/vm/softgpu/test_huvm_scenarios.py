@@ -244,6 +244,7 @@ def test_missing_tlb_invalidate_fails_evict_to_peer(session: sglib.Session, mana
     print(f"stale-tlb: evict-to-peer with GPU0's TLB invalidates dropped failed as it must: {message}")
     print(f"stale-tlb: GPU0 TLB: entries kept by the knob +{d['tlb_kept']}, dropped +{d['tlb_dropped']}, "
           f"hits +{d['tlb_hits']}, misses +{d['tlb_misses']}")
+    sglib.perf("stale_tlb_kept_entries", d["tlb_kept"], "entries", failure=message[:200])
     assert d["tlb_kept"] > 0, "the knob kept no TLB entry: no invalidate of GPU0's user VA space reached it"
     assert "kernel log" not in message, f"evict-to-peer failed on kernel log lines, not on stale data: {message}"
     bad = sglib.bad_lines(kmsg.read())
