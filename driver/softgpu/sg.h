@@ -225,9 +225,9 @@ void sg_fault_cancel_va(struct sg_gpu *gpu, u32 pdb_aperture, u64 pdb_pa, u64 va
 void sg_fault_cancel_targeted(struct sg_gpu *gpu, u32 gpc, u32 client);
 void sg_fault_cancel_global(struct sg_gpu *gpu);
 void sg_fault_cancel_inst(struct sg_gpu *gpu, u32 inst_aperture, u64 inst_pa, bool global, u32 gpc, u32 client);
-/* MMU_TLB_INVALIDATE (MEM_OP 9/0xA; before acting on its REPLAY field): returns once no SM access still
- * uses a translation made before the call, so that UVM may reuse the memory an invalidated PTE mapped.
- * Process context (engine thread); takes no spinlock. There is no TLB to drop. */
+/* The last step of a TLB invalidate (sg_tlb_invalidate, after it dropped the entries): returns once no SM
+ * access still uses a translation made before the call, so that UVM may reuse the memory an invalidated
+ * PTE mapped. Process context (the GPU's engine thread); takes no spinlock. */
 void sg_fault_tlb_invalidate(struct sg_gpu *gpu);
 /* Raise UVM's top half if the ring holds work (level-triggered emulation, rate-limited; a timer raises
  * it again while the condition lasts). Any context but hard IRQ. */

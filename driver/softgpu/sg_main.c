@@ -207,7 +207,7 @@ static bool sg_engine_started;
 #define SG_UNEMULATED_WHAT_LEN 48
 
 /* The kinds already reported (a copy of each `what`, truncated). LOCKING: sg_unemulated_lock, a raw
- * spinlock with IRQs off because the engine thread, UVM's calls and irq_work may all refuse things. */
+ * spinlock with IRQs off because the engine threads, UVM's calls and irq_work may all refuse things. */
 static char sg_unemulated_seen[SG_UNEMULATED_KINDS][SG_UNEMULATED_WHAT_LEN];
 static unsigned int sg_unemulated_nseen;
 static DEFINE_RAW_SPINLOCK(sg_unemulated_lock);
