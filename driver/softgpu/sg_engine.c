@@ -153,6 +153,7 @@ struct sg_engine {
      * sg_engine_remove_channel (wait_event on idle_wq). */
     struct uvmGpuChannel_tag *cur;
     wait_queue_head_t idle_wq;
+    atomic_t nparked;                       /* its channels parked on an acquire */
 };
 
 static struct sg_engine sg_engines[SG_MAX_GPUS];
@@ -176,6 +177,7 @@ static void sg_engines_init(void)
         init_waitqueue_head(&eng->wq);
         init_waitqueue_head(&eng->idle_wq);
         atomic_set(&eng->kicked, 0);
+        atomic_set(&eng->nparked, 0);
         INIT_LIST_HEAD(&eng->channels);
     }
     sg_engines_ready = true;
@@ -186,6 +188,29 @@ static struct sg_engine *sg_engine_of(struct uvmGpuChannel_tag *ch)
     if (sg_param_engine_threads == 1 || !ch->gpu)
         return &sg_engines[0];
     return &sg_engines[ch->gpu->index];
+}
+
+/*
+ * A semaphore an engine wrote may be what a channel of another GPU's engine is parked on (UVM chains pushes
+ * across GPUs through their tracking semaphores: CHANNEL_SANITY's test_ordering hops GPU0, GPU1, ... for
+ * every push). The hardware's host polls its acquires all the time; an engine thread asleep would see the
+ * release only at its next timeout (1 ms and more under TCG, per hop). So a release wakes the other engines
+ * that have parked channels.
+ */
+static void sg_engine_wake_parked(struct sg_run *run)
+{
+    struct sg_engine *self = sg_engine_of(run->ch);
+    unsigned i;
+
+    for (i = 0; i < SG_MAX_GPUS; i++) {
+        struct sg_engine *eng = &sg_engines[i];
+
+        if (eng == self || !atomic_read(&eng->nparked))
+            continue;
+        atomic_set(&eng->kicked, 1);
+        if (wq_has_sleeper(&eng->wq))
+            wake_up_interruptible(&eng->wq);
+    }
 }
 
 static atomic64_t sg_time_last = ATOMIC64_INIT(0);
@@ -374,6 +399,7 @@ static enum sg_step sg_sem_release(struct sg_run *run, u64 va, u64 payload, bool
             WRITE_ONCE(*(u32 *)p, (u32)payload);
     }
     sg_count(run->gpu, SOFTGPU_CTR_SEM_RELEASES, 1);
+    sg_engine_wake_parked(run);
     return SG_OK;
 }
 
@@ -453,6 +479,7 @@ static enum sg_step sg_sem_reduce(struct sg_run *run,
         }
     }
     sg_count(run->gpu, SOFTGPU_CTR_SEM_RELEASES, 1);
+    sg_engine_wake_parked(run);
     return SG_OK;
 }
 
@@ -498,6 +525,7 @@ static enum sg_step sg_sem_acquire(struct sg_run *run, u64 va, u64 payload, bool
         return SG_OK;
 
     ex->parked = true;
+    atomic_inc(&sg_engine_of(run->ch)->nparked);
     ex->park_ns = ktime_get_ns();
     ex->park_reported = false;
     sg_count(run->gpu, SOFTGPU_CTR_ACQUIRE_PARKS, 1);
@@ -1347,6 +1375,7 @@ static bool sg_engine_run(struct uvmGpuChannel_tag *ch)
             goto out;
         }
         ex->parked = false;
+        atomic_dec(&sg_engine_of(ch)->nparked);
         run.progress = true;
     }
 
@@ -1565,4 +1594,9 @@ void sg_engine_remove_channel(struct uvmGpuChannel_tag *ch)
     spin_unlock(&sg_node.chan_lock);
 
     wait_event(eng->idle_wq, READ_ONCE(eng->cur) != ch);
+    // The engine no longer touches it: a channel removed (or stopped) while parked parks no more.
+    if (ch->exec.parked) {
+        ch->exec.parked = false;
+        atomic_dec(&eng->nparked);
+    }
 }
