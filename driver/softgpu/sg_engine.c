@@ -1471,9 +1471,22 @@ static bool sg_engine_pass(struct sg_engine *eng, bool full)
     return progress;
 }
 
+/* The engine allowed to spin while it waits for more work, -1 for none. */
+static atomic_t sg_engine_spinner = ATOMIC_INIT(-1);
+
+static bool sg_engine_may_spin(struct sg_engine *eng)
+{
+    int cur = atomic_read(&sg_engine_spinner);
+
+    if (cur == (int)eng->index)
+        return true;
+    return cur == -1 && atomic_cmpxchg(&sg_engine_spinner, -1, (int)eng->index) == -1;
+}
+
 /*
  * An engine thread. Under qemu TCG every spin costs the guest, so back off: spin (cond_resched) while
- * work flowed in the last SG_BUSY_NS, then nap 20-100 us until SG_NAP_NS, then sleep ~1 ms at a time;
+ * work flowed in the last SG_BUSY_NS (one engine of the node at a time: sg_engine_may_spin), then nap
+ * 20-100 us until SG_NAP_NS, then sleep ~1 ms at a time;
  * sg_engine_kick() ends a sleep early. The TIME registers are refreshed every iteration.
  */
 static int sg_engine_thread(void *arg)
@@ -1484,6 +1497,7 @@ static int sg_engine_thread(void *arg)
     while (!kthread_should_stop()) {
         bool full = atomic_xchg(&eng->kicked, 0) != 0;
         u64 now = ktime_get_ns(), idle;
+        bool progress;
 
         if (now - last_full >= SG_FULL_SCAN_NS)
             full = true;
@@ -1491,11 +1505,15 @@ static int sg_engine_thread(void *arg)
             last_full = now;
 
         sg_engine_update_time(eng);
-        if (sg_engine_pass(eng, full))
+        progress = sg_engine_pass(eng, full);
+        if (progress)
             last_work = ktime_get_ns();
 
         idle = ktime_get_ns() - last_work;
-        if (idle < SG_BUSY_NS)
+        // Work done: go on at once. Waiting for more, only one engine at a time spins (the guest has 2
+        // vCPUs, which UVM's waiting threads need too: several spinning engines starved the engine a
+        // cross-GPU push chain waited for); the others nap.
+        if (progress || (idle < SG_BUSY_NS && sg_engine_may_spin(eng)))
             cond_resched();
         else if (idle < SG_NAP_NS)
             usleep_range(20, 100);
@@ -1503,7 +1521,10 @@ static int sg_engine_thread(void *arg)
             wait_event_interruptible_hrtimeout(eng->wq,
                                                atomic_read(&eng->kicked) || kthread_should_stop(),
                                                ms_to_ktime(1));
+        if (idle >= SG_BUSY_NS)
+            atomic_cmpxchg(&sg_engine_spinner, (int)eng->index, -1);
     }
+    atomic_cmpxchg(&sg_engine_spinner, (int)eng->index, -1);
     return 0;
 }
 
