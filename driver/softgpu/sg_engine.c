@@ -1506,8 +1506,11 @@ static int sg_engine_thread(void *arg)
 
         sg_engine_update_time(eng);
         progress = sg_engine_pass(eng, full);
-        if (progress)
+        if (progress) {
             last_work = ktime_get_ns();
+            // The engine with the latest work is the one to spin: its GPU is the one UVM is driving.
+            atomic_set(&sg_engine_spinner, (int)eng->index);
+        }
 
         idle = ktime_get_ns() - last_work;
         // Work done: go on at once. Waiting for more, only one engine at a time spins (the guest has 2
