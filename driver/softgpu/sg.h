@@ -11,8 +11,9 @@
  *   sg_rm.c      the nvUvmInterface* exports: sessions, devices, address spaces, RM memory, channels,
  *                TSGs, caps, P2P, fault/access-counter info, retained (user) channels, refusals
  *   sg_pma.c     the physical memory allocator (PMA) of each GPU's framebuffer, eviction callbacks
- *   sg_engine.c  the engines: one scheduler thread, GPFIFO, host (C36F), CE (C3B5) and SW (C076) methods
- *   sg_mmu.c     physical address resolution (VID/PEER/SYS) and the VER2 page-table walker
+ *   sg_engine.c  the engines: one scheduler thread per GPU, GPFIFO, host (C36F), CE (C3B5) and SW (C076)
+ *                methods
+ *   sg_mmu.c     physical address resolution (VID/PEER/SYS), the VER2 page-table walker and the TLB
  *   sg_fault.c   the replayable fault unit: buffer, GET/PUT, interrupts into UVM, replay/cancel, the SM
  *
  * Semantics come from NVIDIA's open-gpu-kernel-modules 535.261.03 (nv_gpu_ops.c, nv_uvm_interface.h,
@@ -21,9 +22,11 @@
  * Lock order (outer first): sg_node.lock (mutex: objects, registration) -> vas->lock (spinlock: RM map
  * table, PDB) ; pma->lock (spinlock) is a leaf and is never held while calling into UVM;
  * fault->sm_lock (mutex: parked SM accesses) -> vas->lock and -> fault->lock; fault->tlb_sem (rwsem,
- * never nested with sm_lock) -> vas->lock; fault->lock (raw spinlock, IRQ-safe) is a leaf; gpu->rm_fb_lock (mutex) is a leaf; sg_main.c's handle-table
- * spinlock (taken by sg_obj_get_*) is a leaf. The engine thread takes sg_node.chan_lock (spinlock) only
- * to walk the channel list. No softgpu lock is held while calling any UVM callback (eviction, top half).
+ * never nested with sm_lock) -> vas->lock; vas->lock and gpu->tlb.lock (spinlock: the TLB's entries,
+ * taken after vas->lock is released) are leaves; fault->lock (raw spinlock, IRQ-safe) is a leaf;
+ * gpu->rm_fb_lock (mutex) is a leaf; sg_main.c's handle-table spinlock (taken by sg_obj_get_*) is a leaf.
+ * Each GPU's engine thread takes sg_node.chan_lock (spinlock) only to walk its channel list. No softgpu
+ * lock is held while calling any UVM callback (eviction, top half).
  */
 #ifndef _HUVM_SOFTGPU_SG_H
 #define _HUVM_SOFTGPU_SG_H
@@ -222,9 +225,9 @@ void sg_fault_cancel_va(struct sg_gpu *gpu, u32 pdb_aperture, u64 pdb_pa, u64 va
 void sg_fault_cancel_targeted(struct sg_gpu *gpu, u32 gpc, u32 client);
 void sg_fault_cancel_global(struct sg_gpu *gpu);
 void sg_fault_cancel_inst(struct sg_gpu *gpu, u32 inst_aperture, u64 inst_pa, bool global, u32 gpc, u32 client);
-/* MMU_TLB_INVALIDATE (MEM_OP 9/0xA; before acting on its REPLAY field): returns once no SM access still
- * uses a translation made before the call, so that UVM may reuse the memory an invalidated PTE mapped.
- * Process context (engine thread); takes no spinlock. There is no TLB to drop. */
+/* The last step of a TLB invalidate (sg_tlb_invalidate, after it dropped the entries): returns once no SM
+ * access still uses a translation made before the call, so that UVM may reuse the memory an invalidated
+ * PTE mapped. Process context (the GPU's engine thread); takes no spinlock. */
 void sg_fault_tlb_invalidate(struct sg_gpu *gpu);
 /* Raise UVM's top half if the ring holds work (level-triggered emulation, rate-limited; a timer raises
  * it again while the condition lasts). Any context but hard IRQ. */
@@ -241,6 +244,63 @@ void sg_fault_stop_channel(struct sg_gpu *gpu, struct sg_user_channel *uch);
  * NV_ERR_BUSY_RETRY (FLAG_NO_WAIT: the fault was reported, the access not retried);
  * NV_ERR_INVALID_ARGUMENT (bad type/flags/size/alignment or data pointer); NV_ERR_SIGNAL_PENDING. */
 NV_STATUS sg_sm_run(struct sg_user_channel *uch, softgpu_access_t *acc, u32 count, u32 timeout_ms, u32 *completed);
+
+/* ---- TLB (sg_mmu.c) ---------------------------------------------------------------------------- */
+/* Completed translations of one GPU, tagged by the PDB they were walked from (as the hardware tags them)
+ * and by the client that filled them: GPC (the SM) or HUB (the copy engines and the host's pushbuffer and
+ * semaphore accesses). Set-associative, SG_TLB_WAYS ways, round-robin replacement per set; one entry per
+ * page (4K, 64K, 2M or 512M: a lookup probes every page size). The size is an assumption (NVIDIA does not
+ * publish its GPUs' TLB sizes): small enough that the suite's working sets also exercise replacement. */
+#define SG_TLB_SET_BITS 7
+#define SG_TLB_SETS     (1u << SG_TLB_SET_BITS)
+#define SG_TLB_WAYS     4
+
+#define SG_TLBF_GPC        0x01   /* filled by the SM (GPC uTLBs); else by the HUB clients (CE, host) */
+#define SG_TLBF_USER       0x02   /* walked in a user (not UVM's kernel) VA space */
+#define SG_TLBF_RO         0x04
+#define SG_TLBF_ATOMIC_DIS 0x08
+#define SG_TLBF_PRIV       0x10
+
+struct sg_tlb_entry {
+    u64 va;                       /* page base */
+    u64 pa;                       /* page base in the aperture */
+    u64 pdb_pa;
+    struct sg_gpu *owner;         /* FB owner (VID/PEER), NULL for SYS */
+    u8 page_shift;                /* 12, 16, 21 or 29; 0: empty */
+    u8 pdb_aperture;              /* SG_AP_VID or SG_AP_SYS */
+    u8 aperture;                  /* SG_AP_VID / SG_AP_PEER / SG_AP_SYS */
+    u8 flags;                     /* SG_TLBF_* */
+};
+
+struct sg_tlb {
+    spinlock_t lock;              /* the entries and next[]; a leaf */
+    u8 next[SG_TLB_SETS];         /* round-robin victim per set */
+    struct sg_tlb_entry e[SG_TLB_SETS][SG_TLB_WAYS];
+};
+
+/* One TLB invalidate as the host's MEM_OP methods state it (clc36f.h / clc56f.h MEM_OP_A-D). */
+struct sg_tlb_inval {
+    bool all_pdbs;                /* MEM_OP_C PDB ALL; else pdb_aperture/pdb_pa name one PDB */
+    u32 pdb_aperture;             /* SG_AP_VID or SG_AP_SYS */
+    u64 pdb_pa;
+    bool targeted;                /* MMU_TLB_INVALIDATE_TARGETED: only [va, va + size) */
+    u64 va;
+    u64 size;
+    bool gpc;                     /* MEM_OP_C GPC ENABLE: the SM's (GPC) entries too */
+    bool non_link;                /* Ampere INVAL_SCOPE ALL_TLBS or NON_LINK_TLBS (Volta: always) */
+};
+
+/* At GPU creation (sg_main.c), before anything translates. */
+void sg_tlb_init(struct sg_gpu *gpu);
+/* Drops the matching entries (unless the tlb_drop_invalidates knob keeps the SM's user-VA-space ones),
+ * counts the invalidate by scope, then waits for SM accesses in flight (sg_fault_tlb_invalidate).
+ * Process context (the GPU's engine thread), no softgpu lock held. */
+void sg_tlb_invalidate(struct sg_gpu *gpu, const struct sg_tlb_inval *inv);
+/* Drops every entry walked from one PDB (RM's side of SetPageDirectory/UnsetPageDirectory, which binds
+ * and unbinds a root): not counted as an invalidate. Any context but hard IRQ. */
+void sg_tlb_flush_pdb(struct sg_gpu *gpu, u32 pdb_aperture, u64 pdb_pa);
+/* Drops every entry (the knob switched off): not counted. Any context but hard IRQ. */
+void sg_tlb_flush_all(struct sg_gpu *gpu);
 
 /* ---- GPU --------------------------------------------------------------------------------------- */
 struct sg_gpu {
@@ -275,6 +335,9 @@ struct sg_gpu {
     u64 copy_mbps;
     u64 link_latency_us;
     atomic_t fail_pma_alloc;
+    u32 tlb_drop_invalidates;     /* test knob: invalidates keep the SM's user-VA-space entries */
+
+    struct sg_tlb tlb;            /* sg_tlb_init at GPU creation */
 
     atomic64_t ctr[SOFTGPU_CTR_COUNT];
 };
@@ -294,8 +357,7 @@ struct sg_node {
     struct sg_gpu *gpus[SG_MAX_GPUS];
     struct UvmOpsUvmEvents *ops;  /* RegisterUvmCallbacks; read under RCU by the interrupt path */
     bool session_open;
-    spinlock_t chan_lock;         /* the engine's channel list */
-    struct list_head channels;
+    spinlock_t chan_lock;         /* the engines' channel lists (sg_engine.c, one per GPU) */
 };
 extern struct sg_node sg_node;
 
@@ -382,7 +444,9 @@ void *sg_phys_ptr(struct sg_gpu *gpu, u32 aperture, u64 pa, u64 len);
 /* Translate va in vas for an access. ce: a copy-engine access (ignores PRIV; RO violations are RC).
  * Returns SG_FAULT_NONE with *x filled, or the fault type (SG_FAULT_APERTURE: the PTE names memory that
  * does not exist). A sparse mapping is SG_FAULT_NONE with x->sparse, x->len and x->page_size only.
- * Process context, no softgpu spinlock held (takes vas->lock); no TLB: it walks every time. */
+ * Process context, no softgpu spinlock held (takes vas->lock, then gpu->tlb.lock). Beyond RM's range a
+ * translation comes from vas->gpu's TLB when it holds one for the VA space's PDB, the page and the client
+ * (ce: HUB, else GPC); a walk that succeeds fills an entry. */
 int sg_mmu_translate(struct sg_vaspace *vas, u64 va, enum sg_access acc, bool ce, struct sg_xlate *x);
 
 /* ---- channels and the engines (sg_engine.c) ---------------------------------------------------- */
@@ -422,7 +486,7 @@ struct uvmGpuTsg_tag {
 };
 
 struct uvmGpuChannel_tag {
-    struct list_head node;        /* sg_node.channels */
+    struct list_head node;        /* its GPU's engine's channel list (sg_engine.c) */
     struct uvmGpuTsg_tag *tsg;
     struct sg_gpu *gpu;
     struct sg_vaspace *vas;       /* the TSG's VA space: pushbuffer and CE virtual addresses */
@@ -442,12 +506,13 @@ struct uvmGpuChannel_tag {
 #define SG_USERD_TOKEN    3
 #define SG_DOORBELL_IDLE  0xffffffffu
 
+/* One engine thread per GPU ("sg-engine/N"): started after the GPUs exist, stopped before they go. */
 int sg_engine_start(void);
 void sg_engine_stop(void);
 /* Add a channel to the scheduler / remove it (returns once the engine no longer touches it). */
 void sg_engine_add_channel(struct uvmGpuChannel_tag *ch);
 void sg_engine_remove_channel(struct uvmGpuChannel_tag *ch);
-/* Wake the engine (new work hint). */
+/* Wake every GPU's engine (new work hint). */
 void sg_engine_kick(void);
 /* Strictly increasing GPU time in ns (semaphore and fault timestamps, TIME_0/1). */
 u64 sg_gpu_time_ns(void);

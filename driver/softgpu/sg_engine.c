@@ -2,11 +2,11 @@
  * huvm-softgpu: the engines of the emulated GPUs (test hardware only).
  * SPDX-License-Identifier: GPL-2.0 OR MIT
  *
- * One kernel thread ("sg-engine") plays the host (PBDMA, class C36F on Volta, C56F on Ampere), the copy
- * engines (C3B5 / C6B5) and the UVM software object (C076) of every emulated GPU. The Ampere classes keep
+ * One kernel thread per GPU ("sg-engine/N") plays the host (PBDMA, class C36F on Volta, C56F on Ampere),
+ * the copy engines (C3B5 / C6B5) and the UVM software object (C076) of that emulated GPU. The Ampere classes keep
  * the Volta classes' method offsets and fields (this file reads them through the Volta headers); Ampere
  * adds the CE's PEERMEM physical target with a peer id (clc6b5.h SET_SRC/DST_PHYS_MODE), the host's TLB
- * invalidate scope (MEM_OP_A INVAL_SCOPE, no effect here), C076 CLEAR_FAULTED_A/B, and UVM's Turing host
+ * invalidate scope (MEM_OP_A INVAL_SCOPE), C076 CLEAR_FAULTED_A/B, and UVM's Turing host
  * HAL emits its semaphores as SEM_ADDR/SEM_PAYLOAD/SEM_EXECUTE (uvm_turing_host.c).
  *
  * nvidia-uvm never traps into us: it writes GPFIFO entries, then GP_PUT, then the doorbell word
@@ -24,15 +24,18 @@
  *   - SW methods: clc076.h (uvm_pascal_host.c: cancel_faults_global/targeted).
  * Anything else is refused loudly: sg_unemulated() and an RC error on the channel.
  *
- * Locking. No lock is held while a channel executes. The thread rotates sg_node.channels under
- * sg_node.chan_lock (spinlock, only to pick the next channel) and publishes the channel it is running in
- * sg_engine_cur; sg_engine_remove_channel() unlinks the channel under the same spinlock, then waits on
- * sg_engine_idle_wq until sg_engine_cur is no longer that channel. The engine calls sg_mmu_translate,
+ * Locking. No lock is held while a channel executes. Each GPU's thread rotates its engine's channel list
+ * under sg_node.chan_lock (spinlock, only to pick the next channel) and publishes the channel it is running
+ * in eng->cur; sg_engine_remove_channel() unlinks the channel under the same spinlock, then waits on
+ * eng->idle_wq until eng->cur is no longer that channel. What the engines of different GPUs share is
+ * listed above struct sg_engine. The engine calls sg_mmu_translate,
  * sg_phys_ptr and sg_fault_* with no softgpu lock held; those must never take sg_node.lock, because
  * ChannelDestroy may hold it while it waits for the engine here.
  */
 #include <linux/kernel.h>
 #include <linux/kthread.h>
+#include <linux/module.h>
+#include <linux/moduleparam.h>
 #include <linux/sched.h>
 #include <linux/delay.h>
 #include <linux/ktime.h>
@@ -43,6 +46,7 @@
 
 #include "sg.h"
 #include "clc36f.h"
+#include "clc56f.h"
 #include "clc3b5.h"
 #include "clc6b5.h"
 #include "clc076.h"
@@ -120,15 +124,94 @@ struct sg_span {
     bool peer_phys;         /* ... addressed physically (PEERMEM): SOFTGPU_CTR_PEER_PHYS_COPIES */
 };
 
-static struct task_struct *sg_engine_task;
-static DECLARE_WAIT_QUEUE_HEAD(sg_engine_wq);           /* the thread's idle sleep; sg_engine_kick */
-static atomic_t sg_engine_kicked = ATOMIC_INIT(0);
+/*
+ * One engine per GPU: a kthread ("sg-engine/N") that runs the channels of GPU N, so that channels of
+ * different GPUs execute concurrently as on a real node. The module parameter engine_threads=1 puts every
+ * channel on engine 0 instead (the emulator's former single scheduler: one thread for all GPUs), for
+ * comparison; then only engine 0 runs.
+ *
+ * What engines of different GPUs share, and how it stays correct:
+ *   - a peer's framebuffer (PEERMEM and PEER-aperture copies write into it while the peer's own engine
+ *     and SMs use it): plain memory, as on the hardware; UVM orders such accesses with semaphores;
+ *   - semaphores in sysmem or in another GPU's memory: releases are single aligned stores, acquires
+ *     single loads; reductions are atomic read-modify-writes (sg_sem_reduce: cmpxchg), since two GPUs
+ *     may reduce on one semaphore;
+ *   - GPU time (sg_gpu_time_ns): one atomic64 clock, strictly increasing across engines;
+ *   - counters: atomic64 per GPU; the not-emulated table: sg_main.c's raw spinlock;
+ *   - a GPU's TLB and fault unit are touched by its own engine (invalidates, replays, cancels) and the SM
+ *     threads: gpu->tlb.lock, fault->lock/sm_lock/tlb_sem (sg_mmu.c, sg_fault.c);
+ *   - RM objects (VA spaces' RM tables, PMA): their own locks (vas->lock, pma->lock).
+ */
+struct sg_engine {
+    unsigned index;
+    struct task_struct *task;
+    wait_queue_head_t wq;                   /* the thread's idle sleep; sg_engine_kick */
+    atomic_t kicked;
+    struct list_head channels;              /* under sg_node.chan_lock */
+    unsigned nchan;                         /* list length, under sg_node.chan_lock */
+    /* The channel being executed, NULL between turns. Written under sg_node.chan_lock; read by
+     * sg_engine_remove_channel (wait_event on idle_wq). */
+    struct uvmGpuChannel_tag *cur;
+    wait_queue_head_t idle_wq;
+    atomic_t nparked;                       /* its channels parked on an acquire */
+};
 
-/* The channel being executed, NULL between turns. Written under sg_node.chan_lock; read by
- * sg_engine_remove_channel (wait_event on sg_engine_idle_wq). */
-static struct uvmGpuChannel_tag *sg_engine_cur;
-static DECLARE_WAIT_QUEUE_HEAD(sg_engine_idle_wq);
-static unsigned sg_engine_nchan;                        /* list length, under sg_node.chan_lock */
+static struct sg_engine sg_engines[SG_MAX_GPUS];
+static bool sg_engines_ready;
+
+static int sg_param_engine_threads;
+module_param_named(engine_threads, sg_param_engine_threads, int, 0444);
+MODULE_PARM_DESC(engine_threads,
+                 "0: one engine thread per GPU (default); 1: one thread for every GPU (for comparison)");
+
+static void sg_engines_init(void)
+{
+    unsigned i;
+
+    if (sg_engines_ready)
+        return;
+    for (i = 0; i < SG_MAX_GPUS; i++) {
+        struct sg_engine *eng = &sg_engines[i];
+
+        eng->index = i;
+        init_waitqueue_head(&eng->wq);
+        init_waitqueue_head(&eng->idle_wq);
+        atomic_set(&eng->kicked, 0);
+        atomic_set(&eng->nparked, 0);
+        INIT_LIST_HEAD(&eng->channels);
+    }
+    sg_engines_ready = true;
+}
+
+static struct sg_engine *sg_engine_of(struct uvmGpuChannel_tag *ch)
+{
+    if (sg_param_engine_threads == 1 || !ch->gpu)
+        return &sg_engines[0];
+    return &sg_engines[ch->gpu->index];
+}
+
+/*
+ * A semaphore an engine wrote may be what a channel of another GPU's engine is parked on (UVM chains pushes
+ * across GPUs through their tracking semaphores: CHANNEL_SANITY's test_ordering hops GPU0, GPU1, ... for
+ * every push). The hardware's host polls its acquires all the time; an engine thread asleep would see the
+ * release only at its next timeout (1 ms and more under TCG, per hop). So a release wakes the other engines
+ * that have parked channels.
+ */
+static void sg_engine_wake_parked(struct sg_run *run)
+{
+    struct sg_engine *self = sg_engine_of(run->ch);
+    unsigned i;
+
+    for (i = 0; i < SG_MAX_GPUS; i++) {
+        struct sg_engine *eng = &sg_engines[i];
+
+        if (eng == self || !atomic_read(&eng->nparked))
+            continue;
+        atomic_set(&eng->kicked, 1);
+        if (wq_has_sleeper(&eng->wq))
+            wake_up_interruptible(&eng->wq);
+    }
+}
 
 static atomic64_t sg_time_last = ATOMIC64_INIT(0);
 
@@ -155,8 +238,9 @@ u64 sg_gpu_time_ns(void)
 }
 
 /* TIME_0/TIME_1 as one u64: uvm_hal_maxwell_get_time reads TIME_1, TIME_0, TIME_1 and retries on a
- * change, so a single 64-bit store per update is all the emulation needs. */
-static void sg_engine_update_time(void)
+ * change, so a single 64-bit store per update is all the emulation needs. Each engine refreshes its own
+ * GPU's (engine 0 every GPU's with engine_threads=1). */
+static void sg_engine_update_time(struct sg_engine *eng)
 {
     u64 t = sg_gpu_time_ns();
     unsigned i;
@@ -165,7 +249,7 @@ static void sg_engine_update_time(void)
         struct sg_gpu *gpu = READ_ONCE(sg_node.gpus[i]);
         struct sg_regs *regs;
 
-        if (!gpu)
+        if (!gpu || (sg_param_engine_threads != 1 && i != eng->index))
             continue;
         regs = READ_ONCE(gpu->fault.regs);
         if (regs)
@@ -315,6 +399,7 @@ static enum sg_step sg_sem_release(struct sg_run *run, u64 va, u64 payload, bool
             WRITE_ONCE(*(u32 *)p, (u32)payload);
     }
     sg_count(run->gpu, SOFTGPU_CTR_SEM_RELEASES, 1);
+    sg_engine_wake_parked(run);
     return SG_OK;
 }
 
@@ -394,6 +479,7 @@ static enum sg_step sg_sem_reduce(struct sg_run *run,
         }
     }
     sg_count(run->gpu, SOFTGPU_CTR_SEM_RELEASES, 1);
+    sg_engine_wake_parked(run);
     return SG_OK;
 }
 
@@ -439,6 +525,7 @@ static enum sg_step sg_sem_acquire(struct sg_run *run, u64 va, u64 payload, bool
         return SG_OK;
 
     ex->parked = true;
+    atomic_inc(&sg_engine_of(run->ch)->nparked);
     ex->park_ns = ktime_get_ns();
     ex->park_reported = false;
     sg_count(run->gpu, SOFTGPU_CTR_ACQUIRE_PARKS, 1);
@@ -530,9 +617,12 @@ static enum sg_step sg_host_sem_execute(struct sg_run *run, u32 d)
 }
 
 /*
- * MEM_OP_A-D (clc36f.h layout; D executes). There is no TLB to invalidate: the emulated MMU walks the
- * page tables on every access. What matters is the REPLAY field of TLB invalidates, which is how UVM
- * replays and cancels faults on Volta (uvm_volta_host.c:replay_faults, cancel_faults_va).
+ * MEM_OP_A-D (clc36f.h layout; D executes). A TLB invalidate drops the GPU's TLB entries it names
+ * (sg_tlb_invalidate: MEM_OP_C PDB ONE with PDB_APERTURE/PDB_ADDR or ALL; TARGETED: the VA of
+ * TARGET_ADDR_LO/HI, INVALIDATION_SIZE = log2 of 4K pages, aligned down to that size as the hardware does
+ * (uvm_volta_host.c / uvm_ampere_host.c tlb_invalidate_va); GPC ENABLE: the SM's entries too; C56F
+ * INVAL_SCOPE), then waits for SM accesses in flight. Its REPLAY field is how UVM replays and cancels
+ * faults (uvm_volta_host.c:replay_faults, cancel_faults_va; the same on Ampere).
  */
 static enum sg_step sg_host_mem_op(struct sg_run *run, u32 d)
 {
@@ -550,14 +640,40 @@ static enum sg_step sg_host_mem_op(struct sg_run *run, u32 d)
         return SG_OK;
 
     case NVC36F_MEM_OP_D_OPERATION_MMU_TLB_INVALIDATE:
-    case NVC36F_MEM_OP_D_OPERATION_MMU_TLB_INVALIDATE_TARGETED:
-        /* No TLB to drop, but UVM may reuse what an invalidated PTE mapped once the push completes:
-         * wait until no SM access still uses an older translation. Then the REPLAY field, which only
-         * applies with GPC invalidation enabled. */
-        sg_fault_tlb_invalidate(gpu);
-        if (SG_FLD(NVC36F_MEM_OP_C_TLB_INVALIDATE_GPC, c) != NVC36F_MEM_OP_C_TLB_INVALIDATE_GPC_ENABLE)
+    case NVC36F_MEM_OP_D_OPERATION_MMU_TLB_INVALIDATE_TARGETED: {
+        u32 replay = SG_FLD(NVC36F_MEM_OP_C_TLB_INVALIDATE_REPLAY, c);
+        u32 pdb_ap = SG_FLD(NVC36F_MEM_OP_C_TLB_INVALIDATE_PDB_APERTURE, c);
+        struct sg_tlb_inval inv = {
+            .all_pdbs = SG_FLD(NVC36F_MEM_OP_C_TLB_INVALIDATE_PDB, c) == NVC36F_MEM_OP_C_TLB_INVALIDATE_PDB_ALL,
+            .pdb_aperture = pdb_ap == NVC36F_MEM_OP_C_TLB_INVALIDATE_PDB_APERTURE_VID_MEM ? SG_AP_VID : SG_AP_SYS,
+            .pdb_pa = ((u64)SG_FLD(NVC36F_MEM_OP_D_TLB_INVALIDATE_PDB_ADDR_HI, d) << 32) | (c & 0xfffff000u),
+            .targeted = op == NVC36F_MEM_OP_D_OPERATION_MMU_TLB_INVALIDATE_TARGETED,
+            .gpc = SG_FLD(NVC36F_MEM_OP_C_TLB_INVALIDATE_GPC, c) == NVC36F_MEM_OP_C_TLB_INVALIDATE_GPC_ENABLE,
+            .non_link = true,
+        };
+
+        if (inv.targeted) {
+            /* A_INVALIDATION_SIZE shares its bits with the cancel targets: replays and cancels name one
+             * 4K page. */
+            u32 log2_pages = replay == NVC36F_MEM_OP_C_TLB_INVALIDATE_REPLAY_NONE
+                                 ? SG_FLD(NVC36F_MEM_OP_A_TLB_INVALIDATE_INVALIDATION_SIZE, a)
+                                 : 0;
+
+            inv.size = SG_PAGE_4K << min_t(u32, log2_pages, 37);
+            inv.va = (((u64)b << 32) | (a & 0xfffff000u)) & ~(inv.size - 1);
+        }
+        /* Ampere's INVAL_SCOPE (clc56f.h; only with REPLAY NONE): LINK_TLBS reaches none of the TLBs
+         * emulated here. Volta has no such field (those bits are 0: ALL_TLBS). */
+        if (sg_arch->host_class == SG_CLASS_HOST_AMPERE && replay == NVC36F_MEM_OP_C_TLB_INVALIDATE_REPLAY_NONE &&
+            SG_FLD(NVC56F_MEM_OP_A_TLB_INVALIDATE_INVAL_SCOPE, a) ==
+                NVC56F_MEM_OP_A_TLB_INVALIDATE_INVAL_SCOPE_LINK_TLBS)
+            inv.non_link = false;
+        sg_tlb_invalidate(gpu, &inv);
+
+        /* Then the REPLAY field, which only applies with GPC invalidation enabled. */
+        if (!inv.gpc)
             return SG_OK;
-        switch (SG_FLD(NVC36F_MEM_OP_C_TLB_INVALIDATE_REPLAY, c)) {
+        switch (replay) {
         case NVC36F_MEM_OP_C_TLB_INVALIDATE_REPLAY_NONE:          return SG_OK;
         case NVC36F_MEM_OP_C_TLB_INVALIDATE_REPLAY_START:
         case NVC36F_MEM_OP_C_TLB_INVALIDATE_REPLAY_START_ACK_ALL: sg_fault_replay(gpu); return SG_OK;
@@ -583,6 +699,7 @@ static enum sg_step sg_host_mem_op(struct sg_run *run, u32 d)
         }
         }
         return sg_refuse(run, "host MEM_OP invalidate REPLAY type", SG_RC_PBDMA_ERROR);
+    }
 
     case NVC36F_MEM_OP_D_OPERATION_ACCESS_COUNTER_CLR:
         /* Access counters never fire on the emulated GPUs: nothing to clear. */
@@ -1258,6 +1375,7 @@ static bool sg_engine_run(struct uvmGpuChannel_tag *ch)
             goto out;
         }
         ex->parked = false;
+        atomic_dec(&sg_engine_of(ch)->nparked);
         run.progress = true;
     }
 
@@ -1318,127 +1436,191 @@ static bool sg_engine_channel_ready(struct uvmGpuChannel_tag *ch, bool full)
     return put != ex->gp_get;
 }
 
-/* One round-robin pass: every channel gets at most one turn. Returns whether anything progressed. */
-static bool sg_engine_pass(bool full)
+/* One round-robin pass over an engine's channels: each gets at most one turn. Returns whether anything
+ * progressed. */
+static bool sg_engine_pass(struct sg_engine *eng, bool full)
 {
     struct uvmGpuChannel_tag *ch;
     bool progress = false;
     unsigned n, i;
 
     spin_lock(&sg_node.chan_lock);
-    n = sg_engine_nchan;
+    n = eng->nchan;
     spin_unlock(&sg_node.chan_lock);
 
     for (i = 0; i < n; i++) {
         spin_lock(&sg_node.chan_lock);
-        if (list_empty(&sg_node.channels)) {
+        if (list_empty(&eng->channels)) {
             spin_unlock(&sg_node.chan_lock);
             break;
         }
-        ch = list_first_entry(&sg_node.channels, struct uvmGpuChannel_tag, node);
-        list_move_tail(&ch->node, &sg_node.channels);
-        WRITE_ONCE(sg_engine_cur, ch);
+        ch = list_first_entry(&eng->channels, struct uvmGpuChannel_tag, node);
+        list_move_tail(&ch->node, &eng->channels);
+        WRITE_ONCE(eng->cur, ch);
         spin_unlock(&sg_node.chan_lock);
 
         if (sg_engine_channel_ready(ch, full))
             progress |= sg_engine_run(ch);
 
         spin_lock(&sg_node.chan_lock);
-        WRITE_ONCE(sg_engine_cur, NULL);
+        WRITE_ONCE(eng->cur, NULL);
         spin_unlock(&sg_node.chan_lock);
-        if (wq_has_sleeper(&sg_engine_idle_wq))
-            wake_up(&sg_engine_idle_wq);
+        if (wq_has_sleeper(&eng->idle_wq))
+            wake_up(&eng->idle_wq);
     }
     return progress;
 }
 
+/* The engine allowed to spin while it waits for more work, -1 for none. */
+static atomic_t sg_engine_spinner = ATOMIC_INIT(-1);
+
+static bool sg_engine_may_spin(struct sg_engine *eng)
+{
+    int cur = atomic_read(&sg_engine_spinner);
+
+    if (cur == (int)eng->index)
+        return true;
+    return cur == -1 && atomic_cmpxchg(&sg_engine_spinner, -1, (int)eng->index) == -1;
+}
+
 /*
- * The engine thread. Under qemu TCG every spin costs the guest, so back off: spin (cond_resched) while
- * work flowed in the last SG_BUSY_NS, then nap 20-100 us until SG_NAP_NS, then sleep ~1 ms at a time;
+ * An engine thread. Under qemu TCG every spin costs the guest, so back off: spin (cond_resched) while
+ * work flowed in the last SG_BUSY_NS (one engine of the node at a time: sg_engine_may_spin), then nap
+ * 20-100 us until SG_NAP_NS, then sleep ~1 ms at a time;
  * sg_engine_kick() ends a sleep early. The TIME registers are refreshed every iteration.
  */
-static int sg_engine_thread(void *unused)
+static int sg_engine_thread(void *arg)
 {
+    struct sg_engine *eng = arg;
     u64 last_work = ktime_get_ns(), last_full = 0;
 
     while (!kthread_should_stop()) {
-        bool full = atomic_xchg(&sg_engine_kicked, 0) != 0;
+        bool full = atomic_xchg(&eng->kicked, 0) != 0;
         u64 now = ktime_get_ns(), idle;
+        bool progress;
 
         if (now - last_full >= SG_FULL_SCAN_NS)
             full = true;
         if (full)
             last_full = now;
 
-        sg_engine_update_time();
-        if (sg_engine_pass(full))
+        sg_engine_update_time(eng);
+        progress = sg_engine_pass(eng, full);
+        if (progress) {
             last_work = ktime_get_ns();
+            // The engine with the latest work is the one to spin: its GPU is the one UVM is driving.
+            atomic_set(&sg_engine_spinner, (int)eng->index);
+        }
 
         idle = ktime_get_ns() - last_work;
-        if (idle < SG_BUSY_NS)
+        // Work done: go on at once. Waiting for more, only one engine at a time spins (the guest has 2
+        // vCPUs, which UVM's waiting threads need too: several spinning engines starved the engine a
+        // cross-GPU push chain waited for); the others nap.
+        if (progress || (idle < SG_BUSY_NS && sg_engine_may_spin(eng)))
             cond_resched();
         else if (idle < SG_NAP_NS)
             usleep_range(20, 100);
         else
-            wait_event_interruptible_hrtimeout(sg_engine_wq,
-                                               atomic_read(&sg_engine_kicked) || kthread_should_stop(),
+            wait_event_interruptible_hrtimeout(eng->wq,
+                                               atomic_read(&eng->kicked) || kthread_should_stop(),
                                                ms_to_ktime(1));
+        if (idle >= SG_BUSY_NS)
+            atomic_cmpxchg(&sg_engine_spinner, (int)eng->index, -1);
     }
+    atomic_cmpxchg(&sg_engine_spinner, (int)eng->index, -1);
     return 0;
 }
 
+/* Starts one thread per GPU of the node (one in all with engine_threads=1). */
 int sg_engine_start(void)
 {
-    struct task_struct *t;
+    unsigned i, n;
 
-    if (sg_engine_task)
-        return 0;
-    t = kthread_run(sg_engine_thread, NULL, "sg-engine");
-    if (IS_ERR(t))
-        return PTR_ERR(t);
-    sg_engine_task = t;
+    if (sg_param_engine_threads != 0 && sg_param_engine_threads != 1) {
+        pr_err("huvm-softgpu: engine_threads=%d: 0 (one per GPU) or 1 (one for all)\n", sg_param_engine_threads);
+        return -EINVAL;
+    }
+    sg_engines_init();
+    n = sg_param_engine_threads == 1 ? 1 : max(sg_node.gpu_count, 1u);
+    for (i = 0; i < n; i++) {
+        struct sg_engine *eng = &sg_engines[i];
+        struct task_struct *t;
+
+        if (eng->task)
+            continue;
+        t = kthread_run(sg_engine_thread, eng, "sg-engine/%u", i);
+        if (IS_ERR(t)) {
+            sg_engine_stop();
+            return PTR_ERR(t);
+        }
+        eng->task = t;
+    }
     return 0;
 }
 
 void sg_engine_stop(void)
 {
-    if (!sg_engine_task)
-        return;
-    kthread_stop(sg_engine_task);
-    sg_engine_task = NULL;
+    unsigned i;
+
+    for (i = 0; i < SG_MAX_GPUS; i++) {
+        if (!sg_engines[i].task)
+            continue;
+        kthread_stop(sg_engines[i].task);
+        sg_engines[i].task = NULL;
+    }
 }
 
 void sg_engine_kick(void)
 {
-    atomic_set(&sg_engine_kicked, 1);
-    wake_up_interruptible(&sg_engine_wq);
+    unsigned i;
+
+    for (i = 0; i < SG_MAX_GPUS; i++) {
+        if (!READ_ONCE(sg_engines[i].task))
+            continue;
+        atomic_set(&sg_engines[i].kicked, 1);
+        wake_up_interruptible(&sg_engines[i].wq);
+    }
 }
 
-/* Start scheduling a freshly allocated channel (GP_GET = GP_PUT = 0, nothing bound). */
+/* Start scheduling a freshly allocated channel (GP_GET = GP_PUT = 0, nothing bound) on its GPU's engine. */
 void sg_engine_add_channel(struct uvmGpuChannel_tag *ch)
 {
+    struct sg_engine *eng;
+
+    sg_engines_init();
+    eng = sg_engine_of(ch);
     memset(&ch->exec, 0, sizeof(ch->exec));
     spin_lock(&sg_node.chan_lock);
-    list_add_tail(&ch->node, &sg_node.channels);
-    sg_engine_nchan++;
+    list_add_tail(&ch->node, &eng->channels);
+    eng->nchan++;
     spin_unlock(&sg_node.chan_lock);
-    sg_engine_kick();
+    atomic_set(&eng->kicked, 1);
+    wake_up_interruptible(&eng->wq);
 }
 
 /*
- * Stop scheduling a channel; returns once the engine no longer touches it (its current turn, if any, is
+ * Stop scheduling a channel; returns once its engine no longer touches it (its current turn, if any, is
  * over: it notices ch->dying between methods). Safe on a channel that was never added, if its node is
  * zeroed or INIT_LIST_HEAD'ed. Sleeps: no spinlock may be held by the caller.
  */
 void sg_engine_remove_channel(struct uvmGpuChannel_tag *ch)
 {
+    struct sg_engine *eng;
+
+    sg_engines_init();
+    eng = sg_engine_of(ch);
     spin_lock(&sg_node.chan_lock);
     WRITE_ONCE(ch->dying, true);
     if (ch->node.next && !list_empty(&ch->node)) {
         list_del_init(&ch->node);
-        sg_engine_nchan--;
+        eng->nchan--;
     }
     spin_unlock(&sg_node.chan_lock);
 
-    wait_event(sg_engine_idle_wq, READ_ONCE(sg_engine_cur) != ch);
+    wait_event(eng->idle_wq, READ_ONCE(eng->cur) != ch);
+    // The engine no longer touches it: a channel removed (or stopped) while parked parks no more.
+    if (ch->exec.parked) {
+        ch->exec.parked = false;
+        atomic_dec(&eng->nparked);
+    }
 }

@@ -33,7 +33,7 @@
  *
  * LOCKING
  *   fault->sm_lock (mutex)        the pending list and every parked access's state; taken by the SM
- *                                 thread (park, collect) and the engine thread (replay, cancel) and
+ *                                 thread (park, collect) and the GPU's engine thread (replay, cancel) and
  *                                 StopChannel. Translation (vas->lock) and ring writes (fault->lock)
  *                                 nest inside it.
  *   fault->lock (raw spinlock)    the ring: packets and PUT. A leaf, IRQ-safe.

@@ -233,7 +233,6 @@ static int sg_arch_parse(void)
 struct sg_node sg_node = {
     .lock = __MUTEX_INITIALIZER(sg_node.lock),
     .chan_lock = __SPIN_LOCK_UNLOCKED(sg_node.chan_lock),
-    .channels = LIST_HEAD_INIT(sg_node.channels),
 };
 
 /* NVLink links between GPU i and j (symmetric); 0 = a PCIe peer. Filled by sg_topology_parse at load. */
@@ -256,7 +255,7 @@ static bool sg_engine_started;
 #define SG_UNEMULATED_WHAT_LEN 48
 
 /* The kinds already reported (a copy of each `what`, truncated). LOCKING: sg_unemulated_lock, a raw
- * spinlock with IRQs off because the engine thread, UVM's calls and irq_work may all refuse things. */
+ * spinlock with IRQs off because the engine threads, UVM's calls and irq_work may all refuse things. */
 static char sg_unemulated_seen[SG_UNEMULATED_KINDS][SG_UNEMULATED_WHAT_LEN];
 static unsigned int sg_unemulated_nseen;
 static DEFINE_RAW_SPINLOCK(sg_unemulated_lock);
@@ -751,6 +750,7 @@ static int sg_gpu_alloc(unsigned int i, struct pci_dev *pdev)
         return -ENOMEM;
 
     gpu->index = i;
+    sg_tlb_init(gpu);
     sg_gpu_make_uuid(i, &gpu->uuid);
     snprintf(gpu->name, sizeof(gpu->name), "%s (softgpu %u)", sg_arch->model, i);
     gpu->pdev = pdev;
@@ -1463,6 +1463,14 @@ static NV_STATUS sg_ioctl_set_knob(struct sg_client *cl, void *arg)
             return NV_ERR_INVALID_ARGUMENT;
         atomic_set(&gpu->fail_pma_alloc, (int)p->value);
         return NV_OK;
+    case SOFTGPU_KNOB_TLB_DROP_INVALIDATES:
+        if (p->value > 1)
+            return NV_ERR_INVALID_ARGUMENT;
+        WRITE_ONCE(gpu->tlb_drop_invalidates, (u32)p->value);
+        // Back to a sound TLB: the stale entries the knob kept go too.
+        if (!p->value)
+            sg_tlb_flush_all(gpu);
+        return NV_OK;
     default: return NV_ERR_INVALID_ARGUMENT;
     }
 }
@@ -1694,7 +1702,7 @@ static int __init sg_init(void)
 
     ret = sg_engine_start();
     if (ret) {
-        pr_err(SG_NAME ": cannot start the engine thread: %d\n", ret);
+        pr_err(SG_NAME ": cannot start the engine threads: %d\n", ret);
         goto fail_gpus;
     }
     sg_engine_started = true;

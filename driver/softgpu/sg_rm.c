@@ -900,6 +900,10 @@ NV_STATUS nvUvmInterfaceSetPageDirectory(uvmGpuAddressSpaceHandle vaSpace,
         vas->pdb_set = true;
     }
     spin_unlock(&vas->lock);
+        /* Binding a root is RM's business, not UVM's: the emulator makes sure that nothing a VA space
+         * that used this page before left in the TLB is found through it. */
+    if (status == NV_OK)
+        sg_tlb_flush_pdb(vas->gpu, bVidMemAperture ? SG_AP_VID : SG_AP_SYS, physAddress);
 #if SG_NV_BRANCH >= 580
         /* 580 passes a sysmem PDB as a CPU physical address and RM returns the DMA address it mapped
          * (UVM keeps it as pdb_rm_dma_address); vidmem is returned as given. The test bed has no IOMMU
@@ -914,16 +918,25 @@ EXPORT_SYMBOL(nvUvmInterfaceSetPageDirectory);
 NV_STATUS nvUvmInterfaceUnsetPageDirectory(uvmGpuAddressSpaceHandle vaSpace)
 {
     struct sg_vaspace *vas;
+    bool was_set;
+    u32 aperture;
+    u64 pa;
 
     if (!vaSpace)
         return NV_ERR_INVALID_ARGUMENT;
 
     vas = vaSpace->vas;
     spin_lock(&vas->lock);
+    was_set = vas->pdb_set;
+    aperture = vas->pdb_aperture;
+    pa = vas->pdb_pa;
     vas->pdb_set = false;
     vas->pdb_aperture = 0;
     vas->pdb_pa = 0;
     spin_unlock(&vas->lock);
+        /* Unbinding too (UVM frees the page directory next): its translations go with it. */
+    if (was_set)
+        sg_tlb_flush_pdb(vas->gpu, aperture, pa);
     return NV_OK;
 }
 EXPORT_SYMBOL(nvUvmInterfaceUnsetPageDirectory);

@@ -33,7 +33,7 @@ LINK_NAMES = {0: "none", 1: "pcie", 2: "nvlink2"}
 ARCH_NAMES = {0x140: "volta", 0x170: "ampere"}
 _ARCH_CONSTANTS = {0x140: "SOFTGPU_ARCH_GV100", 0x170: "SOFTGPU_ARCH_GA100"}
 ACCESS_TYPES = {"read": 0, "write": 1, "atomic_inc": 2, "prefetch": 3}
-KNOBS = {"copy_mbps": 1, "link_latency_us": 2, "fail_pma_alloc": 3}
+KNOBS = {"copy_mbps": 1, "link_latency_us": 2, "fail_pma_alloc": 3, "tlb_drop_invalidates": 4}
 
 IoctlFn = Callable[[int, int, Any, bool], Any]
 

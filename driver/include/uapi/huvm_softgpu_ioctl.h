@@ -61,9 +61,10 @@
 #define SOFTGPU_ACCESS_FLAG_NO_WAIT 2   /* do not wait for a replay: report the first fault and stop */
 
 /* Knobs (SOFTGPU_SET_KNOB_PARAMS.knob); per GPU unless noted. */
-#define SOFTGPU_KNOB_COPY_MBPS       1   /* CE bandwidth throttle in MB/s, 0 = off */
-#define SOFTGPU_KNOB_LINK_LATENCY_US 2   /* extra latency per peer CE launch, 0 = off */
-#define SOFTGPU_KNOB_FAIL_PMA_ALLOC  3   /* fail the next N PMA allocations of this GPU with NO_MEMORY */
+#define SOFTGPU_KNOB_COPY_MBPS            1   /* CE bandwidth throttle in MB/s, 0 = off */
+#define SOFTGPU_KNOB_LINK_LATENCY_US      2   /* extra latency per peer CE launch, 0 = off */
+#define SOFTGPU_KNOB_FAIL_PMA_ALLOC       3   /* fail the next N PMA allocations of this GPU with NO_MEMORY */
+#define SOFTGPU_KNOB_TLB_DROP_INVALIDATES 4 /* 1: this GPU's TLB invalidates keep the SM's (user VA space) entries */
 
 /* Counters (SOFTGPU_GET_COUNTERS_PARAMS.gpus[g].counters[i]). */
 #define SOFTGPU_CTR_GPFIFO_ENTRIES   0   /* GPFIFO entries executed */
@@ -83,7 +84,15 @@
 #define SOFTGPU_CTR_PMA_EVICTIONS    14  /* evictPages/evictRange callbacks made into UVM */
 #define SOFTGPU_CTR_SM_ACCESSES      15  /* SM accesses completed */
 #define SOFTGPU_CTR_PEER_PHYS_COPIES 16 /* CE launches with a physical PEERMEM source or destination (Ampere) */
-#define SOFTGPU_CTR_COUNT            17
+#define SOFTGPU_CTR_TLB_HITS         17  /* translations served by the TLB */
+#define SOFTGPU_CTR_TLB_MISSES       18  /* translations walked (page tables; RM's range is not cached) */
+#define SOFTGPU_CTR_TLB_INVAL_ALL    19  /* TLB invalidates of every PDB (MEM_OP_C PDB ALL) */
+#define SOFTGPU_CTR_TLB_INVAL_PDB    20  /* TLB invalidates of one PDB, every VA */
+#define SOFTGPU_CTR_TLB_INVAL_VA     21  /* targeted TLB invalidates (one PDB, a VA range) */
+#define SOFTGPU_CTR_TLB_INVAL_LINK   22  /* Ampere invalidates of the link TLBs only (none emulated: no effect) */
+#define SOFTGPU_CTR_TLB_DROPPED      23  /* TLB entries an invalidate dropped */
+#define SOFTGPU_CTR_TLB_KEPT         24  /* entries an invalidate matched but kept (knob TLB_DROP_INVALIDATES) */
+#define SOFTGPU_CTR_COUNT            25
 
 /* softgpu_gpu_info_t.gpu_arch: NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_* of the emulated GPUs. */
 #define SOFTGPU_ARCH_GV100 0x140    /* Volta V100 (arch=volta) */

@@ -37,8 +37,8 @@ elif os.environ.get("HUVM_UVM_VARIANT_ID", os.environ.get("HUVM_UVM_VARIANT")) !
 
 #: the files in the order they run: each builds on what the previous one proved. test_huvm_lifecycle.py
 #: is last: its final tests close every session-scoped fixture and unload/reload the modules.
-ORDER = ("test_builtin.py", "test_roundtrip.py", "test_peer_copy.py", "test_oversub.py", "test_huvm_scenarios.py",
-         "test_builtin_tier.py", "test_experiment.py", "test_huvm_lifecycle.py")
+ORDER = ("test_builtin.py", "test_roundtrip.py", "test_peer_copy.py", "test_tlb_engines.py", "test_oversub.py",
+         "test_huvm_scenarios.py", "test_builtin_tier.py", "test_experiment.py", "test_huvm_lifecycle.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

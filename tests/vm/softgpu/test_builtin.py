@@ -158,7 +158,24 @@ def run_range_group_tree(ctx: Ctx) -> None:
             ctx.u.destroy_range_group(grp)
 
 
+def _tlb_fill(ctx: Ctx, g: softgpu.GpuInfo, va: int) -> None:
+    """GPU g's SMs read the 4 KiB page at va (mapped on g): a TLB entry of g's user VA space (GPC client)."""
+    assert ctx.sg is not None and ctx.session is not None
+    assert len(ctx.session.channels) > g.index, f"{g.name} has no SM channel"
+    (res,) = ctx.sg.sm_access(ctx.session.channels[g.index], [softgpu.Access.read(va, 4096)], timeout_ms=60_000)
+    expect(res.status == 0, f"{g.name}: SM read at 0x{va:x}: {res.status_name}")
+
+
+def _tlb_delta(ctx: Ctx, g: softgpu.GpuInfo, before: softgpu.Counters) -> softgpu.GpuCounters:
+    assert ctx.sg is not None
+    return ctx.sg.counters().minus(before).gpus[g.index]
+
+
 def run_invalidate_tlb(ctx: Ctx) -> None:
+    """NVIDIA's invalidates (every target mode, page-table level and membar) at a fixed VA, then at a page each
+    GPU's SMs have just read, so that the software GPU's TLB holds its entry: a targeted invalidate (GPC
+    enabled) and a whole-PDB one drop it and count by scope; one with GPC invalidation disabled leaves it (the
+    SMs' uTLBs are not reached)."""
     lib = uvm.lib()
     combos = [
         (lib.UvmTargetVaModeAll, lib.UvmInvalidatePageTableLevelAll, lib.UvmInvalidateTlbMemBarSys),
@@ -170,6 +187,30 @@ def run_invalidate_tlb(ctx: Ctx) -> None:
         for mode, level, membar in combos:
             ctx.run("INVALIDATE_TLB", gpu_uuid=g, va=0x7F0000200000, target_va_mode=mode, page_table_level=level,
                     membar=membar, disable_gpc_invalidate=0)
+    assert ctx.sg is not None
+    r = ctx.alloc(2 * MIB)
+    r.write(0, b"\x5a" * 4096)
+    for g in ctx.gpus:
+        r.migrate(g)
+        seen: dict[str, int] = {}
+        for what, mode, gpc_off, scope in (
+                ("targeted", lib.UvmTargetVaModeTargeted, 0, "tlb_inval_va"),
+                ("targeted, GPC disabled", lib.UvmTargetVaModeTargeted, 1, "tlb_inval_va"),
+                ("whole PDB", lib.UvmTargetVaModeAll, 0, "tlb_inval_pdb")):
+            _tlb_fill(ctx, g, r.base)
+            c0 = ctx.sg.counters()
+            ctx.run("INVALIDATE_TLB", gpu_uuid=g, va=r.base, target_va_mode=mode,
+                    page_table_level=lib.UvmInvalidatePageTableLevelAll, membar=lib.UvmInvalidateTlbMemBarSys,
+                    disable_gpc_invalidate=gpc_off)
+            d = _tlb_delta(ctx, g, c0)
+            expect(d[scope] >= 1, f"{g.name}: {what} invalidate: {scope} +{d[scope]}")
+            if gpc_off:
+                # only the SMs' entry is in this PDB, and GPC invalidation is off: nothing of it goes
+                expect(d["tlb_dropped"] == 0, f"{g.name}: {what} invalidate dropped {d['tlb_dropped']} entries")
+            else:
+                expect(d["tlb_dropped"] >= 1, f"{g.name}: {what} invalidate dropped no TLB entry")
+            seen[what] = d["tlb_dropped"]
+        ctx.details[g.name] = {"dropped": seen}
 
 
 def run_pmm_sanity(ctx: Ctx) -> None:

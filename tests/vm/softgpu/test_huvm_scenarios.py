@@ -25,6 +25,8 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
   GET_INFO's free-memory walk (``uvm_pmm_gpu_free_user_root_bytes``: UVM's free root chunks) reads the huvm
   lock's word (``g_uvm_huvm.lock``, a qrwlock): it is held shared (readers counted, no writer), never
   exclusively, so such a loop cannot stall the eviction and fault paths (readers of the same lock).
+- ``stale-tlb``: evict-to-peer again with GPU0's TLB invalidates dropped (the software GPU's
+  ``tlb_drop_invalidates`` knob): it must fail (GPU0 reads evicted blocks through stale translations).
 - ``lend-traffic``: the evict-to-peer workload with one lender whose guest-traffic budget is the smallest the
   ABI takes: it takes a chunk per 20 ms window at most, the rest goes to host (reason lender_busy).
 - ``fetch-back``: harvested data comes back to GPU0, 64 KiB of a block (partial: the peer keeps the chunk) and a
@@ -214,6 +216,39 @@ def test_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any, kms
     assert st3.gpus[owner].scalar("harvested_bytes") == 0, "harvested gauge not back to 0 after the data left"
     bad_log = sglib.bad_lines(kmsg.read())
     assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+
+
+# ---- stale-tlb: a missing TLB invalidate fails the scenario -----------------------------------------------------
+
+@_scenario("stale-tlb")
+def test_missing_tlb_invalidate_fails_evict_to_peer(session: sglib.Session, managed: Any, huvm_node: Any,
+                                                    kmsg: sglib.Kmsg) -> None:
+    """The software GPU caches translations until UVM invalidates them (test_tlb_engines.py). With the
+    ``tlb_drop_invalidates`` knob on GPU0 its invalidates keep the SM's entries, as if UVM had left them out:
+    evict-to-peer (GPU-written data evicted to the peers, then read back by GPU0's SMs, which must fault and
+    fetch it back) must FAIL, through a stale translation (GPU0 reads the framebuffer page its block had before
+    the eviction, which now holds another block: wrong data, and no fault). evict-to-peer itself, run without
+    the knob in the same session, passes."""
+    s = session
+    g0 = s.gpus[0]
+    c0 = s.sg.counters()
+    s.sg.set_knob("tlb_drop_invalidates", g0, 1)
+    try:
+        with pytest.raises(AssertionError) as failure:
+            test_evict_to_peer(s, managed, huvm_node, kmsg)
+    finally:
+        # off again: the software GPU drops every entry the knob kept
+        s.sg.set_knob("tlb_drop_invalidates", g0, 0)
+    d = s.sg.counters().minus(c0).gpus[0]
+    message = str(failure.value).splitlines()[0] if str(failure.value) else repr(failure.value)
+    print(f"stale-tlb: evict-to-peer with GPU0's TLB invalidates dropped failed as it must: {message}")
+    print(f"stale-tlb: GPU0 TLB: entries kept by the knob +{d['tlb_kept']}, dropped +{d['tlb_dropped']}, "
+          f"hits +{d['tlb_hits']}, misses +{d['tlb_misses']}")
+    sglib.perf("stale_tlb_kept_entries", d["tlb_kept"], "entries", failure=message[:200])
+    assert d["tlb_kept"] > 0, "the knob kept no TLB entry: no invalidate of GPU0's user VA space reached it"
+    assert "kernel log" not in message, f"evict-to-peer failed on kernel log lines, not on stale data: {message}"
+    bad = sglib.bad_lines(kmsg.read())
+    assert not bad, f"{len(bad)} kernel log lines of asserts/reports, first: " + " | ".join(bad[:6])
 
 
 # ---- lend-traffic -----------------------------------------------------------------------------------------------
