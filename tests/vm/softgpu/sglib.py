@@ -91,6 +91,9 @@ UPSTREAM = os.environ.get("HUVM_UVM_UPSTREAM", "")
 # The architecture the software GPU emulates (its arch= parameter; run-guest.sh): ampere (A100s, physical
 # peer copies) or volta (V100s, virtual peer copies).
 ARCH = os.environ.get("HUVM_SOFTGPU_ARCH", "ampere")
+# The engine mode the software GPU was loaded with (its engine_threads= parameter; run-guest.sh): 0 one thread
+# per GPU (GPUs run concurrently), 1 one thread for all GPUs.
+ENGINE_THREADS = int(os.environ.get("HUVM_SOFTGPU_ENGINE_THREADS", "0"))
 BRANCH = int(UPSTREAM.split(".")[0]) if UPSTREAM.split(".")[0].isdigit() else 0
 
 

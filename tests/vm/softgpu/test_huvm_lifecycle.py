@@ -527,8 +527,10 @@ def _open_here() -> list[str]:
 
 def _load_softgpu(*extra: str) -> None:
     gpus, fb_mib = str(sglib.GPUS_EXPECTED or 4), str(sglib.FB_MIB or 128)
-    _run("insmod", SOFTGPU_KO, f"gpus={gpus}", f"fb_mib={fb_mib}", f"arch={sglib.ARCH}", *extra)
-    for name, want in (("gpus", gpus), ("fb_mib", fb_mib), ("arch", sglib.ARCH)):
+    engines = str(sglib.ENGINE_THREADS)
+    _run("insmod", SOFTGPU_KO, f"gpus={gpus}", f"fb_mib={fb_mib}", f"arch={sglib.ARCH}", f"engine_threads={engines}",
+         *extra)
+    for name, want in (("gpus", gpus), ("fb_mib", fb_mib), ("arch", sglib.ARCH), ("engine_threads", engines)):
         with open(f"/sys/module/huvm_softgpu/parameters/{name}") as f:
             got = f.read().strip()
         assert got == want, f"huvm_softgpu: {name}={got}, expected {want}"

@@ -94,7 +94,8 @@ def test_engines_of_different_gpus_run_concurrently(session: sglib.Session, mana
                                                     ) -> None:
     """CPU -> GPU0 and CPU -> GPU1 migrations (each copied by its destination GPU's CE, throttled to
     THROTTLE_MBPS): alone each takes T0, T1; started together they take less than 0.75 (T0 + T1), which
-    one engine thread for every GPU cannot do (it runs the throttled copies one after the other)."""
+    one engine thread for every GPU cannot do (it runs the throttled copies one after the other). A variant
+    loaded with engine_threads=1 (run-guest.sh) must show exactly that: together they take the sum."""
     s = session
     if len(s.gpus) < 2:
         pytest.skip("needs >= 2 GPUs")
@@ -130,9 +131,14 @@ def test_engines_of_different_gpus_run_concurrently(session: sglib.Session, mana
                together_s=round(wall, 2))
     assert min(t0.values()) >= 0.5 * COPY_BYTES / (THROTTLE_MBPS * 1e6), \
         f"the throttle did not slow the copies: {t0}"
-    assert wall < 0.75 * serial, \
-        f"two GPUs' throttled copies took {wall:.2f} s together, {serial:.2f} s one after the other: " \
-        f"their engines did not run concurrently"
+    if sglib.ENGINE_THREADS == 0:
+        assert wall < 0.75 * serial, \
+            f"two GPUs' throttled copies took {wall:.2f} s together, {serial:.2f} s one after the other: " \
+            f"their engines did not run concurrently"
+    else:  # engine_threads=1 (run-guest.sh's other variants): one thread runs the copies one after the other
+        assert wall >= 0.9 * serial, \
+            f"two GPUs' throttled copies took {wall:.2f} s together, {serial:.2f} s one after the other, " \
+            f"with one engine thread for all GPUs (engine_threads=1): not the mode the variant loaded?"
     for i, r in enumerate(regions):
         n_bad, first = sglib.pattern_mismatches(r, 0xC0C0 + i)
         assert n_bad == 0, f"region {i}: {n_bad} words differ after the migrations, first at 0x{first:x}"
