@@ -11,8 +11,9 @@ runs both algorithms for real on a synthetic power-law graph and records which c
 hubs of 1e5 out and 1e6 in at soc-twitter-2010 scale) with the dataset's published vertex and edge counts
 divided by a scale ``s`` (the same average degree): soc-twitter-2010 21,297,772 vertices and 265,025,809
 edges (https://networkrepository.com/soc-twitter-2010.php), web-uk-2005 39,459,925 and 936,364,282
-(LAW's uk-2005, https://law.di.unimi.it/webdata/uk-2005, as networkrepository.com mirrors it; the same
-exponents for it: an assumption).
+(LAW's uk-2005, https://law.di.unimi.it/webdata/uk-2005; the artifact downloads networkrepository.com's
+``web-uk-2005-all``, built from that crawl, in ``scripts/download_graph_dataset.sh``; the same exponents for
+it: an assumption).
 
 **Scaling (chunk granularity).** The arrays (cuGraph's layout: int32 vertex ids, 8-byte offsets as the
 PageRank stand-in has them, one array per vertex property) keep their byte shares of the graph; together
