@@ -7,16 +7,7 @@
 #include <string.h>
 
 #include "huvm_sim_internal.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
+#include "sim_check.h"
 
 #define MIB (1024ull * 1024ull)
 

@@ -5,16 +5,7 @@
 #include <stdio.h>
 
 #include "huvm_sim_thrash.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
+#include "sim_check.h"
 
 #define US  1000ull
 #define GPU 0
