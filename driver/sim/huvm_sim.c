@@ -558,37 +558,45 @@ void sim_preevict(huvm_sim_t *sim, uint32_t g, uint64_t t, int giveback_only)
     gg->preevicted = u64_min(gg->preevicted, gpu_free(gg) + gg->inflight);
 }
 
-/* After a fault brought chunk ci of tenant tt from host: ask the core for a prefetch plan and start it. */
-/* Prefetch owner g's host-resident chunk pci into peer p's memory as a guest (a background copy from t):
- * returns when it lands. As the glue's prefetch (uvm_huvm_prefetch.c), it moves the block's host-resident pages:
- * the populated groups. */
-static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32_t pci, uint64_t t)
+/* Prefetch owner g's host-resident chunk pci into GPU dst's memory (g's own or a peer's; a background copy from
+ * t): the copy, the chunk's new place and the accounting; the caller puts it on dst's list. As the glue's prefetch
+ * (uvm_huvm_prefetch.c), it moves the block's host-resident pages: the populated groups. */
+static SIM_ALWAYS_INLINE void prefetch_from_host(huvm_sim_t *sim, uint32_t g, uint32_t dst, uint32_t pci, uint64_t t)
 {
     sim_chunk_t *c = &sim->chunks[pci];
-    sim_gpu_t *pg = &sim->gpus[p];
 
     sim->host_chunks--;
     sim->gpus[g].host_chunks--;
-    sim->gpus[g].peer_chunks++;
     c->ready_ns = sim_xfer_h2d(sim,
-                               p,
+                               dst,
                                u64_max(t, c->ready_ns),
                                pages_bytes(sim->pop[pci]),
                                sim->cfg.migrate_service_ns,
                                SIM_BG,
                                pci);
-    lend_charge(sim, p, 1);
     c->loc = HUVM_SIM_LOC_GPU;
-    c->holder = (uint8_t)p;
+    c->holder = (uint8_t)dst;
     c->pages = sim->pop[pci];
-    list_push_tail(sim->chunks, &pg->guest[g], pci);
     c->flags |= SIM_CF_PREFETCHED;
-    huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)p, t); /* a prefetch to the peer: a thrashing event */
-    pg->guest_chunks++;
+    huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)dst, t); /* a prefetch: a thrashing event towards dst */
     vacnt_add(sim, pci, 4);
-    huvm_account_prefetch(&sim->core, g, p, SIM_CHUNK, chunk_va(sim, pci));
-    return c->ready_ns;
+    huvm_account_prefetch(&sim->core, g, dst, SIM_CHUNK, chunk_va(sim, pci));
 }
+
+/* Prefetch owner g's host-resident chunk pci into peer p's memory as a guest: returns when it lands. */
+static uint64_t prefetch_to_peer(huvm_sim_t *sim, uint32_t g, uint32_t p, uint32_t pci, uint64_t t)
+{
+    sim_gpu_t *pg = &sim->gpus[p];
+
+    prefetch_from_host(sim, g, p, pci, t);
+    sim->gpus[g].peer_chunks++;
+    lend_charge(sim, p, 1);
+    list_push_tail(sim->chunks, &pg->guest[g], pci);
+    pg->guest_chunks++;
+    return sim->chunks[pci].ready_ns;
+}
+
+/* After a fault brought chunk ci of tenant tt from host: ask the core for a prefetch plan and start it. */
 
 static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint64_t t)
 {
@@ -661,25 +669,10 @@ static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32
                 local_done = local_cnt;     /* no room: the rest of the local part is dropped */
                 continue;
             }
-            sim->host_chunks--;
-            gg->host_chunks--;
-            c->ready_ns = sim_xfer_h2d(sim,
-                                       g,
-                                       u64_max(t, c->ready_ns),
-                                       pages_bytes(sim->pop[pci]),
-                                       sim->cfg.migrate_service_ns,
-                                       SIM_BG,
-                                       pci);
-            c->loc = HUVM_SIM_LOC_GPU;
-            c->holder = (uint8_t)g;
-            c->pages = sim->pop[pci];
+            prefetch_from_host(sim, g, g, pci, t);
             list_push_tail(sim->chunks, &gg->own, pci);
-            c->flags |= SIM_CF_PREFETCHED;
-            huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)g, t);
             gg->batch_allocs++;             /* the prefetched chunk takes memory of this batch too */
             local_done++;
-            vacnt_add(sim, pci, 4);
-            huvm_account_prefetch(&sim->core, g, g, SIM_CHUNK, chunk_va(sim, pci));
         }
         else if (peer_done < plan.peer_chunks) {
             uint32_t p = plan.peer;
