@@ -70,7 +70,7 @@ static inline void held_sub(int sw, huvm_core_t *core, uint32_t owner, uint32_t 
 
 /* The events on the hot paths are written once with sw a parameter and called with a constant (below): each
  * caller gets its own copy without a test per counter (the simulator's plain stores, the kernel's atomics). */
-static inline void account_evict(int sw,
+static HUVM_ALWAYS_INLINE void account_evict(int sw,
                                  huvm_core_t *core,
                                  uint32_t owner,
                                  uint32_t dst,
@@ -132,7 +132,7 @@ void huvm_account_evict(huvm_core_t *core,
 _Static_assert(HUVM_FETCHED_MOVED == HUVM_FETCH_MIGRATE && HUVM_FETCHED_REMOTE_MAP == HUVM_FETCH_REMOTE_MAP,
                "the first fetch event reasons are the fetch modes");
 
-static inline void account_fetch(int sw,
+static HUVM_ALWAYS_INLINE void account_fetch(int sw,
                                  huvm_core_t *core,
                                  uint32_t owner,
                                  uint32_t src,

@@ -24,29 +24,35 @@ static void tok_pop(huvm_sim_t *sim, sim_res_t *r)
     r->qlen--;
 }
 
-/* Note a background copy on r ending at fin (chunk ci, freeing GPU release - 1's memory when it ends). If the
- * note cannot be kept (no memory), the copy is not tracked: its memory counts as free at once. */
-static void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, uint32_t release)
+/* Double r's ring of background copies (0: no memory, the copy is not tracked). Rare: out of the copy path. */
+static __attribute__((noinline)) int tok_grow(sim_res_t *r)
+{
+    uint32_t cap = r->qcap ? r->qcap * 2 : 64, i;
+    sim_tok_t *q = malloc((size_t)cap * sizeof(*q));
+
+    if (!q)
+        return 0;
+    for (i = 0; i < r->qlen; i++)
+        q[i] = *tok_at(r, i);
+    free(r->q);
+    r->q = q;
+    r->qcap = cap;
+    r->qhead = 0;
+    return 1;
+}
+
+/* Note a background copy on r ending at fin (chunk ci, its copy xfer; freeing GPU release - 1's memory when it
+ * ends). If the note cannot be kept (no memory), the copy is not tracked: its memory counts as free at once. */
+static SIM_ALWAYS_INLINE void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, uint32_t xfer, uint32_t release)
 {
     sim_tok_t *k;
 
-    if (r->qlen == r->qcap) {
-        uint32_t cap = r->qcap ? r->qcap * 2 : 64, i;
-        sim_tok_t *q = malloc((size_t)cap * sizeof(*q));
-
-        if (!q)
-            return;
-        for (i = 0; i < r->qlen; i++)
-            q[i] = *tok_at(r, i);
-        free(r->q);
-        r->q = q;
-        r->qcap = cap;
-        r->qhead = 0;
-    }
+    if (r->qlen == r->qcap && !tok_grow(r))
+        return;
     k = &r->q[(r->qhead + r->qlen) & (r->qcap - 1)];
     k->fin = fin;
     k->chunk = ci;
-    k->xfer = ci != SIM_NIL ? sim->chunks[ci].xfer : 0;
+    k->xfer = xfer;
     k->release = release;
     r->qlen++;
     if (release) {
@@ -89,7 +95,7 @@ static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t sh
  * class has queued work, this transfer progresses at half the rate, and the other class's queue is pushed back
  * by the work this one did meanwhile (background copies already issued end later: res_delay). Work
  * conserving. */
-static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
+static SIM_ALWAYS_INLINE uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
 {
     uint64_t dur = res_ns(r, bytes) + svc;
     uint64_t start = u64_max(t, r->busy_until[cls]);
@@ -116,7 +122,34 @@ static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t byt
     return fin + r->latency_ns;
 }
 
-/* One leg of a copy: over r, noted as in flight when it is a background copy. */
+/* One leg of a copy: over r, noted as in flight when it is a background copy (xfer: the copy's sequence number,
+ * the chunk's xfer; 0 without a chunk). Inlined where a path has one leg (the copy path's calls, arguments and
+ * spills cost as much as its work); leg() for the others. */
+static SIM_ALWAYS_INLINE uint64_t leg_inline(huvm_sim_t *sim,
+                                            sim_res_t *r,
+                                            uint64_t t,
+                                            uint64_t bytes,
+                                            uint64_t svc,
+                                            int cls,
+                                            uint32_t ci,
+                                            uint32_t xfer,
+                                            uint32_t release)
+{
+    uint64_t fin;
+
+    /* Copies that ended and free nothing leave the queue here (those that free memory: sim_gpu_retire). A link
+     * direction's copies all free memory (a GPU's d2h, port_out, nvl[a][*]: release a + 1) or none do (h2d,
+     * port_in, the switches' uplinks: 0), and its legs pass the same, so release says which kind r holds. */
+    if (!release) {
+        while (r->qlen && tok_at(r, 0)->fin <= t)
+            tok_pop(sim, r);
+    }
+    fin = res_xfer(sim, r, t, bytes, svc, cls);
+    if (cls == SIM_BG)
+        tok_add(sim, r, fin, ci, xfer, release);
+    return fin;
+}
+
 static uint64_t leg(huvm_sim_t *sim,
                     sim_res_t *r,
                     uint64_t t,
@@ -124,22 +157,19 @@ static uint64_t leg(huvm_sim_t *sim,
                     uint64_t svc,
                     int cls,
                     uint32_t ci,
+                    uint32_t xfer,
                     uint32_t release)
 {
-    uint64_t fin;
-
-    while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= t)
-        tok_pop(sim, r);
-    fin = res_xfer(sim, r, t, bytes, svc, cls);
-    if (cls == SIM_BG)
-        tok_add(sim, r, fin, ci, release);
-    return fin;
+    return leg_inline(sim, r, t, bytes, svc, cls, ci, xfer, release);
 }
 
-static inline void new_xfer(huvm_sim_t *sim, uint32_t ci)
+/* A new copy of chunk ci (SIM_NIL: none): its sequence number (0 without a chunk). */
+static inline uint32_t new_xfer(huvm_sim_t *sim, uint32_t ci)
 {
-    if (ci != SIM_NIL)
-        sim->chunks[ci].xfer = ++sim->xfer_seq;
+    if (ci == SIM_NIL)
+        return 0;
+    sim->chunks[ci].xfer = ++sim->xfer_seq;
+    return sim->xfer_seq;
 }
 
 /* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
@@ -148,11 +178,13 @@ uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
 
+    uint32_t x;
+
     sim->traffic.host_to_gpu[g] += bytes;
-    new_xfer(sim, ci);
-    fin = leg(sim, &sim->gpus[g].h2d, t, bytes, svc_ns, cls, ci, 0);
+    x = new_xfer(sim, ci);
+    fin = leg(sim, &sim->gpus[g].h2d, t, bytes, svc_ns, cls, ci, x, 0);
     if (sw)
-        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, svc_ns, cls, ci, 0));
+        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, svc_ns, cls, ci, x, 0));
     return fin;
 }
 
@@ -162,39 +194,43 @@ uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
 
+    uint32_t x;
+
     sim->traffic.gpu_to_host[g] += bytes;
-    new_xfer(sim, ci);
-    fin = leg(sim, &sim->gpus[g].d2h, t, bytes, svc_ns, cls, ci, g + 1);
+    x = new_xfer(sim, ci);
+    fin = leg(sim, &sim->gpus[g].d2h, t, bytes, svc_ns, cls, ci, x, g + 1);
     if (sw)
-        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, svc_ns, cls, ci, 0));
+        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, svc_ns, cls, ci, x, 0));
     return fin;
 }
 
-/* a -> b over the pair's direct path, svc ns of per-block service in front of the copy. */
-static uint64_t peer_path(huvm_sim_t *sim,
-                          uint32_t a,
-                          uint32_t b,
-                          uint64_t t,
-                          uint64_t bytes,
-                          uint64_t svc,
-                          int cls,
-                          uint32_t ci)
+/* a -> b over the pair's direct path, svc ns of per-block service in front of the copy. A direct NVLink (the
+ * common case) is one leg, inlined; PCIe peer-to-peer and an NVSwitch take two. */
+static SIM_ALWAYS_INLINE uint64_t peer_path(huvm_sim_t *sim,
+                                           uint32_t a,
+                                           uint32_t b,
+                                           uint64_t t,
+                                           uint64_t bytes,
+                                           uint64_t svc,
+                                           int cls,
+                                           uint32_t ci,
+                                           uint32_t x)
 {
     if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
         /* PCIe peer-to-peer: a's upstream and b's downstream direction (not the switches' uplinks). */
-        return u64_max(leg(sim, &sim->gpus[a].d2h, t, bytes, svc, cls, ci, a + 1),
-                       leg(sim, &sim->gpus[b].h2d, t, bytes, svc, cls, ci, 0));
+        return u64_max(leg(sim, &sim->gpus[a].d2h, t, bytes, svc, cls, ci, x, a + 1),
+                       leg(sim, &sim->gpus[b].h2d, t, bytes, svc, cls, ci, x, 0));
     }
     if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH)
-        return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, svc, cls, ci, a + 1),
-                       leg(sim, &sim->gpus[b].port_in, t, bytes, svc, cls, ci, 0));
-    return leg(sim, &sim->nvl[a][b], t, bytes, svc, cls, ci, a + 1);
+        return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, svc, cls, ci, x, a + 1),
+                       leg(sim, &sim->gpus[b].port_in, t, bytes, svc, cls, ci, x, 0));
+    return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc, cls, ci, x, a + 1);
 }
 
 /* a -> b, a remote-mapped read (ci = SIM_NIL, demand class): no migration, so no per-block service. */
 uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
 {
-    return peer_path(sim, a, b, t, bytes, 0, cls, ci);
+    return peer_path(sim, a, b, t, bytes, 0, cls, ci, ci != SIM_NIL ? sim->chunks[ci].xfer : 0);
 }
 
 /* A flow outside both classes' FIFOs (a tenant's own collective, NCCL's kernels beside UVM's copy engines) of
@@ -249,9 +285,11 @@ uint64_t sim_xfer_peer(huvm_sim_t *sim,
                        int cls,
                        uint32_t ci)
 {
+    uint32_t x;
+
     sim->traffic.gpu_to_gpu[a][b] += bytes;
-    new_xfer(sim, ci);
-    return peer_path(sim, a, b, t, bytes, svc_ns, cls, ci);
+    x = new_xfer(sim, ci);
+    return peer_path(sim, a, b, t, bytes, svc_ns, cls, ci, x);
 }
 
 /* Copies out of g still in flight at t that have ended give g its memory back.
