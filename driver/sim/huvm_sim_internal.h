@@ -325,14 +325,18 @@ uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
 uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci);
 uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls, uint32_t ci);
 uint64_t sim_xfer_collective(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes);
-uint64_t sim_xfer_peer(huvm_sim_t *sim,
-                       uint32_t a,
-                       uint32_t b,
-                       uint64_t t,
-                       uint64_t bytes,
-                       uint64_t svc_ns,
-                       int cls,
-                       uint32_t ci);
+/* a -> b over the pair's direct path (sim_xfer_peer's general case: PCIe peer-to-peer, an NVSwitch). */
+uint64_t sim_xfer_peer_path(huvm_sim_t *sim,
+                            uint32_t a,
+                            uint32_t b,
+                            uint64_t t,
+                            uint64_t bytes,
+                            uint64_t svc_ns,
+                            int cls,
+                            uint32_t ci);
+/* The copy path's rare parts, out of line: a queue's growth, demand traffic delaying queued copies. */
+int sim_tok_grow(sim_res_t *r);
+void sim_res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t shared);
 void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t);
 uint64_t sim_gpu_inflight_next(const huvm_sim_t *sim, uint32_t g);
 void sim_links_free(huvm_sim_t *sim);
@@ -352,5 +356,135 @@ void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const
 
 /* huvm_sim_ioctl.c */
 void sim_core_ops(huvm_core_ops_t *ops);
+
+/* ---- the copy path (huvm_sim_xfer.c), inline: a peer copy over a direct NVLink is one leg, and as a call (its
+ * eight arguments, spills, the callee's saved registers) it cost as much as its work ---- */
+
+static inline sim_tok_t *tok_at(sim_res_t *r, uint32_t i)
+{
+    return &r->q[(r->qhead + i) & (r->qcap - 1)];
+}
+
+static void tok_pop(huvm_sim_t *sim, sim_res_t *r)
+{
+    sim_tok_t *k = tok_at(r, 0);
+
+    if (k->release)
+        sim->gpus[k->release - 1].inflight--;
+    r->qhead = (r->qhead + 1) & (r->qcap - 1);
+    r->qlen--;
+}
+
+/* Note a background copy on r ending at fin (chunk ci, its copy xfer; freeing GPU release - 1's memory when it
+ * ends). If the note cannot be kept (no memory), the copy is not tracked: its memory counts as free at once. */
+static SIM_ALWAYS_INLINE void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, uint32_t xfer, uint32_t release)
+{
+    sim_tok_t *k;
+
+    if (r->qlen == r->qcap && !sim_tok_grow(r))
+        return;
+    k = &r->q[(r->qhead + r->qlen) & (r->qcap - 1)];
+    k->fin = fin;
+    k->chunk = ci;
+    k->xfer = xfer;
+    k->release = release;
+    r->qlen++;
+    if (release) {
+        sim_gpu_t *gg = &sim->gpus[release - 1];
+
+        gg->inflight++;
+        if (fin < gg->inflight_lb)
+            gg->inflight_lb = fin;
+    }
+}
+
+/* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t, with svc ns of the driver's per-block
+ * service (migration or eviction) in front of the copy: the path is busy for both, so back-to-back blocks move
+ * at the path's measured rate. Within a class, FIFO; between the two classes, fair share: while the other
+ * class has queued work, this transfer progresses at half the rate, and the other class's queue is pushed back
+ * by the work this one did meanwhile (background copies already issued end later: res_delay). Work
+ * conserving. */
+static SIM_ALWAYS_INLINE uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
+{
+    uint64_t dur = res_ns(r, bytes) + svc;
+    uint64_t start = u64_max(t, r->busy_until[cls]);
+    uint64_t other = r->busy_until[!cls];
+    uint64_t overlap = other > start ? other - start : 0;
+    uint64_t fin, shared;
+
+    if (2 * dur <= overlap) {
+        fin = start + 2 * dur;
+        shared = dur;
+    }
+    else {
+        fin = start + dur + overlap / 2;
+        shared = overlap / 2;
+    }
+    r->busy_until[cls] = fin;
+    if (overlap) {
+        r->busy_until[!cls] = other + shared;
+        if (cls == SIM_FG && r->qlen)
+            sim_res_delay(sim, r, start, shared);
+    }
+    r->busy_ns += dur;
+    r->bytes += bytes;
+    return fin + r->latency_ns;
+}
+
+/* One leg of a copy: over r, noted as in flight when it is a background copy (xfer: the copy's sequence number,
+ * the chunk's xfer; 0 without a chunk). Inlined where a path has one leg (the copy path's calls, arguments and
+ * spills cost as much as its work); leg() for the others. */
+static SIM_ALWAYS_INLINE uint64_t leg_inline(huvm_sim_t *sim,
+                                            sim_res_t *r,
+                                            uint64_t t,
+                                            uint64_t bytes,
+                                            uint64_t svc,
+                                            int cls,
+                                            uint32_t ci,
+                                            uint32_t xfer,
+                                            uint32_t release)
+{
+    uint64_t fin;
+
+    /* Copies that ended and free nothing leave the queue here (those that free memory: sim_gpu_retire). A link
+     * direction's copies all free memory (a GPU's d2h, port_out, nvl[a][*]: release a + 1) or none do (h2d,
+     * port_in, the switches' uplinks: 0), and its legs pass the same, so release says which kind r holds. */
+    if (!release) {
+        while (r->qlen && tok_at(r, 0)->fin <= t)
+            tok_pop(sim, r);
+    }
+    fin = res_xfer(sim, r, t, bytes, svc, cls);
+    if (cls == SIM_BG)
+        tok_add(sim, r, fin, ci, xfer, release);
+    return fin;
+}
+
+/* A new copy of chunk ci (SIM_NIL: none): its sequence number (0 without a chunk). */
+static inline uint32_t new_xfer(huvm_sim_t *sim, uint32_t ci)
+{
+    if (ci == SIM_NIL)
+        return 0;
+    sim->chunks[ci].xfer = ++sim->xfer_seq;
+    return sim->xfer_seq;
+}
+
+/* a -> b (chunk ci or SIM_NIL), svc_ns of per-block service in front of the copy, class cls. */
+static SIM_ALWAYS_INLINE uint64_t sim_xfer_peer(huvm_sim_t *sim,
+                                               uint32_t a,
+                                               uint32_t b,
+                                               uint64_t t,
+                                               uint64_t bytes,
+                                               uint64_t svc_ns,
+                                               int cls,
+                                               uint32_t ci)
+{
+    uint32_t x;
+
+    if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE || (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH))
+        return sim_xfer_peer_path(sim, a, b, t, bytes, svc_ns, cls, ci);
+    sim->traffic.gpu_to_gpu[a][b] += bytes;
+    x = new_xfer(sim, ci);
+    return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc_ns, cls, ci, x, a + 1);
+}
 
 #endif /* __HUVM_SIM_INTERNAL_H__ */
