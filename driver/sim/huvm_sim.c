@@ -63,8 +63,7 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
 
         if (!(mask & (1u << g)))
             continue;
-        if (gg->inflight && now >= gg->inflight_lb)
-            sim_gpu_retire(sim, g, now);
+        sim_gpu_retire(sim, g, now);
         /* Memory a copy still in flight will free counts as free for the decisions (pre-eviction does not
          * free it twice); an allocation waits for it (make_room). As gpu_free(gg) + gg->inflight. */
         inflight = gg->inflight;
@@ -322,8 +321,7 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
      * what the run's moves changed waits for the run's next decision (stale accumulates); g's copies that
      * ended by sim->now are still retired at once, as the per-chunk refresh would. */
     if (run && run->left) {
-        if (gg->inflight && sim->now >= gg->inflight_lb)
-            sim_gpu_retire(sim, g, sim->now);
+        sim_gpu_retire(sim, g, sim->now);
         /* Its own use is noted at the run's next decision, or at the batch's end (sim_preevict): at one now,
          * a run only lowers it, and after the run's first note the peak history of a falling use depends only
          * on its last value (huvm_peak_update: the high mark, the falling flag and the low mark; no spike

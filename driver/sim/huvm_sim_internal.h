@@ -337,7 +337,9 @@ uint64_t sim_xfer_peer_path(huvm_sim_t *sim,
 /* The copy path's rare parts, out of line: a queue's growth, demand traffic delaying queued copies. */
 int sim_tok_grow(sim_res_t *r);
 void sim_res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t shared);
-void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t);
+/* Copies out of g still in flight that ended by t give g its memory back (sim_gpu_retire: nothing to do before
+ * g's inflight_lb, checked inline; the walk of its queues out of line). */
+void sim_gpu_retire_walk(huvm_sim_t *sim, uint32_t g, uint64_t t);
 uint64_t sim_gpu_inflight_next(const huvm_sim_t *sim, uint32_t g);
 void sim_links_free(huvm_sim_t *sim);
 
@@ -356,6 +358,14 @@ void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const
 
 /* huvm_sim_ioctl.c */
 void sim_core_ops(huvm_core_ops_t *ops);
+
+static inline void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t)
+{
+    const sim_gpu_t *gg = &sim->gpus[g];
+
+    if (gg->inflight && t >= gg->inflight_lb)
+        sim_gpu_retire_walk(sim, g, t);
+}
 
 /* ---- the copy path (huvm_sim_xfer.c), inline: a peer copy over a direct NVLink is one leg, and as a call (its
  * eight arguments, spills, the callee's saved registers) it cost as much as its work ---- */

@@ -192,30 +192,42 @@ uint64_t sim_xfer_peer_path(huvm_sim_t *sim,
  * queues are walked, the earliest head is a lower bound on the next head that can end: later heads are those
  * already queued (a demand copy only pushes them later, res_delay) or new copies (tok_add lowers the bound).
  * Before the bound there is nothing to pop, and the walk is skipped: same pops, same order. */
-void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t)
+/* Pop r's copies that ended by t (each frees one chunk of the queue's GPU); lower *lb to its next end. Returns
+ * how many were popped. */
+static inline uint64_t retire_queue(sim_res_t *r, uint64_t t, uint64_t *lb)
+{
+    const uint32_t mask = r->qcap - 1;
+    uint32_t head = r->qhead, len = r->qlen;
+    uint64_t n;
+
+    while (len && r->q[head].fin <= t) {
+        head = (head + 1) & mask;
+        len--;
+    }
+    n = r->qlen - len;
+    r->qhead = head;
+    r->qlen = len;
+    if (len && r->q[head].fin < *lb)
+        *lb = r->q[head].fin;
+    return n;
+}
+
+void sim_gpu_retire_walk(huvm_sim_t *sim, uint32_t g, uint64_t t)
 {
     sim_gpu_t *gg = &sim->gpus[g];
-    uint64_t lb = UINT64_MAX;
+    uint64_t lb = UINT64_MAX, n = 0;
     uint32_t b;
 
-    if (!gg->inflight || t < gg->inflight_lb)
-        return;
-    while (gg->d2h.qlen && tok_at(&gg->d2h, 0)->fin <= t)
-        tok_pop(sim, &gg->d2h);
+    /* every copy on these queues frees g's memory (release g + 1): tok_pop's decrement, counted */
     if (gg->d2h.qlen)
-        lb = tok_at(&gg->d2h, 0)->fin;
-    while (gg->port_out.qlen && tok_at(&gg->port_out, 0)->fin <= t)
-        tok_pop(sim, &gg->port_out);
+        n += retire_queue(&gg->d2h, t, &lb);
     if (gg->port_out.qlen)
-        lb = u64_min(lb, tok_at(&gg->port_out, 0)->fin);
+        n += retire_queue(&gg->port_out, t, &lb);
     for (b = 0; b < sim->cfg.gpu_count; b++) {
-        sim_res_t *r = &sim->nvl[g][b];
-
-        while (r->qlen && tok_at(r, 0)->fin <= t)
-            tok_pop(sim, r);
-        if (r->qlen)
-            lb = u64_min(lb, tok_at(r, 0)->fin);
+        if (sim->nvl[g][b].qlen)
+            n += retire_queue(&sim->nvl[g][b], t, &lb);
     }
+    gg->inflight -= n;
     gg->inflight_lb = lb;
 }
 
