@@ -245,6 +245,7 @@ void huvm_sim_destroy(huvm_sim_t *sim)
     sim_links_free(sim);
     free(sim->chunks);
     free(sim->pop);
+    free(sim->fetched);
     huvm_sim_thr_destroy(&sim->thr);
     free(sim->samples);
     free(sim);
@@ -338,7 +339,7 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
     req.flags = flags;
     req.candidates = gg->candidates;
     req.now_ns = t;
-    req.chunk_fetched_ns = c->fetched_ns;
+    req.chunk_fetched_ns = sim->fetched[ci];
     d = huvm_decide_evict_run(&sim->core, sim->state, &req, run, max);
     if (d.dst < sim->cfg.gpu_count && (d.dst == g || !(gg->candidates & (1u << d.dst)))) {
         /* Not a usable destination: the glue refuses it and goes to host. */
@@ -648,7 +649,7 @@ static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32
                                         pci);
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
-            c->fetched_ns = c->ready_ns;
+            sim->fetched[pci] = c->ready_ns;
             c->flags |= SIM_CF_PREFETCHED;
             huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)g, t);
             list_push_tail(sim->chunks, &sim->gpus[g].own, pci);
@@ -827,7 +828,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             c->ready_ns = clock;
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
-            c->fetched_ns = clock;
+            sim->fetched[pci] = clock;
             c->flags |= SIM_CF_PREFETCHED;
             list_push_tail(sim->chunks, &gg->own, pci);
             gg->batch_allocs++;
@@ -1023,7 +1024,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
         list_push_tail(sim->chunks, &gg->own, ci);
         c->holder = (uint8_t)g;
         c->ready_ns = fin;
-        c->fetched_ns = fin;
+        sim->fetched[ci] = fin;
         huvm_sim_thr_migrated(&sim->thr, ci, (uint8_t)g, t);
         vacnt_add(sim, ci, 2);
         huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, ci));

@@ -34,11 +34,12 @@ typedef struct {
     uint32_t head, tail, count;
 } sim_list_t;
 
-/* One 2 MiB chunk of some tenant's address space (40 bytes: pages fills what was padding; an array, lists are intrusive). */
+/* One 2 MiB chunk of some tenant's address space (32 bytes, two to a cache line in an array aligned to one: a
+ * touch reads one line; lists are intrusive). Its last fetch-back from a peer, read only by an eviction's
+ * decision, is beside it (huvm_sim.fetched). */
 typedef struct {
     uint32_t prev, next; /* links in the list of the GPU holding it (SIM_NIL) */
     uint64_t ready_ns; /* its data is usable where it is from this time (async copy) */
-    uint64_t fetched_ns; /* last fetch-back from a peer (hysteresis input), 0 = never */
     uint8_t loc; /* HUVM_SIM_LOC_* */
     uint8_t holder; /* GPU holding it when loc == GPU */
     uint8_t owner; /* GPU of its tenant */
@@ -48,6 +49,8 @@ typedef struct {
     uint32_t pages; /* loc == GPU: the 64 KiB groups resident on the holder (the rest of the
                                        block is in host memory); 0 otherwise */
 } sim_chunk_t;
+
+_Static_assert(sizeof(sim_chunk_t) == 32, "a chunk is half a cache line");
 
 /* Traffic classes sharing a link: demand transfers (faults, synchronous evictions, give-back, remote
  * accesses) and background ones (prefetch, pre-eviction). */
@@ -187,6 +190,7 @@ struct huvm_sim {
     uint64_t sample_interval, next_sample;
     huvm_sim_error_t err; /* first run-time error */
     uint32_t proto_prefetch; /* created as huvm-atc22: prefetch runs as the prototype's kthreads */
+    uint64_t *fetched; /* [n_chunks] each chunk's last fetch-back from a peer (hysteresis input), 0 = never */
     uint32_t *pop; /* [n_chunks] the 64 KiB groups of each block that hold data (in host memory or on
                                       a GPU); the others were never touched (a fault zero-fills them) */
     huvm_sim_thr_t thr; /* UVM's thrashing detection, per block (huvm_sim_thrash.h; every policy) */
