@@ -456,14 +456,16 @@ static SIM_ALWAYS_INLINE uint64_t leg_inline(huvm_sim_t *sim,
                                             int cls,
                                             uint32_t ci,
                                             uint32_t xfer,
-                                            uint32_t release)
+                                            uint32_t release,
+                                            int frees)
 {
     uint64_t fin;
 
     /* Copies that ended and free nothing leave the queue here (those that free memory: sim_gpu_retire). A link
      * direction's copies all free memory (a GPU's d2h, port_out, nvl[a][*]: release a + 1) or none do (h2d,
-     * port_in, the switches' uplinks: 0), and its legs pass the same, so release says which kind r holds. */
-    if (!release) {
+     * port_in, the switches' uplinks: 0; huvm_sim_check), and its legs pass the same: frees (release != 0, a
+     * constant where the leg is inlined) says which kind r holds. */
+    if (!frees) {
         while (r->qlen && tok_at(r, 0)->fin <= t)
             tok_pop(sim, r);
     }
@@ -498,7 +500,7 @@ static SIM_ALWAYS_INLINE uint64_t sim_xfer_peer(huvm_sim_t *sim,
         return sim_xfer_peer_path(sim, a, b, t, bytes, svc_ns, cls, ci);
     sim->traffic.gpu_to_gpu[a][b] += bytes;
     x = new_xfer(sim, ci);
-    return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc_ns, cls, ci, x, a + 1);
+    return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc_ns, cls, ci, x, a + 1, 1);
 }
 
 #endif /* __HUVM_SIM_INTERNAL_H__ */

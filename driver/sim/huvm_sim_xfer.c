@@ -61,7 +61,7 @@ static uint64_t leg(huvm_sim_t *sim,
                     uint32_t xfer,
                     uint32_t release)
 {
-    return leg_inline(sim, r, t, bytes, svc, cls, ci, xfer, release);
+    return leg_inline(sim, r, t, bytes, svc, cls, ci, xfer, release, release != 0);
 }
 
 
@@ -117,7 +117,7 @@ static SIM_ALWAYS_INLINE uint64_t peer_path(huvm_sim_t *sim,
     if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH)
         return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, svc, cls, ci, x, a + 1),
                        leg(sim, &sim->gpus[b].port_in, t, bytes, svc, cls, ci, x, 0));
-    return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc, cls, ci, x, a + 1);
+    return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc, cls, ci, x, a + 1, 1);
 }
 
 /* a -> b, a remote-mapped read (ci = SIM_NIL, demand class): no migration, so no per-block service. */
