@@ -179,21 +179,24 @@ uint32_t huvm_sim_chunk_where(const huvm_sim_t *sim, uint32_t tenant, uint32_t c
 }
 
 /* Background copies queued on r whose release is not `release` (all of a link direction's copies free the same
- * GPU's memory, or none do: the copy path relies on it); *frees += those that free memory. */
+ * GPU's memory, or none do: the copy path relies on it) or that end before the copy ahead of them (the queue is
+ * in order of ends); *frees += those that free memory. */
 static uint32_t queue_mixed(const sim_res_t *r, uint32_t release, uint64_t *frees)
 {
     uint32_t i, bad = 0;
 
     for (i = 0; i < r->qlen; i++) {
-        uint32_t rel = r->q[(r->qhead + i) & (r->qcap - 1)].release;
+        const sim_tok_t *k = &r->q[(r->qhead + i) & (r->qcap - 1)];
 
-        bad += rel != release;
-        *frees += rel != 0;
+        bad += k->release != release;
+        /* in order of their ends (sim_res_delay bisects for the first still running) */
+        bad += i > 0 && k->fin < r->q[(r->qhead + i - 1) & (r->qcap - 1)].fin;
+        *frees += k->release != 0;
     }
     return bad;
 }
 
-/* The copies in flight: each queue holds one kind (sim_xfer_*: a GPU's d2h, port_out and nvl[g][*] free g's
+/* The copies in flight: each queue holds one kind, in order of their ends (sim_xfer_*: a GPU's d2h, port_out and nvl[g][*] free g's
  * memory, h2d, port_in and the PCIe switches' uplinks nothing), and a GPU's inflight count is the copies queued
  * out of it (sim_gpu_retire pops them by that count). Returns the GPUs that disagree. */
 static uint32_t check_links(const huvm_sim_t *sim, huvm_sim_error_t *err)
@@ -216,7 +219,7 @@ static uint32_t check_links(const huvm_sim_t *sim, huvm_sim_error_t *err)
                           HUVM_NV_ERR_INVALID_STATE,
                           (int32_t)g,
                           "links",
-                          "GPU %u: %u queued copies of the wrong kind, %llu out of it for %llu in flight",
+                          "GPU %u: %u queued copies of the wrong kind or out of order, %llu out of it for %llu in flight",
                           g,
                           mixed,
                           (unsigned long long)out,

@@ -30,16 +30,26 @@ int sim_tok_grow(sim_res_t *r)
  * still queued ends later, by what it had left at `start` at most (fair share: half rate meanwhile). */
 void sim_res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t shared)
 {
-    uint32_t i;
+    uint32_t i, hi;
 
     while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= start + r->latency_ns)
         tok_pop(sim, r);
-    for (i = 0; i < r->qlen; i++) {
+    /* The queue's copies end in order (FIFO within the class, and a delay keeps the order: huvm_sim_check), so
+     * those that ended by start (not yet retired) are a prefix: found by bisection, not walked. */
+    i = 0;
+    hi = r->qlen;
+    while (i < hi) {
+        uint32_t mid = i + (hi - i) / 2;
+
+        if (tok_at(r, mid)->fin - r->latency_ns <= start)
+            i = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; i < r->qlen; i++) {
         sim_tok_t *k = tok_at(r, i);
         uint64_t end = k->fin - r->latency_ns, d;
 
-        if (end <= start)
-            continue;
         d = u64_min(shared, end - start);
         k->fin += d;
         if (k->chunk != SIM_NIL) {
