@@ -415,10 +415,10 @@ static uint32_t evict_run_length(const huvm_core_t *core,
 /* A run's first chunk: the whole choice, and how many chunks in a row it stands for. Out of line: the run's
  * other chunks (huvm_decide_evict_run's own path) are most of the calls and small enough to inline. */
 static HUVM_NOINLINE huvm_decision_t evict_run_start(const huvm_core_t *core,
-                                                                 const huvm_gpu_state_t *state,
-                                                                 const huvm_evict_request_t *req,
-                                                                 huvm_evict_run_t *run,
-                                                                 uint32_t max)
+                                                     const huvm_gpu_state_t *state,
+                                                     const huvm_evict_request_t *req,
+                                                     huvm_evict_run_t *run,
+                                                     uint32_t max)
 {
     huvm_decision_t d = huvm_decide_evict(core, state, req);
 

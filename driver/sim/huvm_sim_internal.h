@@ -391,7 +391,12 @@ static void tok_pop(huvm_sim_t *sim, sim_res_t *r)
 
 /* Note a background copy on r ending at fin (chunk ci, its copy xfer; freeing GPU release - 1's memory when it
  * ends). If the note cannot be kept (no memory), the copy is not tracked: its memory counts as free at once. */
-static SIM_ALWAYS_INLINE void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, uint32_t xfer, uint32_t release)
+static SIM_ALWAYS_INLINE void tok_add(huvm_sim_t *sim,
+                                      sim_res_t *r,
+                                      uint64_t fin,
+                                      uint32_t ci,
+                                      uint32_t xfer,
+                                      uint32_t release)
 {
     sim_tok_t *k;
 
@@ -418,7 +423,8 @@ static SIM_ALWAYS_INLINE void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fi
  * class has queued work, this transfer progresses at half the rate, and the other class's queue is pushed back
  * by the work this one did meanwhile (background copies already issued end later: res_delay). Work
  * conserving. */
-static SIM_ALWAYS_INLINE uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
+static SIM_ALWAYS_INLINE uint64_t
+res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
 {
     uint64_t dur = res_ns(r, bytes) + svc;
     uint64_t start = u64_max(t, r->busy_until[cls]);
@@ -449,15 +455,15 @@ static SIM_ALWAYS_INLINE uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64
  * the chunk's xfer; 0 without a chunk). Inlined where a path has one leg (the copy path's calls, arguments and
  * spills cost as much as its work); leg() for the others. */
 static SIM_ALWAYS_INLINE uint64_t leg_inline(huvm_sim_t *sim,
-                                            sim_res_t *r,
-                                            uint64_t t,
-                                            uint64_t bytes,
-                                            uint64_t svc,
-                                            int cls,
-                                            uint32_t ci,
-                                            uint32_t xfer,
-                                            uint32_t release,
-                                            int frees)
+                                             sim_res_t *r,
+                                             uint64_t t,
+                                             uint64_t bytes,
+                                             uint64_t svc,
+                                             int cls,
+                                             uint32_t ci,
+                                             uint32_t xfer,
+                                             uint32_t release,
+                                             int frees)
 {
     uint64_t fin;
 
@@ -486,13 +492,13 @@ static inline uint32_t new_xfer(huvm_sim_t *sim, uint32_t ci)
 
 /* a -> b (chunk ci or SIM_NIL), svc_ns of per-block service in front of the copy, class cls. */
 static SIM_ALWAYS_INLINE uint64_t sim_xfer_peer(huvm_sim_t *sim,
-                                               uint32_t a,
-                                               uint32_t b,
-                                               uint64_t t,
-                                               uint64_t bytes,
-                                               uint64_t svc_ns,
-                                               int cls,
-                                               uint32_t ci)
+                                                uint32_t a,
+                                                uint32_t b,
+                                                uint64_t t,
+                                                uint64_t bytes,
+                                                uint64_t svc_ns,
+                                                int cls,
+                                                uint32_t ci)
 {
     uint32_t x;
 

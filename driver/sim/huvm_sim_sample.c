@@ -215,15 +215,16 @@ static uint32_t check_links(const huvm_sim_t *sim, huvm_sim_error_t *err)
                  queue_mixed(&sim->sw_h2d[g], 0, &none) + queue_mixed(&sim->sw_d2h[g], 0, &none);
         if (mixed || out != gg->inflight) {
             bad++;
-            sim_set_error(err,
-                          HUVM_NV_ERR_INVALID_STATE,
-                          (int32_t)g,
-                          "links",
-                          "GPU %u: %u queued copies of the wrong kind or out of order, %llu out of it for %llu in flight",
-                          g,
-                          mixed,
-                          (unsigned long long)out,
-                          (unsigned long long)gg->inflight);
+            sim_set_error(
+                err,
+                HUVM_NV_ERR_INVALID_STATE,
+                (int32_t)g,
+                "links",
+                "GPU %u: %u queued copies of the wrong kind or out of order, %llu out of it for %llu in flight",
+                g,
+                mixed,
+                (unsigned long long)out,
+                (unsigned long long)gg->inflight);
         }
     }
     return bad;

@@ -401,7 +401,8 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
     t->chunk_base = sim->n_chunks;
     if (t->spec.n_chunks) {
         /* aligned to a cache line: each chunk lies in one (the touch loop reads one line per touch) */
-        chunks = aligned_alloc(64, (((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(sim_chunk_t) + 63) & ~(size_t)63);
+        chunks =
+            aligned_alloc(64, (((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(sim_chunk_t) + 63) & ~(size_t)63);
         if (!chunks)
             goto nomem;
         if (sim->n_chunks)

@@ -112,7 +112,8 @@ static inline int huvm_sim_thr_migrated(huvm_sim_thr_t *thr, uint32_t blk, uint8
 
     /* inline, the common case: an untracked block whose event starts no tracking (its first, one towards its
      * last destination, or one past the lapse) only becomes the block's last event */
-    if (g->slot == HUVM_SIM_THR_UNTRACKED && (g->last_ts == 0 || g->last_proc == dst || t - g->last_ts > thr->p.lapse_ns)) {
+    if (g->slot == HUVM_SIM_THR_UNTRACKED &&
+        (g->last_ts == 0 || g->last_proc == dst || t - g->last_ts > thr->p.lapse_ns)) {
         g->last_ts = t;
         g->last_proc = dst;
         return 0;

@@ -74,7 +74,6 @@ static uint64_t leg(huvm_sim_t *sim,
     return leg_inline(sim, r, t, bytes, svc, cls, ci, xfer, release, release != 0);
 }
 
-
 /* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
 uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci)
 {
@@ -110,14 +109,14 @@ uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
 /* a -> b over the pair's direct path, svc ns of per-block service in front of the copy. A direct NVLink (the
  * common case) is one leg, inlined; PCIe peer-to-peer and an NVSwitch take two. */
 static SIM_ALWAYS_INLINE uint64_t peer_path(huvm_sim_t *sim,
-                                           uint32_t a,
-                                           uint32_t b,
-                                           uint64_t t,
-                                           uint64_t bytes,
-                                           uint64_t svc,
-                                           int cls,
-                                           uint32_t ci,
-                                           uint32_t x)
+                                            uint32_t a,
+                                            uint32_t b,
+                                            uint64_t t,
+                                            uint64_t bytes,
+                                            uint64_t svc,
+                                            int cls,
+                                            uint32_t ci,
+                                            uint32_t x)
 {
     if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
         /* PCIe peer-to-peer: a's upstream and b's downstream direction (not the switches' uplinks). */
