@@ -297,8 +297,9 @@ typedef struct {
  * lender whose footprint spikes finds its memory free instead of waiting for a give-back. PREFETCH_FEEDBACK:
  * while fewer of its recent prefetched chunks were used than were evicted unused, it prefetches one chunk (a
  * probe) instead of prefetch_chunks: prefetching for a random access pattern only displaces its data.
- * PREFETCH_PROPORTIONAL: otherwise its window is prefetch_chunks times the share of its recent prefetched
- * chunks that were used (rounded up, at least 1): a window that is partly wasted shrinks in proportion. */
+ * PREFETCH_PROPORTIONAL: where that probe does not apply (or without PREFETCH_FEEDBACK), its window is
+ * prefetch_chunks times the share of its recent prefetched chunks that were used (rounded up, at least 1): a
+ * window that is partly wasted shrinks in proportion. */
 #define HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE  0x1
 #define HUVM_GPU_POLICY_LEND_ABOVE_PEAK       0x2
 #define HUVM_GPU_POLICY_PREFETCH_FEEDBACK     0x4
