@@ -67,8 +67,14 @@ def variants() -> list[Variant]:
             vs.append(Variant(f"huvm-atc22@{_t_name(t)}", "huvm-atc22", lender_slowdown=t))
     vs += [Variant("huvm/reserve-25%", "huvm", lender_overrides=(("lend_reserve_bytes", 25, True),)),
            Variant("huvm/reserve-50%", "huvm", lender_overrides=(("lend_reserve_bytes", 50, True),)),
-           Variant("huvm/no-peak", "huvm", overrides=(("gpu.flags", 5),))]
+           Variant("huvm/no-peak", "huvm", overrides=(("gpu.flags", _no_peak_flags()),))]
     return vs
+
+
+def _no_peak_flags() -> int:
+    """The huvm preset's per-GPU flags without ``LEND_ABOVE_PEAK`` (the ``huvm/no-peak`` point: that knob
+    alone differs)."""
+    return _preset_value("flags", "huvm") & ~KEYS["flags"].choices()["lend-above-peak"]
 
 
 @dataclass(frozen=True)
