@@ -673,6 +673,25 @@ uint32_t huvm_prefetch_active(const huvm_core_t *core, uint32_t gpu)
            core->policy.prefetch_chunks != 0;
 }
 
+/* PREFETCH_PROPORTIONAL: the window n times the used share of the recent prefetched chunks, rounded up and at
+ * least 1; the full window while there is no history. Integer only: both counts are scaled below 2^32 first, so
+ * that n * used cannot overflow whatever the caller's counts are. */
+static uint32_t prefetch_scaled(uint32_t n, uint64_t used, uint64_t unused)
+{
+    uint64_t all = used + unused, scaled;
+
+    if (all < used)
+        all = ~0ULL; /* the sum overflowed: the share is used / 2^64, scaled as such below */
+    if (n == 0 || all == 0)
+        return n;
+    while (all > 0xffffffffULL) {
+        used >>= 1;
+        all >>= 1;
+    }
+    scaled = ((uint64_t)n * used + all - 1) / all;
+    return scaled == 0 ? 1 : (uint32_t)scaled;
+}
+
 void huvm_decide_prefetch(const huvm_core_t *core,
                           const huvm_gpu_state_t *state,
                           uint32_t gpu,
@@ -701,6 +720,8 @@ void huvm_decide_prefetch(const huvm_core_t *core,
     e = huvm_policy_gpu(core, gpu);
     if (e && (e->flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK) && state[gpu].prefetch_unused > state[gpu].prefetch_used)
         n = 1; /* most recent prefetches were wasted: probe with one chunk until they pay again */
+    else if (e && (e->flags & HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL))
+        n = prefetch_scaled(n, state[gpu].prefetch_used, state[gpu].prefetch_unused);
     /* As the prototype's uvm_prefetch_flags: LOCAL (1) brings the window's chunks to the faulting GPU from
      * host and from peers; TWO_STAGE (3) sends the host-resident ones to a peer (as PEER) and brings the
      * peer-resident ones to the faulting GPU. */

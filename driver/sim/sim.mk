@@ -6,7 +6,8 @@
 #                    an 8-GPU node (part of `make bench`)
 #   make eval        the evaluation half of the scenario matrix (huvm.sim.matrix): per scenario, harvester
 #                    speedup and lender slowdown of huvm and huvm-atc22 against stock, geomean, worst case;
-#                    then a verdict line per scenario and lender bound T (huvm.sim.verdict)
+#                    then per scenario and lender bound T the points compared (huvm's, the prototype's, the best
+#                    T-respecting one) and a verdict line (huvm.sim.verdict)
 #                    (not part of `make test`; EVAL_HALF=tuning for the half the constants were chosen on)
 #   make eval-doc    the same, written into docs/evaluation.md between its generated-table markers; and, per
 #                    verdict where huvm is `behind`, the measured difference (huvmlab.sim.verdict.explain) into docs/policy.md

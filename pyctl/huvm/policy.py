@@ -409,7 +409,10 @@ def parse_value(spec: KeySpec, raw: object, key: str, origin: Origin | None = No
     if value > spec.hi:
         raise _error(f"must be <= {_bound(spec, spec.hi)}", key, origin, text=str(raw).strip())
     if value < spec.lo:
-        raise _error(f"must be >= {_bound(spec, spec.lo)}", key, origin, text=str(raw).strip())
+        # a row with ZERO_OFF also takes 0: "must be >= 1" would hide it (the rate keys say it the same way)
+        want = (f"0 (off) or {_bound(spec, spec.lo)}..{_bound(spec, spec.hi)}" if spec.off
+                else f">= {_bound(spec, spec.lo)}")
+        raise _error(f"must be {want}", key, origin, text=str(raw).strip())
     return value
 
 

@@ -824,6 +824,7 @@ TEST(decide_prefetch_feedback)
     p.generation = 0;
     p.prefetch_mode = HUVM_PREFETCH_MULTIPATH;
     p.prefetch_chunks = 16;
+    p.gpus[0].flags &= ~(uint32_t)HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL; /* the feedback alone (below: both) */
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
     CHECK(core.policy.gpus[0].flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK);
     st[0].last_pressure_ns = 1;
@@ -850,6 +851,67 @@ TEST(decide_prefetch_feedback)
     CHECK(used + unused <= HUVM_PREFETCH_FEEDBACK_WINDOW / 2 && used + unused >= HUVM_PREFETCH_FEEDBACK_WINDOW / 2 - 1);
     CHECK(unused > used);
     huvm_prefetch_feedback(NULL, &unused, 1);                   /* no crash */
+}
+
+/* PREFETCH_PROPORTIONAL (the huvm preset's flag, issue 28): while the feedback's probe does not apply, the window is
+ * prefetch_chunks times the used share of the recent prefetched chunks, rounded up, at least 1; the full window
+ * with no history; integer only, whatever the caller's counts. */
+TEST(decide_prefetch_proportional)
+{
+    huvm_prefetch_plan_t plan;
+    huvm_policy_t p;
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.prefetch_mode = HUVM_PREFETCH_TWO_STAGE;
+    p.prefetch_chunks = 16;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK(core.policy.gpus[0].flags & HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL);
+    CHECK(core.policy.gpus[0].flags & HUVM_GPU_POLICY_PREFETCH_FEEDBACK);
+    st[0].last_pressure_ns = 1;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 16);                       /* no history: the full window */
+    CHECK_EQ(plan.peer_chunks, 16);
+    st[0].prefetch_used = 45;
+    st[0].prefetch_unused = 11;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 13);                       /* 16 x 45 / 56 = 12.9: rounded up */
+    CHECK_EQ(plan.peer_chunks, 13);                             /* both stages take the scaled window */
+    st[0].prefetch_used = 5;
+    st[0].prefetch_unused = 5;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 8);                        /* half used: half the window */
+    st[0].prefetch_used = 64;
+    st[0].prefetch_unused = 0;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 16);                       /* all used: the whole window */
+    st[0].prefetch_used = 1;
+    st[0].prefetch_unused = 63;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 1);                        /* mostly wasted: the feedback's probe */
+    p.gpus[0].flags &= ~(uint32_t)HUVM_GPU_POLICY_PREFETCH_FEEDBACK;
+    p.generation = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 1);                        /* alone: 16 / 64 = 0.25, rounded up to 1 */
+    st[0].prefetch_used = 0;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 1);                        /* none used: at least 1 */
+    st[0].prefetch_used = ~0ULL;                                /* counts near 2^64: no overflow */
+    st[0].prefetch_unused = ~0ULL;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK(plan.peer_local_chunks >= 8 && plan.peer_local_chunks <= 16);
+    st[0].prefetch_used = 3ULL << 40;
+    st[0].prefetch_unused = 1ULL << 40;
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 12);                       /* 3/4 of 16 at any scale */
+    p.gpus[0].flags &= ~(uint32_t)HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL;
+    p.generation = 0;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    huvm_decide_prefetch(&core, st, 0, ALL, 1, &plan);
+    CHECK_EQ(plan.peer_local_chunks, 16);                       /* without the flag: the window */
+    fx_state(&core, st);
 }
 
 /* The stock preset plans no prefetch for any GPU, whatever the node's state: its fault path (the kernel's

@@ -84,7 +84,7 @@ TEST(policy_presets_values)
         CHECK_EQ(p.gpus[i].lend_slowdown_max_pct, 2);           /* the lender bound T: 2 % */
     for (i = 0; i < 4; i++)
         CHECK_EQ(p.gpus[i].flags, HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
-                                  HUVM_GPU_POLICY_PREFETCH_FEEDBACK);
+                                  HUVM_GPU_POLICY_PREFETCH_FEEDBACK | HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL);
     CHECK_EQ(p.peer_select, HUVM_PEER_SELECT_FASTEST_LINK);
     CHECK_EQ(p.hysteresis_ms, 5);
     CHECK_EQ(p.peer_usage_max_pct, 90);
@@ -230,7 +230,7 @@ TEST(policy_gpu_entries)
     CHECK_EQ(core.policy.preset, HUVM_PRESET_CUSTOM);
     p = current();
     p.gpus[1].flags = HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
-                      HUVM_GPU_POLICY_PREFETCH_FEEDBACK;
+                      HUVM_GPU_POLICY_PREFETCH_FEEDBACK | HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL;
     p.generation = 0;
     p.preset = HUVM_PRESET_HUVM;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);

@@ -110,6 +110,22 @@ def test_policy_set_lend_traffic(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and "lend_traffic" in out
 
 
+def test_policy_set_lender_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28 item 1: a lender's slowdown bound T per GPU on the simulated node: huvm's 2 % shown, one GPU's
+    changed (the applied change as the core answered it), every GPU's taken off with `none`; each invocation
+    opens a fresh simulated node, so `show` has the preset's bound again."""
+    d = run_json(capsys, *SIM, "policy", "show")
+    assert isinstance(d, dict) and [g["lend_slowdown_max_pct"] for g in d["policy"]["gpus"]] == [2] * 4
+    d = run_json(capsys, *SIM, "policy", "set", "gpu.1.lend_slowdown_max_pct=5")
+    assert isinstance(d, dict) and d["applied"] is True
+    assert {"key": "gpu.1.lend_slowdown_max_pct", "old": 2, "new": 5} in d["changes"]
+    d = run_json(capsys, *SIM, "policy", "set", "gpu.all.lend_slowdown_max_pct=none")
+    assert isinstance(d, dict) and d["applied"] is True
+    assert {c["key"] for c in d["changes"]} >= {f"gpu.{i}.lend_slowdown_max_pct" for i in range(4)}
+    rc, out, _ = run(capsys, *SIM, "policy", "show")
+    assert rc == 0 and re.search(r"gpu\.3\.lend_slowdown_max_pct\s*│\s*2\s", out)
+
+
 def test_lender_busy_reason_in_stats(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """An experiment file's lender with the smallest budget: `huvmctl stats` names the reason lender_busy."""
     f = tmp_path / "budget.toml"
@@ -158,6 +174,11 @@ def test_policy_save_diff_apply(capsys: pytest.CaptureFixture[str], tmp_path: Pa
          f"{abi.lib.HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S}MB/s..{abi.lib.HUVM_MAX_MBYTE_PER_S}MB/s"),
         (["policy", "set", "gpu.1.lend_traffic_mbyte_per_s=18GiB/s"],
          "gpu.1.lend_traffic_mbyte_per_s: not a rate: '18GiB/s'"),
+        (["policy", "set", "gpu.1.lend_slowdown_max_pct=101"], "gpu.1.lend_slowdown_max_pct=101: must be <= 100"),
+        (["policy", "set", "gpu.1.lend_slowdown_max_pct=-1"],
+         "gpu.1.lend_slowdown_max_pct=-1: must be 0 (off) or 1..100"),
+        (["policy", "set", "gpu.1.lend_slowdown_max_pct=2.5"], "expected an integer (decimal digits), got '2.5'"),
+        (["policy", "set", "gpu.lend_slowdown_max_pct=2"], "lend_slowdown_max_pct is a per-GPU key"),
         (["policy", "set", "prefetch_chunks=1", "prefetch_chunks=2"], "contradictory"),
         (["policy", "set", "prefetch_chunks"], "expected KEY=VALUE"),
         (["policy", "preset", "turbo"], "unknown preset"),

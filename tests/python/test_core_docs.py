@@ -48,3 +48,14 @@ def test_abi_doc_lists_every_command() -> None:
         assert f"### `HUVM_IOCTL_{name}` ({number})" in doc, name
         size = ffi.sizeof(f"HUVM_{name}_PARAMS")
         assert f"`HUVM_{name}_PARAMS`, {size} bytes" in doc, name
+
+
+def test_every_policy_key_is_in_pyctl_keys_table() -> None:
+    """docs/pyctl.md's table of `huvmctl policy set` keys names every key of the core's descriptors (the lender
+    bound T, `gpu.N.lend_slowdown_max_pct`, was missing from it)."""
+    from huvm.policy import KEYS
+
+    doc = (ROOT / "docs" / "pyctl.md").read_text()
+    rows = set(re.findall(r"^\| `([\w.]+)` \|", doc, re.MULTILINE))
+    for key, spec in KEYS.items():
+        assert (f"gpu.N.{key}" if spec.scope == "gpu" else key) in rows, key

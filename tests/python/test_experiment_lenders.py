@@ -114,3 +114,23 @@ def test_lender_traffic_budget_out_of_range_names_the_tenant_key(tmp_path: Path)
         experiment.run(load(f))
     assert info.value.key == "tenant[2].lend_traffic_mbyte_per_s" and info.value.line == 20
     assert "50MB/s: must be 0 (off) or" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_lender_bound_t_from_an_experiment_file_sizes_the_budget(tmp_path: Path) -> None:
+    """Issue 28 item 1: a lender tenant's lend_slowdown_max_pct (T) reaches the run's policy, and the core clamps
+    the lender's guest-traffic budget to T's share of its HBM time (docs/policy.md "Admission": hbm x T / (100 + T);
+    a V100's 900 GB/s at T = 1 % is 8.9 GB/s, under the 18 GB/s set): more of the harvester's chunks find the
+    lender busy than with no bound. An out-of-range T is refused naming the tenant's key and line."""
+    f = tmp_path / "exp.toml"
+    busy: dict[str, int] = {}
+    for t, value in (("none", '"none"'), ("1", "1")):
+        f.write_text(lender_budget_experiment("18GB/s") + f"lend_slowdown_max_pct = {value}\n")
+        res = experiment.run(load(f))
+        assert res.runs[0].policy_settings["gpu.1.lend_slowdown_max_pct"] == ("0" if t == "none" else t)
+        busy[t] = _host_reasons(res, 0)["lender_busy"]
+    assert busy["1"] > busy["none"] > 0, busy
+    f.write_text(lender_budget_experiment("18GB/s") + "lend_slowdown_max_pct = 101\n")
+    with pytest.raises(ConfigError) as info:
+        experiment.run(load(f))
+    assert info.value.key == "tenant[2].lend_slowdown_max_pct" and info.value.line == 21
+    assert "101: must be <= 100" in str(info.value) and "\n" not in str(info.value)

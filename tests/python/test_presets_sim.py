@@ -69,7 +69,7 @@ def test_huvm_preset_values() -> None:
         assert pol.peer_select == lib.HUVM_PEER_SELECT_FASTEST_LINK
         assert (pol.prefetch_mode, pol.prefetch_chunks, pol.prefetch_stride) == (lib.HUVM_PREFETCH_TWO_STAGE, 16, 2)
         assert pol.gpus[0].flags == (lib.HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | lib.HUVM_GPU_POLICY_LEND_ABOVE_PEAK |
-                                     lib.HUVM_GPU_POLICY_PREFETCH_FEEDBACK)
+                                     lib.HUVM_GPU_POLICY_PREFETCH_FEEDBACK | lib.HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL)
         mem = node.gpus[0].memory_bytes - node.gpus[0].reserved_bytes  # what UVM can use: the core's memory
         assert pol.gpus[0].lend_reserve_bytes == max(mem // 20, min(GIB, mem // 16))
     small = node.with_gpu_memory(3 * GIB, 0)

@@ -73,9 +73,10 @@ def test_gpu_flags_by_name(node: Node) -> None:
     assert after.gpus[1].flags == 0 and after.gpus[2].flags == lib.HUVM_GPU_POLICY_FLAGS_KNOWN
     s = after.settings(info)
     assert s["gpu.0.flags"] == "lend-above-peak,prefetch-feedback" and s["gpu.1.flags"] == "none"
-    assert s["gpu.2.flags"] == "preevict-on-pressure,lend-above-peak,prefetch-feedback"
+    assert s["gpu.2.flags"] == "preevict-on-pressure,lend-above-peak,prefetch-feedback,prefetch-proportional"
     assert node.get_policy() == after
-    assert ("gpu.1.flags", "none", "preevict-on-pressure,lend-above-peak,prefetch-feedback") in after.diff(huvm, info)
+    assert ("gpu.1.flags", "none", "preevict-on-pressure,lend-above-peak,prefetch-feedback,prefetch-proportional") \
+        in after.diff(huvm, info)
 
 
 def test_lend_traffic_rates(node: Node) -> None:

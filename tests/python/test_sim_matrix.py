@@ -36,6 +36,20 @@ def test_halves_split_the_matrix_and_each_covers_every_dimension() -> None:
         M.scenarios("training")
 
 
+def test_managed_memory_scenarios_have_working_lenders() -> None:
+    """Issue 28 item 3 (a dead axis): the managed-memory (`/uvm`) scenarios once all had idle lenders (the
+    rotation's arithmetic). In each half they now have lenders at work, steady, rising and spiky, whose own
+    memory is managed (evictable), and whose slowdown is measured."""
+    for half in M.HALVES:
+        managed = [s for s in M.scenarios(half) if s.tag("lender_memory") == "managed"]
+        working = [s for s in managed if s.lenders]
+        assert len(working) >= len(managed) - 2, [s.name for s in managed]
+        mixes = {k for s in working for k in M._LENDER_MIXES.get(s.tag("lenders"), ())} - {"idle"}
+        assert mixes >= {"steady", "rising", "spiky"}, (half, mixes)
+        for s in working:
+            assert all(s.tenants[i].managed for i in s.lenders), s.name
+
+
 def test_a_near_fit_scenario_fits_and_an_oversubscribed_one_does_not() -> None:
     by = {s.name: s for s in M.scenarios()}
     fit = next(s for s in by.values() if s.tag("level") == "fit-0")

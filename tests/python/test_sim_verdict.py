@@ -55,3 +55,32 @@ def test_doc_holds_the_generated_verdict_summary() -> None:
     text = DOC.read_text(encoding="utf-8")
     block = text.split(V.DOC_BEGIN, 1)[1].split(V.DOC_END, 1)[0]
     assert block == "\n" + V.doc_block(V.judge("evaluation"))
+
+
+def test_make_eval_prints_the_points_of_every_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28 item 2: for every scenario and T, huvm's harvester speedup and worst lender, the prototype's point
+    and the best T-respecting point (which variant), each right before its verdict line; then, per T, the same
+    over the scenarios."""
+    only = "p3/resnet-small/2/spiky/2h"
+    vs = V.judge("evaluation", [only])
+    assert V.main(["--only", only]) == 0
+    out = capsys.readouterr().out.splitlines()
+
+    def pt(p: V.Point) -> str:
+        return f"{p.speedup:.3f}x (worst lender {p.lender * 100:+.1f}%)"
+
+    for v in vs:
+        t = V._t_name(v.bound)
+        want = (f"points {only} T={t}: {V.huvm_at(v.bound)} {pt(v.huvm)}, prototype {pt(v.prototype)}, "
+                f"best {v.best.variant} {pt(v.best)}")
+        assert want in out, want
+        assert out[out.index(want) + 1] == v.line()
+        assert v.prototype.variant == "huvm-atc22"
+    # here the prototype's lenders pay (+35.8 % on the matrix's model): never the best point under a bound
+    assert all(v.best.variant != "huvm-atc22" for v in vs if v.bound is not None)
+    agg = [line for line in out if line.startswith("points T=")]
+    assert [line.split(":")[0] for line in agg] == [f"points T={V._t_name(t)}" for t in V.BOUNDS]
+    for line, v in zip(agg, vs, strict=True):
+        assert f"huvm {v.huvm.speedup:.3f}x geomean, worst lender {v.huvm.lender * 100:+.1f}% ({only})" in line
+        assert f"prototype {v.prototype.speedup:.3f}x" in line
+        assert line.endswith(f"best T-respecting {v.best.speedup:.3f}x ({v.best.variant} 1)")

@@ -139,6 +139,41 @@ async def test_editor_sets_lend_traffic_on_the_core() -> None:
         assert src.get_policy().gpus[2].lend_traffic_mbyte_per_s == 2500
 
 
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_editor_sets_the_lender_bound_t_on_the_core() -> None:
+    """Issue 28 item 1: an admin edits a lender's slowdown bound T (huvm_gpu_policy_t.lend_slowdown_max_pct) in
+    the editor: shown as the core holds it, a value out of 0..100 refused before sending with the field named,
+    a valid one applied to that GPU alone and read back from the core."""
+    src = LiveSource(node=Node(CoreNode(4)))
+    assert src.node is not None
+    src.node.apply_preset("huvm")
+    app = HuvmTop(src, interval=5)
+    async with app.run_test(size=(160, 60)) as pilot:
+        while app.policy is None:
+            await pilot.pause(0.02)
+        await pilot.press("p")
+        while not isinstance(app.screen, PolicyEditor):
+            await pilot.pause(0.02)
+        editor = app.screen
+        await pilot.pause()
+        inp = editor.query_one("#g1-lend_slowdown_max_pct", Input)
+        assert inp.value == "2"         # the huvm preset's bound
+        inp.value = "101"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        status = str(editor.query_one("#policy-error", Static).render())
+        assert status.startswith("not sent: gpu.1.lend_slowdown_max_pct: '101': must be <= 100"), status
+        assert inp.has_class("-invalid")
+        assert [g.lend_slowdown_max_pct for g in src.node.get_policy().gpus] == [2, 2, 2, 2]
+        inp.value = "5"
+        await pilot.press("ctrl+s")
+        while "applied" not in str(editor.query_one("#policy-error", Static).render()):
+            await pilot.pause(0.02)
+        assert [g.lend_slowdown_max_pct for g in src.node.get_policy().gpus] == [2, 5, 2, 2]
+        assert src.get_policy().gpus[1].lend_slowdown_max_pct == 5
+
+
 def _moving(src: SimSource, key: str = "evict_to_peer") -> float:
     a = src.snapshot()
     deadline = time.monotonic() + 10

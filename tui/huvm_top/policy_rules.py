@@ -68,7 +68,8 @@ def node_specs() -> tuple[FieldSpec, ...]:
 
 @cache
 def gpu_specs() -> tuple[FieldSpec, ...]:
-    """Fields of one per-GPU entry: role, lend_limit_bytes, lend_reserve_bytes, lend_traffic_mbyte_per_s, flags."""
+    """Fields of one per-GPU entry: role, flags, lend_limit_bytes, lend_reserve_bytes, lend_traffic_mbyte_per_s,
+    lend_slowdown_max_pct (the lender's bound T)."""
     return tuple(_spec(hp.KEYS[k]) for k in hp.GPU_KEYS)
 
 

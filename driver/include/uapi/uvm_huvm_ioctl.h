@@ -296,11 +296,15 @@ typedef struct {
  * lends only memory its own work has not used recently (it keeps room to return to its recent peak), so a
  * lender whose footprint spikes finds its memory free instead of waiting for a give-back. PREFETCH_FEEDBACK:
  * while fewer of its recent prefetched chunks were used than were evicted unused, it prefetches one chunk (a
- * probe) instead of prefetch_chunks: prefetching for a random access pattern only displaces its data. */
-#define HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE 0x1
-#define HUVM_GPU_POLICY_LEND_ABOVE_PEAK      0x2
-#define HUVM_GPU_POLICY_PREFETCH_FEEDBACK    0x4
-#define HUVM_GPU_POLICY_FLAGS_KNOWN          0x7
+ * probe) instead of prefetch_chunks: prefetching for a random access pattern only displaces its data.
+ * PREFETCH_PROPORTIONAL: where that probe does not apply (or without PREFETCH_FEEDBACK), its window is
+ * prefetch_chunks times the share of its recent prefetched chunks that were used (rounded up, at least 1): a
+ * window that is partly wasted shrinks in proportion. */
+#define HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE  0x1
+#define HUVM_GPU_POLICY_LEND_ABOVE_PEAK       0x2
+#define HUVM_GPU_POLICY_PREFETCH_FEEDBACK     0x4
+#define HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL 0x8
+#define HUVM_GPU_POLICY_FLAGS_KNOWN           0xf
 
 typedef struct {
     uint8_t uuid[16];              /* the key: entries are kept by UUID, across GPU removal */
@@ -541,7 +545,8 @@ typedef struct {
       "GPU_POLICY_",                                                                                                  \
       0,                                                                                                              \
       0,                                                                                                              \
-      HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK | HUVM_GPU_POLICY_PREFETCH_FEEDBACK)     \
+      HUVM_GPU_POLICY_PREEVICT_ON_PRESSURE | HUVM_GPU_POLICY_LEND_ABOVE_PEAK | HUVM_GPU_POLICY_PREFETCH_FEEDBACK |    \
+          HUVM_GPU_POLICY_PREFETCH_PROPORTIONAL)                                                                      \
     X(LEND_LIMIT,                                                                                                     \
       lend_limit_bytes,                                                                                               \
       uint64_t,                                                                                                       \

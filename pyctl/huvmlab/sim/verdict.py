@@ -26,7 +26,9 @@ An admin bounds how much a lender may be slowed down (T). For each scenario and 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -65,8 +67,14 @@ def variants() -> list[Variant]:
             vs.append(Variant(f"huvm-atc22@{_t_name(t)}", "huvm-atc22", lender_slowdown=t))
     vs += [Variant("huvm/reserve-25%", "huvm", lender_overrides=(("lend_reserve_bytes", 25, True),)),
            Variant("huvm/reserve-50%", "huvm", lender_overrides=(("lend_reserve_bytes", 50, True),)),
-           Variant("huvm/no-peak", "huvm", overrides=(("gpu.flags", 5),))]
+           Variant("huvm/no-peak", "huvm", overrides=(("gpu.flags", _no_peak_flags()),))]
     return vs
+
+
+def _no_peak_flags() -> int:
+    """The huvm preset's per-GPU flags without ``LEND_ABOVE_PEAK`` (the ``huvm/no-peak`` point: that knob
+    alone differs)."""
+    return _preset_value("flags", "huvm") & ~KEYS["flags"].choices()["lend-above-peak"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,16 @@ class Verdict:
     def line(self) -> str:
         return (f"verdict {self.scenario} T={_t_name(self.bound)}: pareto {'dominated' if self.dominated else 'ok'}, "
                 f"best-gap {self.gap:.3f} {'behind' if self.behind else 'ok'}")
+
+    def points_line(self) -> str:
+        """The points the verdict compares: huvm's at T (harvester speedup over stock, worst lender slowdown), the
+        prototype's, and the best point that keeps every lender within T (which variant it is)."""
+        return (f"points {self.scenario} T={_t_name(self.bound)}: {self.huvm.variant} {_point_text(self.huvm)}, "
+                f"prototype {_point_text(self.prototype)}, best {self.best.variant} {_point_text(self.best)}")
+
+
+def _point_text(p: Point) -> str:
+    return f"{p.speedup:.3f}x (worst lender {p.lender * 100:+.1f}%)"
 
 
 def _point(ev: Evaluation, sc: str, v: str) -> Point:
@@ -145,6 +163,31 @@ def judge(half: str, only: Sequence[str] = (), spike_period_ms: float | None = N
             out.append(Verdict(sc.name, t, _point(ev, sc.name, huvm_at(t)), _point(ev, sc.name, "huvm-atc22"),
                                best, noise, lnoise))
     return out
+
+
+def points_summary(verdicts: Sequence[Verdict]) -> list[str]:
+    """Per T, over the scenarios: huvm's point (geomean harvester speedup, worst lender slowdown and where), the
+    prototype's, and the best T-respecting points (geomean speedup; which variants they were, most often first)."""
+    lines = []
+    for t in BOUNDS:
+        vt = [v for v in verdicts if v.bound == t]
+        if not vt:
+            continue
+
+        def geo(ps: Sequence[Point]) -> float:
+            return math.exp(sum(math.log(p.speedup) for p in ps) / len(ps))
+
+        def worst(ps: Sequence[tuple[str, Point]]) -> str:
+            sc, p = max(ps, key=lambda x: x[1].lender)
+            return f"worst lender {p.lender * 100:+.1f}% ({sc})"
+
+        counts = Counter(v.best.variant for v in vt)
+        by = ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+        lines.append(f"points T={_t_name(t)}: huvm {geo([v.huvm for v in vt]):.3f}x geomean, "
+                     f"{worst([(v.scenario, v.huvm) for v in vt])}; prototype {geo([v.prototype for v in vt]):.3f}x, "
+                     f"{worst([(v.scenario, v.prototype) for v in vt])}; best T-respecting "
+                     f"{geo([v.best for v in vt]):.3f}x ({by})")
+    return lines
 
 
 def summary(verdicts: Sequence[Verdict]) -> list[str]:
@@ -373,9 +416,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: no scenario matches", file=sys.stderr)
         return 2
     for v in verdicts:
+        print(v.points_line())
         print(v.line())
     print()
-    for line in summary(verdicts):
+    for line in points_summary(verdicts) + summary(verdicts):
         print(line)
     if args.explain:
         print()
