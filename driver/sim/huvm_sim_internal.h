@@ -379,7 +379,7 @@ static inline sim_tok_t *tok_at(sim_res_t *r, uint32_t i)
     return &r->q[(r->qhead + i) & (r->qcap - 1)];
 }
 
-static void tok_pop(huvm_sim_t *sim, sim_res_t *r)
+static inline void tok_pop(huvm_sim_t *sim, sim_res_t *r)
 {
     sim_tok_t *k = tok_at(r, 0);
 

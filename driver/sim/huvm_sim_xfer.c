@@ -3,7 +3,8 @@
  * uplinks), transfers over them, and the background copies still in flight. SPDX-License-Identifier: MIT
  *
  * Link sharing (res_xfer): FIFO within a traffic class, fair share between demand and background classes;
- * work conserving, O(1) per transfer, deterministic. See docs/simulator.md.
+ * work conserving, O(1) per transfer, deterministic. See docs/simulator.md. The copy path's hot part (a leg, a
+ * peer copy over a direct NVLink: sim_xfer_peer) is inline in huvm_sim_internal.h; the rest is here.
  */
 #include <stdlib.h>
 
@@ -61,6 +62,7 @@ void sim_res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t share
     }
 }
 
+/* One leg of a copy, out of line (paths of two legs, host copies): leg_inline. */
 static uint64_t leg(huvm_sim_t *sim,
                     sim_res_t *r,
                     uint64_t t,
@@ -194,13 +196,6 @@ uint64_t sim_xfer_peer_path(huvm_sim_t *sim,
     return peer_path(sim, a, b, t, bytes, svc_ns, cls, ci, x);
 }
 
-/* Copies out of g still in flight at t that have ended give g its memory back.
- *
- * Every copy queued on g's d2h, port_out and nvl[g][*] frees g's memory (release g + 1), and only this
- * function pops them (leg and res_delay pop copies that free nothing), one queue head at a time. So once the
- * queues are walked, the earliest head is a lower bound on the next head that can end: later heads are those
- * already queued (a demand copy only pushes them later, res_delay) or new copies (tok_add lowers the bound).
- * Before the bound there is nothing to pop, and the walk is skipped: same pops, same order. */
 /* Pop r's copies that ended by t (each frees one chunk of the queue's GPU); lower *lb to its next end. Returns
  * how many were popped. */
 static inline uint64_t retire_queue(sim_res_t *r, uint64_t t, uint64_t *lb)
@@ -221,6 +216,13 @@ static inline uint64_t retire_queue(sim_res_t *r, uint64_t t, uint64_t *lb)
     return n;
 }
 
+/* Copies out of g still in flight at t that have ended give g its memory back (sim_gpu_retire: the walk).
+ *
+ * Every copy queued on g's d2h, port_out and nvl[g][*] frees g's memory (release g + 1), and only this
+ * function pops them (leg and res_delay pop copies that free nothing), one queue head at a time. So once the
+ * queues are walked, the earliest head is a lower bound on the next head that can end: later heads are those
+ * already queued (a demand copy only pushes them later, res_delay) or new copies (tok_add lowers the bound).
+ * Before the bound there is nothing to pop, and the walk is skipped (sim_gpu_retire): same pops, same order. */
 void sim_gpu_retire_walk(huvm_sim_t *sim, uint32_t g, uint64_t t)
 {
     sim_gpu_t *gg = &sim->gpus[g];
