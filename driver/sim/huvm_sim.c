@@ -959,7 +959,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
     /* the groups this fault brings: the density prefetcher's region less what a GPU already holds; those with
      * data (sim->pop) are copied from host memory, the others zero-filled (populated) */
     const uint32_t add = (want == HUVM_SIM_PAGES_ALL ? want : huvm_sim_prefetch_region(held, want)) & ~held;
-    const uint32_t from_host = add & sim->pop[ci];
+    const uint32_t from_host = add ? add & sim->pop[ci] : 0; /* no load when nothing is added */
 
     *remote = 0;
     /* UVM's thrashing detection (huvm_sim_thrash.h) asked first, as service_fault_batch asks
