@@ -202,10 +202,13 @@ def judge(half: str, only: Sequence[str] = (), spike_period_ms: float | None = N
     out: list[Verdict] = []
     for sc in base:
         ms = members(sc)
+        # the band is the widest of the whole ensemble's and its parts' (a relative half-range is taken about
+        # each set's median: the parts' may be the wider)
         sp, lsp = _spread(evs, sc.name, ms)
-        noise, lnoise = max(NOISE_FLOOR, sp), max(LENDER_NOISE_FLOOR, lsp)
         tnoise = _spread(evs, sc.name, [m for m in ms if m[1] == 0])
         snoise = _spread(evs, sc.name, [m for m in ms if m[0] == 1.0])
+        noise = max(NOISE_FLOOR, sp, tnoise[0], snoise[0])
+        lnoise = max(LENDER_NOISE_FLOOR, lsp, tnoise[1], snoise[1])
         ev = evs[BASE]
         points = [_point(ev, sc.name, v.name) for v in vs if v.name != "stock"]
         for t in BOUNDS:
