@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from huvmlab.sim import matrix as M
 from huvmlab.sim import verdict as V
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "evaluation.md"
@@ -91,7 +92,7 @@ def test_the_ensemble_redraws_a_stochastic_scenarios_seeds(monkeypatch: pytest.M
     besides the lender timings, and their spread is in its noise band: on this scenario the timings move nothing
     (steady lenders), the seeds do, so without the seed members the band falls back to the floor."""
     only = "h100/random/fit-0/steady"
-    sc = next(s for s in V.scenarios("evaluation") if s.name == only)
+    sc = next(s for s in M.scenarios("evaluation") if s.name == only)
     assert sc.random_parts == ("the harvester's random access stream",)
     assert V.members(sc) == [(f, 0) for f in V.TIMINGS] + [(1.0, s) for s in V.SEEDS] and V.SEEDS
     vs = V.judge("evaluation", [only])
@@ -110,11 +111,11 @@ def test_a_deterministic_scenario_has_no_seed_spread() -> None:
     """A scenario without random parts (a recorded trace, the lenders' fixed shapes) runs no seed members and
     reports zero seed spread: re-drawn, it is the same scenario, with the same outcome."""
     only = "p3/streaming/2/spiky/uvm/2h"
-    sc = next(s for s in V.scenarios("evaluation") if s.name == only)
+    sc = next(s for s in M.scenarios("evaluation") if s.name == only)
     assert sc.random_parts == () and V.members(sc) == [(f, 0) for f in V.TIMINGS]
-    again = next(s for s in V.scenarios("evaluation", seed=V.SEEDS[0]) if s.name == only)
+    again = next(s for s in M.scenarios("evaluation", seed=V.SEEDS[0]) if s.name == only)
     keys = [v for v in V.variants() if v.name == "stock" or v.name in V.noise_keys()]
-    a, b = V.evaluate([sc], keys), V.evaluate([again], keys)
+    a, b = M.evaluate([sc], keys), M.evaluate([again], keys)
     assert all(a.outcome(only, k.name) == b.outcome(only, k.name) for k in keys)
     for v in V.judge("evaluation", [only]):
         assert v.members == len(V.TIMINGS) and v.seed_noise == 0.0 and v.seed_lender_noise == 0.0

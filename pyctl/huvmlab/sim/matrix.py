@@ -408,8 +408,9 @@ def _fig9(spare_pct: int, half: str, seed: int = 0) -> Scenario:
     alloc_mib = dict(calibrate.FIG9_SPARE)[spare_pct]
     tenants = (TenantSpec(0, _fig9_trace(seed), name="pagerank@1", role="harvester"),
                TenantSpec(1, static_bytes=alloc_mib * MIB, name="idle@2", role="lender"))
-    tags = (("node", "p3"), ("family", "graph"), ("harvester", "pagerank-fig9"), ("level", f"{spare_pct}%-spare"),
-            ("lenders", "idle"), ("lender_memory", "cudaMalloc"), ("harvesters", "1"), ("kind", "base"))
+    tags: tuple[tuple[str, str], ...] = (
+        ("node", "p3"), ("family", "graph"), ("harvester", "pagerank-fig9"), ("level", f"{spare_pct}%-spare"),
+        ("lenders", "idle"), ("lender_memory", "cudaMalloc"), ("harvesters", "1"), ("kind", "base"))
     if seed:
         tags += (("seed", str(seed)),)
     return Scenario(f"fig9/pagerank/{spare_pct}%-spare", half, node, tenants, (0,), (), tags,
