@@ -18,6 +18,7 @@ The matrix is split in two halves, stratified by harvester family: the preset's 
 
     huvmctl sim matrix                      # the evaluation half's table
     huvmctl sim matrix --half tuning --variant ps=peer_select:fewest-lent
+    huvmctl sim matrix --seed 1             # the random parts (Scenario.random_parts) re-drawn
 """
 
 from __future__ import annotations
