@@ -1,6 +1,6 @@
 """huvmctl: the huvm command line (thin: argument parsing and printing over the huvm library).
 
-The control plane's subcommands are here (status, topology, va-spaces, policy, stats, export, watch); the lab's
+The control plane's subcommands are here (status, topology, va-spaces, policy, rates, stats, export, watch); the lab's
 (experiment, sim, trace, calibrate, gpu-check) come from :mod:`huvmlab` through :func:`huvm.registry.commands`
 (entry points), so this package never imports the lab.
 
@@ -49,7 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from ..client import BACKENDS
-    from . import export, policy, stats, status, watch
+    from . import export, policy, rates, stats, status, watch
 
     # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
     # from overriding a value given globally.
@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     parents = [common]
-    for register in (status.register, policy.register, stats.register, export.register, watch.register,
+    for register in (status.register, policy.register, rates.register, stats.register, export.register,
+                     watch.register,
                      *registry.commands().values()):
         register(sub, parents)
     return parser
