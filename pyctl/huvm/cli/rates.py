@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from .. import jsonout
 from .. import rates as _rates
 from ..errors import PolicyError
 from ..node import Node
@@ -16,9 +17,10 @@ from .common import add_verb, open_node, out, print_json
 def _show(node: Node, args: argparse.Namespace, changed: Sequence[int] = ()) -> int:
     rows = node.gpu_rates()
     if args.json:
-        print_json({"rates": [{"gpu": r.gpu, "uuid": r.uuid, "hbm_mbyte_per_s": r.hbm_mbyte_per_s,
-                               "giveback_mbyte_per_s": r.giveback_mbyte_per_s} for r in rows],
-                    "changed": list(changed)})
+        print_json(jsonout.dump(jsonout.GpuRatesDoc.make(
+            rates=[jsonout.GpuRatesRow(gpu=r.gpu, uuid=r.uuid, hbm_mbyte_per_s=r.hbm_mbyte_per_s,
+                                       giveback_mbyte_per_s=r.giveback_mbyte_per_s) for r in rows],
+            changed=list(changed))))
         return 0
     from rich.table import Table
 
