@@ -26,6 +26,7 @@ EPILOG = """examples:
   huvmctl --backend sim status                # a simulated node (no GPU needed)
   huvmctl --sim --sim-config dgx-a100 topology
   huvmctl policy set prefetch_chunks=16 gpu.1.role=lender
+  huvmctl rates load out/calibration/h200-580.159.04.toml   # the rates the lender bound T weighs
   huvmctl stats --watch 1 --json
   huvmctl experiment run pyctl/huvm/examples/consolidation.toml --out out/demo
   huvmctl trace info bundled:llama-tiny
