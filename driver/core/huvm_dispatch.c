@@ -48,7 +48,7 @@ uint32_t huvm_cmd_reader(uint32_t cmd)
     case HUVM_IOCTL_GET_POLICY:
     case HUVM_IOCTL_GET_STATS:
     case HUVM_IOCTL_GET_GPU_RATES: return 1;
-    default:                    return 0;
+    default:                       return 0;
     }
 }
 
