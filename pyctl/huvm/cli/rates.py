@@ -71,9 +71,9 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:  # type: ignore[type-arg]
     p = add_verb(sub, "rates", help="the per-GPU rates a lender's slowdown bound weighs",
-                 description="Each GPU's HBM bandwidth and give-back rate (MB/s; 0 or -: unknown), which the "
-                             "lender bound T (gpu.N.lend_slowdown_max_pct) weighs: T clamps a guest-traffic budget "
-                             "to hbm x T / (100 + T) and sizes lending above the peak from the give-back rate "
+                 description="Each GPU's HBM bandwidth and give-back rate (MB/s; 0 or -: unknown), which the\n"
+                             "lender bound T (gpu.N.lend_slowdown_max_pct) weighs: T clamps a guest-traffic budget\n"
+                             "to hbm x T / (100 + T) and sizes lending above the peak from the give-back rate\n"
                              "(the host link's line rate while unknown). Setting them needs root.",
                  examples=["huvmctl rates show", "huvmctl rates set 1 --hbm 900GB/s --giveback 11GB/s",
                            "huvmctl rates load out/calibration/h200-580.159.04.toml all"],
