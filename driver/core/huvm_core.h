@@ -120,9 +120,11 @@ typedef struct {
     uint32_t single_writer;                 /* 1: one thread at a time updates the counters
                                                            (the simulator): plain relaxed updates */
     uint32_t pad;
-    /* What a lender's slowdown bound (lend_slowdown_max_pct) weighs, per GPU (huvm_core_set_gpu_rates; 0 =
-     * unknown): its HBM bandwidth, MB/s (the guest-traffic budget the bound allows), and the rate at which it
-     * gives guests' chunks back to the host, MB/s (0: the host link's line rate, gpus[].pcie_mbyte_per_s). */
+    /* What a lender's slowdown bound (lend_slowdown_max_pct) weighs, per GPU (huvm_core_set_gpu_rates: the
+     * simulator from its node model, the kernel through SET_GPU_RATES from the admin's measurements; 0 =
+     * unknown; cleared when another GPU takes the slot): its HBM bandwidth, MB/s (the guest-traffic budget the
+     * bound allows), and the rate at which it gives guests' chunks back to the host, MB/s (0: the host link's
+     * line rate, gpus[].pcie_mbyte_per_s). */
     uint32_t hbm_mbyte_per_s[HUVM_MAX_GPUS];
     uint32_t giveback_mbyte_per_s[HUVM_MAX_GPUS];
 } huvm_core_t;

@@ -23,6 +23,8 @@ uint32_t huvm_cmd_params_size(uint32_t cmd)
     case HUVM_IOCTL_LIST_VA_SPACES: return sizeof(HUVM_LIST_VA_SPACES_PARAMS);
     case HUVM_IOCTL_TEST_SET_NODE:  return sizeof(HUVM_TEST_SET_NODE_PARAMS);
     case HUVM_IOCTL_TEST_EVENT:     return sizeof(HUVM_TEST_EVENT_PARAMS);
+    case HUVM_IOCTL_SET_GPU_RATES:  return sizeof(HUVM_SET_GPU_RATES_PARAMS);
+    case HUVM_IOCTL_GET_GPU_RATES:  return sizeof(HUVM_GET_GPU_RATES_PARAMS);
     default:                        return 0;
     }
 }
@@ -32,6 +34,7 @@ uint32_t huvm_cmd_privileged(uint32_t cmd)
     switch (cmd) {
     case HUVM_IOCTL_SET_POLICY:
     case HUVM_IOCTL_RESET_STATS:
+    case HUVM_IOCTL_SET_GPU_RATES:
     case HUVM_IOCTL_TEST_SET_NODE:
     case HUVM_IOCTL_TEST_EVENT:    return 1;
     default:                       return 0;
@@ -43,8 +46,9 @@ uint32_t huvm_cmd_reader(uint32_t cmd)
     switch (cmd) {
     case HUVM_IOCTL_GET_INFO:
     case HUVM_IOCTL_GET_POLICY:
-    case HUVM_IOCTL_GET_STATS:  return 1;
-    default:                    return 0;
+    case HUVM_IOCTL_GET_STATS:
+    case HUVM_IOCTL_GET_GPU_RATES: return 1;
+    default:                       return 0;
     }
 }
 
@@ -179,6 +183,41 @@ static huvm_status_t cmd_list_va_spaces(huvm_core_t *core,
     return HUVM_NV_OK;
 }
 
+/* SET_GPU_RATES: validated whole before anything changes (the GPU present, each rate in range). */
+static huvm_status_t cmd_set_gpu_rates(huvm_core_t *core, const HUVM_SET_GPU_RATES_PARAMS *p, uint32_t *error_field)
+{
+    uint32_t i;
+
+    if (p->hbm_mbyte_per_s > HUVM_MAX_MBYTE_PER_S) {
+        *error_field = HUVM_FIELD_RATES_HBM;
+        return HUVM_NV_ERR_OUT_OF_RANGE;
+    }
+    if (p->giveback_mbyte_per_s > HUVM_MAX_MBYTE_PER_S) {
+        *error_field = HUVM_FIELD_RATES_GIVEBACK;
+        return HUVM_NV_ERR_OUT_OF_RANGE;
+    }
+    for (i = 0; i < core->gpu_count; i++) {
+        if (!huvm_uuid_is_zero(p->uuid) && huvm_uuid_eq(core->gpus[i].uuid, p->uuid) &&
+            (core->gpus[i].flags & HUVM_GPU_FLAG_PRESENT))
+            return huvm_core_set_gpu_rates(core, i, p->hbm_mbyte_per_s, p->giveback_mbyte_per_s);
+    }
+    *error_field = HUVM_FIELD_RATES_GPU;
+    return HUVM_NV_ERR_GPU_UUID_NOT_FOUND;
+}
+
+/* A reader (huvm_cmd_reader()): writes only p. */
+static void cmd_get_gpu_rates(const huvm_core_t *core, HUVM_GET_GPU_RATES_PARAMS *p)
+{
+    uint32_t i;
+
+    clear_body(p, sizeof(*p));
+    p->gpu_count = core->gpu_count;
+    for (i = 0; i < core->gpu_count; i++) {
+        p->hbm_mbyte_per_s[i] = core->hbm_mbyte_per_s[i];
+        p->giveback_mbyte_per_s[i] = core->giveback_mbyte_per_s[i];
+    }
+}
+
 huvm_status_t huvm_dispatch(huvm_core_t *core,
                             const huvm_core_ops_t *ops,
                             void *ops_ctx,
@@ -255,6 +294,10 @@ huvm_status_t huvm_dispatch(huvm_core_t *core,
         }
         break;
     }
+    case HUVM_IOCTL_SET_GPU_RATES:
+        status = cmd_set_gpu_rates(core, (const HUVM_SET_GPU_RATES_PARAMS *)params, &error_field);
+        break;
+    case HUVM_IOCTL_GET_GPU_RATES: cmd_get_gpu_rates(core, (HUVM_GET_GPU_RATES_PARAMS *)params); break;
     case HUVM_IOCTL_LIST_VA_SPACES:
         status = cmd_list_va_spaces(core, ops, ops_ctx, caller, (HUVM_LIST_VA_SPACES_PARAMS *)params, &error_field);
         break;

@@ -61,12 +61,14 @@ static huvm_status_t cmd_test_set_node(huvm_core_t *core, HUVM_TEST_SET_NODE_PAR
         }
     }
 
-    /* Install: a new node, so counters, gauges and cursors start from zero; policy entries stay (by UUID)
+    /* Install: a new node, so counters, gauges, cursors and rates start from zero; policy entries stay (by UUID)
      * and new GPUs get the current preset's defaults. */
     huvm_memset(core->gpus, 0, sizeof(core->gpus));
     huvm_memset(core->counters, 0, sizeof(core->counters));
     huvm_memset(core->pairs, 0, sizeof(core->pairs));
     huvm_memset(core->rr_next, 0, sizeof(core->rr_next));
+    huvm_memset(core->hbm_mbyte_per_s, 0, sizeof(core->hbm_mbyte_per_s));      /* facts of the GPUs replaced */
+    huvm_memset(core->giveback_mbyte_per_s, 0, sizeof(core->giveback_mbyte_per_s));
     for (i = 0; i < p->gpu_count; i++) {
         core->gpus[i] = p->gpus[i];
         core->gpus[i].name[HUVM_NAME_LEN - 1] = '\0';

@@ -409,6 +409,11 @@ huvm_status_t huvm_core_set_gpu(huvm_core_t *core, uint32_t gpu, const huvm_gpu_
     if (other >= 0 && (uint32_t)other != gpu)
         return HUVM_NV_ERR_INVALID_ARGUMENT;    /* the UUID is another slot's */
 
+    /* The rates are facts about the GPU in the slot (SET_GPU_RATES): another GPU in it starts unknown. */
+    if (!huvm_uuid_eq(core->gpus[gpu].uuid, info->uuid)) {
+        core->hbm_mbyte_per_s[gpu] = 0;
+        core->giveback_mbyte_per_s[gpu] = 0;
+    }
     huvm_memcpy(&core->gpus[gpu], info, sizeof(*info));
     core->gpus[gpu].name[HUVM_NAME_LEN - 1] = '\0';
     if (gpu >= core->gpu_count)

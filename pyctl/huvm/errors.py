@@ -141,6 +141,9 @@ _FIELD_PATHS: dict[str, str] = {
     "TEST_GPU": "gpu",
     "TEST_PEER": "peer",
     "TEST_COUNT": "count",
+    "RATES_GPU": "uuid",
+    "RATES_HBM": "hbm_mbyte_per_s",
+    "RATES_GIVEBACK": "giveback_mbyte_per_s",
 }
 _GPU_FIELD_PATHS: dict[str, str] = {  # GPU facts (huvm_gpu_info_t); policy fields are named by the table
     "MEMORY": "memory_bytes",

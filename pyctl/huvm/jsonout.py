@@ -313,6 +313,22 @@ class LenderBudgetDoc(_Doc):
     changes: list[PolicyChange]
 
 
+class GpuRatesRow(_Model):
+    gpu: int
+    uuid: str
+    hbm_mbyte_per_s: int = Field(description="HBM bandwidth, MB/s; 0: unknown (T makes no clamp)")
+    giveback_mbyte_per_s: int = Field(description="give-back rate (GPU to host eviction), MB/s; 0: unknown (the "
+                                                  "host link's line rate is used)")
+
+
+class GpuRatesDoc(_Doc):
+    """``rates show|set|load``: each GPU's rates that its slowdown bound weighs (GET_GPU_RATES after the change)."""
+
+    kind: Literal["gpu-rates"] = Field(json_schema_extra={"const": "gpu-rates"})
+    rates: list[GpuRatesRow]
+    changed: list[int] = Field(description="the GPUs this command set (empty for show)")
+
+
 class SimPreset(_Model):
     name: str
     gpu_count: int
@@ -483,7 +499,7 @@ class WatchEventDoc(_Doc):
 
 DOCUMENTS: tuple[type[_Doc], ...] = (StatusDoc, PolicyShowDoc, StatsDoc, StatsTenantsDoc, StatsIntervalDoc,
                                      VaSpacesDoc, PolicyChangeDoc, PolicyDiffDoc, PolicyKeysDoc, TopologyDoc,
-                                     SimPresetsDoc, LenderBudgetDoc,
+                                     SimPresetsDoc, LenderBudgetDoc, GpuRatesDoc,
                                      ExperimentDoc, ExperimentCompareDoc, TraceInfoDoc, TraceRecordDoc,
                                      WatchEventDoc, CalibrateDoc, GpuCheckDoc)
 #: any document, told apart by ``kind``

@@ -12,6 +12,7 @@ from .backend import Backend
 from .info import NodeInfo
 from .mirror import Mirror
 from .policy import Policy, Setting, apply_settings, parse_assignments, preset_value
+from .rates import GpuRates, check_rate
 from .stats import StatsSnapshot
 
 
@@ -73,6 +74,34 @@ class Node:
         p = abi.new_params(abi.lib.HUVM_IOCTL_RESET_STATS)
         p.reset_flags = abi.lib.HUVM_RESET_COUNTERS
         self.call(abi.lib.HUVM_IOCTL_RESET_STATS, p)
+
+    def gpu_rates(self) -> list[GpuRates]:
+        """Each GPU's rates that its slowdown bound weighs (GET_GPU_RATES; MB/s, 0 = unknown), in node order."""
+        info = self.info()
+        p = self.call(abi.lib.HUVM_IOCTL_GET_GPU_RATES)
+        return [GpuRates(g.index, g.uuid, int(p.hbm_mbyte_per_s[g.index]), int(p.giveback_mbyte_per_s[g.index]))
+                for g in info.gpus if g.index < int(p.gpu_count)]
+
+    def set_gpu_rates(self, gpu: int | str, hbm_mbyte_per_s: int, giveback_mbyte_per_s: int) -> GpuRates:
+        """Set one GPU's rates (SET_GPU_RATES, privileged; MB/s, 0 = unknown). gpu: an index or a UUID (or a
+        unique prefix). Checked here first (PolicyError, nothing sent); returns the rates now in force."""
+        check_rate(hbm_mbyte_per_s, "hbm")
+        check_rate(giveback_mbyte_per_s, "giveback")
+        info = self.info()
+        try:
+            g = info.gpu(gpu)
+        except KeyError as exc:
+            raise errors.PolicyError(f"GPU {gpu!r}: {exc.args[0] if exc.args else 'not found'}", key="gpu") from None
+        if not g.present:
+            raise errors.PolicyError(f"GPU {g.index} ({g.uuid}) is not present", key="gpu")
+        p = abi.new_params(abi.lib.HUVM_IOCTL_SET_GPU_RATES)
+        raw = abi.uuid_bytes(g.uuid)
+        for i in range(len(raw)):
+            p.uuid[i] = raw[i]
+        p.hbm_mbyte_per_s = hbm_mbyte_per_s
+        p.giveback_mbyte_per_s = giveback_mbyte_per_s
+        self.call(abi.lib.HUVM_IOCTL_SET_GPU_RATES, p)
+        return next(r for r in self.gpu_rates() if r.gpu == g.index)
 
     def va_spaces(self) -> list[VaSpace]:
         from .metrics import VA_SPACE_METRICS

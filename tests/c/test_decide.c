@@ -397,7 +397,7 @@ TEST(decide_slowdown_bound_traffic)
     p.gpus[1].lend_slowdown_max_pct = 0;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
     CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
-    /* a bound with no HBM rate known (the kernel's case): the explicit budget alone */
+    /* a bound with no HBM rate known (none set): the explicit budget alone */
     p.gpus[1].lend_slowdown_max_pct = 2;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
     CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, 0, 0), HUVM_NV_OK);
@@ -406,6 +406,65 @@ TEST(decide_slowdown_bound_traffic)
     CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, 1, 0), HUVM_NV_OK);
     st[1].guest_traffic_bytes = (uint64_t)HUVM_LEND_TRAFFIC_MIN_MBYTE_PER_S * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000 - CHUNK;
     CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+}
+
+/* SET_GPU_RATES through the dispatch (the kernel's and the simulator's path): T clamps the guest-traffic budget
+ * from the HBM rate the command set, and sizes lending above the peak from its give-back rate; before the
+ * command (rates unknown) neither applies. */
+static huvm_status_t set_rates_cmd(uint32_t gpu, uint32_t hbm, uint32_t giveback)
+{
+    static const huvm_caller_t admin = { .privileged = 1, .uid = 0, .pid = 1, .now_ns = 5000 };
+    HUVM_SET_GPU_RATES_PARAMS c;
+
+    memset(&c, 0, sizeof(c));
+    c.hdr.abi_version = HUVM_ABI_VERSION;
+    c.hdr.size = sizeof(c);
+    memcpy(c.uuid, core.gpus[gpu].uuid, sizeof(c.uuid));
+    c.hbm_mbyte_per_s = hbm;
+    c.giveback_mbyte_per_s = giveback;
+    return huvm_dispatch(&core, NULL, NULL, &admin, HUVM_IOCTL_SET_GPU_RATES, &c, sizeof(c));
+}
+
+TEST(decide_rates_from_set_gpu_rates)
+{
+    const uint64_t ms = HUVM_NS_PER_MS;
+    huvm_evict_request_t r = fx_req(0, 1u << 1);
+    huvm_policy_t p;
+    uint64_t bound = 900000ULL * 2 / 102 * HUVM_LEND_TRAFFIC_WINDOW_MS * 1000;   /* V100: 17647 MB/s x 20 ms */
+
+    node4(HUVM_PEER_SELECT_MOST_FREE);
+    p = core.policy;
+    p.generation = 0;
+    p.gpus[1].lend_traffic_mbyte_per_s = 50000;
+    CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
+    CHECK_EQ(huvm_policy_gpu(&core, 1)->lend_slowdown_max_pct, 2);
+    /* rates unknown: the admin's 50 GB/s budget alone */
+    st[1].guest_traffic_bytes = bound - CHUNK + 1;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    /* after the command T clamps it to 900 GB/s x 2 / 102 */
+    CHECK_EQ(set_rates_cmd(1, 900000, 0), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_LENDER_BUSY);
+    st[1].guest_traffic_bytes = bound - CHUNK;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+    /* other GPUs are not touched */
+    CHECK_EQ(core.hbm_mbyte_per_s[2], 0);
+    /* back to unknown (0): the budget alone again */
+    CHECK_EQ(set_rates_cmd(1, 0, 0), HUVM_NV_OK);
+    st[1].guest_traffic_bytes = bound - CHUNK + 1;
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER);
+
+    /* lending above the peak: a measured give-back rate of 6 GB/s instead of the 16 GB/s line rate */
+    st[1].guest_traffic_bytes = 0;
+    st[1].free_bytes = 12 * GIB;
+    st[1].own_peak_bytes = 16 * GIB;
+    st[1].own_spike_ns = 1000 * ms;                        /* T = 2 % of a second: 20 ms */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 320000000, r.now_ns), HUVM_REASON_PEER);   /* 20 ms x 16 GB/s */
+    CHECK_EQ(set_rates_cmd(1, 0, 6000), HUVM_NV_OK);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 120000000, r.now_ns), HUVM_REASON_PEER);   /* 20 ms x 6 GB/s */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 120000001, r.now_ns), HUVM_REASON_PEER_FULL);
+    /* a refused command changes nothing */
+    CHECK_EQ(set_rates_cmd(1, 0, (uint32_t)HUVM_MAX_MBYTE_PER_S + 1), HUVM_NV_ERR_OUT_OF_RANGE);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 120000001, r.now_ns), HUVM_REASON_PEER_FULL);
 }
 
 /* LEND_ABOVE_PEAK under a bound T lends the part of the lender's peak it can give back within T of its

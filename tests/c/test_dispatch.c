@@ -74,6 +74,8 @@ TEST(dispatch_sizes)
     CHECK_EQ(huvm_cmd_params_size(HUVM_IOCTL_LIST_VA_SPACES), sizeof(HUVM_LIST_VA_SPACES_PARAMS));
     CHECK_EQ(huvm_cmd_params_size(HUVM_IOCTL_TEST_SET_NODE), sizeof(HUVM_TEST_SET_NODE_PARAMS));
     CHECK_EQ(huvm_cmd_params_size(HUVM_IOCTL_TEST_EVENT), sizeof(HUVM_TEST_EVENT_PARAMS));
+    CHECK_EQ(huvm_cmd_params_size(HUVM_IOCTL_SET_GPU_RATES), sizeof(HUVM_SET_GPU_RATES_PARAMS));
+    CHECK_EQ(huvm_cmd_params_size(HUVM_IOCTL_GET_GPU_RATES), sizeof(HUVM_GET_GPU_RATES_PARAMS));
     CHECK_EQ(huvm_cmd_params_size(HUVM_IOCTL_FIRST - 1), 0);
     CHECK_EQ(huvm_cmd_params_size(HUVM_IOCTL_LAST + 1), 0);
     CHECK_EQ(huvm_cmd_params_size(0), 0);
@@ -339,12 +341,102 @@ TEST(dispatch_ops_callbacks)
 
 /* The readers run under the kernel's huvm lock taken shared, several at once: their dispatch (callbacks
  * included) must leave the core byte for byte as it was, for any caller. */
+/* SET_GPU_RATES: privileged, by UUID of a present GPU, each rate 0..HUVM_MAX_MBYTE_PER_S; refused whole with the
+ * field named; GET_GPU_RATES (any user) reads them back; another GPU in the slot or a new node clears them. */
+TEST(dispatch_gpu_rates)
+{
+    HUVM_SET_GPU_RATES_PARAMS s;
+    HUVM_GET_GPU_RATES_PARAMS g;
+    huvm_gpu_info_t other;
+
+    CHECK_EQ(set_node(3, 16 * GIB), HUVM_NV_OK);
+    CHECK(huvm_cmd_privileged(HUVM_IOCTL_SET_GPU_RATES));
+    HDR(g);
+    CHECK_EQ(RUN(&user, HUVM_IOCTL_GET_GPU_RATES, g), HUVM_NV_OK);
+    CHECK_EQ(g.gpu_count, 3);
+    CHECK_EQ(g.hbm_mbyte_per_s[1], 0);
+    CHECK_EQ(g.giveback_mbyte_per_s[1], 0);
+
+    HDR(s);
+    memcpy(s.uuid, core.gpus[1].uuid, sizeof(s.uuid));
+    s.hbm_mbyte_per_s = 900000;
+    s.giveback_mbyte_per_s = 12000;
+    /* not privileged */
+    save();
+    CHECK_EQ(RUN(&user, HUVM_IOCTL_SET_GPU_RATES, s), HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS);
+    CHECK_EQ(s.rmStatus, HUVM_NV_ERR_INSUFFICIENT_PERMISSIONS);
+    CHECK(unchanged());
+    /* out of range, each field named */
+    s.hbm_mbyte_per_s = (uint32_t)HUVM_MAX_MBYTE_PER_S + 1;
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_GPU_RATES, s), HUVM_NV_ERR_OUT_OF_RANGE);
+    CHECK_EQ(s.error_field, HUVM_FIELD_RATES_HBM);
+    CHECK(unchanged());
+    s.hbm_mbyte_per_s = 900000;
+    s.giveback_mbyte_per_s = 0xffffffffu;
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_GPU_RATES, s), HUVM_NV_ERR_OUT_OF_RANGE);
+    CHECK_EQ(s.error_field, HUVM_FIELD_RATES_GIVEBACK);
+    CHECK(unchanged());
+    /* the GPU: unknown, zero, or absent */
+    s.giveback_mbyte_per_s = 12000;
+    fx_uuid(s.uuid, 7);
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_GPU_RATES, s), HUVM_NV_ERR_GPU_UUID_NOT_FOUND);
+    CHECK_EQ(s.error_field, HUVM_FIELD_RATES_GPU);
+    memset(s.uuid, 0, sizeof(s.uuid));
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_GPU_RATES, s), HUVM_NV_ERR_GPU_UUID_NOT_FOUND);
+    huvm_core_remove_gpu(&core, 2);
+    save();
+    memcpy(s.uuid, core.gpus[2].uuid, sizeof(s.uuid));
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_GPU_RATES, s), HUVM_NV_ERR_GPU_UUID_NOT_FOUND);
+    CHECK(unchanged());
+    /* accepted: only that GPU's rates change, and any user reads them back; the extremes are accepted */
+    memcpy(s.uuid, core.gpus[1].uuid, sizeof(s.uuid));
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_GPU_RATES, s), HUVM_NV_OK);
+    CHECK_EQ(s.error_field, HUVM_FIELD_NONE);
+    CHECK_EQ(core.hbm_mbyte_per_s[1], 900000);
+    CHECK_EQ(core.giveback_mbyte_per_s[1], 12000);
+    CHECK_EQ(core.hbm_mbyte_per_s[0], 0);
+    CHECK_EQ(RUN(&user, HUVM_IOCTL_GET_GPU_RATES, g), HUVM_NV_OK);
+    CHECK_EQ(g.hbm_mbyte_per_s[1], 900000);
+    CHECK_EQ(g.giveback_mbyte_per_s[1], 12000);
+    CHECK_EQ(g.hbm_mbyte_per_s[0], 0);
+    memcpy(s.uuid, core.gpus[0].uuid, sizeof(s.uuid));
+    s.hbm_mbyte_per_s = (uint32_t)HUVM_MAX_MBYTE_PER_S;
+    s.giveback_mbyte_per_s = (uint32_t)HUVM_MAX_MBYTE_PER_S;
+    CHECK_EQ(RUN(&root, HUVM_IOCTL_SET_GPU_RATES, s), HUVM_NV_OK);
+    CHECK_EQ(core.hbm_mbyte_per_s[0], HUVM_MAX_MBYTE_PER_S);
+    /* the same GPU registered again keeps its rates; another GPU in the slot starts unknown */
+    other = core.gpus[1];
+    CHECK_EQ(huvm_core_set_gpu(&core, 1, &other), HUVM_NV_OK);
+    CHECK_EQ(core.hbm_mbyte_per_s[1], 900000);
+    fx_uuid(other.uuid, 9);
+    CHECK_EQ(huvm_core_set_gpu(&core, 1, &other), HUVM_NV_OK);
+    CHECK_EQ(core.hbm_mbyte_per_s[1], 0);
+    CHECK_EQ(core.giveback_mbyte_per_s[1], 0);
+    /* a new synthetic node clears them all */
+    CHECK_EQ(core.hbm_mbyte_per_s[0], HUVM_MAX_MBYTE_PER_S);
+    {
+        static HUVM_TEST_SET_NODE_PARAMS n;
+        uint32_t i;
+
+        HDR(n);
+        n.gpu_count = 2;
+        for (i = 0; i < 2; i++) {
+            fx_uuid(n.gpus[i].uuid, i);
+            n.gpus[i].memory_bytes = n.gpus[i].free_bytes = GIB;
+            n.gpus[i].flags = HUVM_GPU_FLAG_PRESENT;
+        }
+        CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_SET_NODE, n), HUVM_NV_OK);
+    }
+    CHECK_EQ(core.hbm_mbyte_per_s[0], 0);
+}
+
 TEST(dispatch_readers_write_nothing_but_params)
 {
-    static const uint32_t readers[] = { HUVM_IOCTL_GET_INFO, HUVM_IOCTL_GET_POLICY, HUVM_IOCTL_GET_STATS };
+    static const uint32_t readers[] = { HUVM_IOCTL_GET_INFO, HUVM_IOCTL_GET_POLICY, HUVM_IOCTL_GET_STATS,
+                                        HUVM_IOCTL_GET_GPU_RATES };
     static huvm_core_t before;
     static uint8_t params[sizeof(HUVM_GET_STATS_PARAMS) + sizeof(HUVM_GET_INFO_PARAMS) +
-                          sizeof(HUVM_GET_POLICY_PARAMS)];
+                          sizeof(HUVM_GET_POLICY_PARAMS) + sizeof(HUVM_GET_GPU_RATES_PARAMS)];
     huvm_core_ops_t ops = { fake_refresh, NULL, fake_changed };
     HUVM_TEST_EVENT_PARAMS e = event(HUVM_TEST_EVENT_EVICT, 0, 3);
     uint32_t k, cmd;
@@ -353,7 +445,7 @@ TEST(dispatch_readers_write_nothing_but_params)
     CHECK_EQ(RUN(&root, HUVM_IOCTL_TEST_EVENT, e), HUVM_NV_OK);
     for (cmd = HUVM_IOCTL_FIRST; cmd <= HUVM_IOCTL_LAST; cmd++)
         CHECK_EQ(huvm_cmd_reader(cmd), (uint32_t)(cmd == HUVM_IOCTL_GET_INFO || cmd == HUVM_IOCTL_GET_POLICY ||
-                                                  cmd == HUVM_IOCTL_GET_STATS));
+                                                  cmd == HUVM_IOCTL_GET_STATS || cmd == HUVM_IOCTL_GET_GPU_RATES));
     for (k = 0; k < sizeof(readers) / sizeof(readers[0]); k++) {
         uint32_t size = huvm_cmd_params_size(readers[k]);
         huvm_hdr_t *h = (huvm_hdr_t *)params;

@@ -121,6 +121,34 @@ def test_the_node_toml_loads_back_through_sim_config(tmp_path: Path, capsys: pyt
     assert rc == 0 and len(json.loads(out)["node"]["gpus"]) == 1
 
 
+class D2dBackend(FakeBackend):
+    """The fake backend with a device-to-device copy test (``hbm_d2d_copy``, issue 28) among its samples."""
+
+    def run(self, plan: Plan) -> Samples:
+        got = super().run(plan)
+        return replace(got, tests={**got.tests, "hbm_d2d_copy": (3_900_000.0, 4_000_000.0, 3_950_000.0)})
+
+
+def test_a_measured_d2d_copy_is_the_hbm_rate_the_rates_load(tmp_path: Path) -> None:
+    """With the device-to-device copy measured, the record's HBM rate is its median (NVML's peak kept beside it),
+    the node TOML's lend_chunk_ns is 2 MiB at that rate, and `huvmctl rates load` reads that rate back from the
+    TOML (the give-back rate from the same record's eviction path)."""
+    from huvm import rates
+
+    cal = calibration.measure(D2dBackend(), 0)
+    node = cal.data["node"]
+    assert node["hbm_mbyte_per_s"] == 3_950_000 and node["hbm_source"] == "measured-d2d"
+    assert node["hbm_peak_mbyte_per_s"] == REF["node"]["hbm_mbyte_per_s"]
+    assert cal.data["tests"]["hbm_d2d_copy"] == [3_900_000, 4_000_000, 3_950_000]
+    _, toml = calibration.write(cal, tmp_path, "n")
+    (hbm, giveback), = rates.from_node_file(toml)
+    assert hbm == measured.CHUNK_BYTES * 1000 // measured.copy_ns(3_950_000)
+    assert giveback == rates.from_node_file(calibration.write(calibration.measure(FakeBackend(), 0), tmp_path,
+                                                              "ref")[1])[0][1]     # the HBM rate does not move it
+    # without the copy test (records before issue 28): NVML's peak, as before
+    assert calibration.measure(FakeBackend(), 0).data["node"]["hbm_source"] == "nvml"
+
+
 def test_write_refuses_a_toml_that_does_not_load_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cal = calibration.measure(FakeBackend(), 0)
     monkeypatch.setattr(calibration, "load_node", lambda path: PRESETS["hgx-h100"])

@@ -349,9 +349,9 @@ def test_test_commands_need_privilege(core: Any) -> None:
 
 def test_privileged_commands_are_exactly_the_writers() -> None:
     writers = {lib.HUVM_IOCTL_SET_POLICY, lib.HUVM_IOCTL_RESET_STATS, lib.HUVM_IOCTL_TEST_SET_NODE,
-               lib.HUVM_IOCTL_TEST_EVENT}
+               lib.HUVM_IOCTL_TEST_EVENT, lib.HUVM_IOCTL_SET_GPU_RATES}
     readers = {lib.HUVM_IOCTL_GET_INFO, lib.HUVM_IOCTL_GET_POLICY, lib.HUVM_IOCTL_GET_STATS,
-               lib.HUVM_IOCTL_LIST_VA_SPACES}
+               lib.HUVM_IOCTL_LIST_VA_SPACES, lib.HUVM_IOCTL_GET_GPU_RATES}
     for cmd in writers:
         assert lib.huvm_cmd_privileged(cmd) == 1, hex(cmd)
     for cmd in readers:

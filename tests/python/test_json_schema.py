@@ -56,6 +56,8 @@ def validate(doc: dict[str, Any]) -> None:
         ((*SIM, "policy", "apply", "{policy}"), "policy-change"),
         ((*SIM, "policy", "diff", "{policy}"), "policy-diff"),
         ((*SIM, "policy", "lender-budget", "1", "--max-slowdown", "2%", "--hbm", "900GB/s"), "lender-budget"),
+        ((*SIM, "rates", "set", "1", "--hbm", "900GB/s"), "gpu-rates"),
+        ((*SIM, "rates", "show"), "gpu-rates"),
         (("policy", "keys"), "policy-keys"),
         (("sim", "presets"), "sim-presets"),
         (("sim", "run", "{experiment}"), "experiment"),

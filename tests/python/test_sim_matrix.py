@@ -119,6 +119,57 @@ def test_lender_timing_stretches_the_working_lenders_clock_only() -> None:
     assert M.main(["--lender-timing", "3", "-q"]) == 2
 
 
+def _same(a: object, b: object) -> bool:
+    """Equal, numpy arrays by value, dataclasses (tenants, traces) field by field."""
+    import dataclasses
+
+    import numpy as np
+
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and \
+            np.array_equal(a, b)
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return type(a) is type(b) and all(_same(getattr(a, f.name), getattr(b, f.name))
+                                          for f in dataclasses.fields(a))
+    if isinstance(a, (tuple, list)):
+        return isinstance(b, type(a)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def test_seed_redraws_the_random_parts_only() -> None:
+    """``--seed K`` re-draws what a scenario draws at random (its generated harvester's accesses, a serving
+    lender's arrivals, the MoE's routing, the Fig 9 PageRank's gathers) and leaves everything else as it is; a
+    scenario without random parts is the same at every seed; 0 is the matrix itself; out of range refused."""
+    base = {s.name: s for s in M.scenarios(None)}
+    other = {s.name: s for s in M.scenarios(None, seed=1)}
+    assert base.keys() == other.keys()          # the same names: the seed moves no scenario
+    randoms = {n for n, s in base.items() if s.random_parts}
+    assert randoms == {n for n, s in base.items()
+                       if s.tag("harvester") in ("random", "hot-cold", "moe", "pagerank-fig9")
+                       or s.tag("lenders") == "kv-serve"}
+    assert len(randoms) == 25 and len(base) - len(randoms) == 76
+    for n, a in base.items():
+        b = other[n]
+        diff = [i for i, (x, y) in enumerate(zip(a.tenants, b.tenants, strict=True)) if not _same(x, y)]
+        if n in randoms:
+            assert diff and b.tag("seed") == "1", n
+            want = {i for i, t in enumerate(a.tenants) if t.trace is not None and
+                    (i in a.harvesters or "kv-serve" in t.name)}
+            ha, hb = a.tenants[0].trace, b.tenants[0].trace
+            assert ha is not None and hb is not None
+            if int(ha.op_time_ns.sum()) != int(hb.op_time_ns.sum()):
+                want |= set(a.lenders)      # the lenders' shapes are timed on the harvester's compute (MoE)
+            assert set(diff) <= want, n
+        else:
+            assert not diff and not b.tag("seed"), n
+    same = {s.name: s for s in M.scenarios(None, seed=0)}
+    assert all(_same(same[n], s) for n, s in base.items())
+    for bad in (-1, 1000):
+        with pytest.raises(SimConfigError, match="seed"):
+            M.scenarios("evaluation", seed=bad)
+    assert M.main(["--seed", "-3", "--list"]) == 2
+
+
 def test_lender_keys_reach_the_lenders_at_work_only() -> None:
     """``lender.FIELD`` sets the lending key on the GPUs of the lenders at work, not on the idle lender nor the
     harvester; a percentage is of the lender GPU's memory, in whole chunks."""
@@ -153,7 +204,7 @@ def test_cli_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert M.main(["--only", "p3/bert-base/fit-32", "-q", "--update-doc", str(plain)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     refusal = ("error: update_doc: --update-doc takes one whole half (every kind, two levels each), the presets "
-               "only, at lender timing 1 and the default spike cadence")
+               "only, at lender timing 1, the default spike cadence and seed 0")
     assert err == [refusal]
     assert M.main(["-q", "--lender-timing", "1.1", "--update-doc", str(plain)]) == 2     # the whole half, timed
     assert capsys.readouterr().err.strip().splitlines() == [refusal]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from huvmlab.sim import matrix as M
 from huvmlab.sim import verdict as V
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "evaluation.md"
@@ -84,3 +85,39 @@ def test_make_eval_prints_the_points_of_every_verdict(capsys: pytest.CaptureFixt
         assert f"huvm {v.huvm.speedup:.3f}x geomean, worst lender {v.huvm.lender * 100:+.1f}% ({only})" in line
         assert f"prototype {v.prototype.speedup:.3f}x" in line
         assert line.endswith(f"best T-respecting {v.best.speedup:.3f}x ({v.best.variant} 1)")
+
+
+def test_the_ensemble_redraws_a_stochastic_scenarios_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 item 2: a scenario with random parts (here the harvester's random access stream) has seed members
+    besides the lender timings, and their spread is in its noise band: on this scenario the timings move nothing
+    (steady lenders), the seeds do, so without the seed members the band falls back to the floor."""
+    only = "h100/random/fit-0/steady"
+    sc = next(s for s in M.scenarios("evaluation") if s.name == only)
+    assert sc.random_parts == ("the harvester's random access stream",)
+    assert V.members(sc) == [(f, 0) for f in V.TIMINGS] + [(1.0, s) for s in V.SEEDS] and V.SEEDS
+    vs = V.judge("evaluation", [only])
+    for v in vs:
+        assert v.members == len(V.TIMINGS) + len(V.SEEDS)
+        assert v.timing_noise == 0.0 and v.seed_noise > V.NOISE_FLOOR
+        assert v.noise >= v.seed_noise > V.NOISE_FLOOR
+    # the reported point is the matrix's (seed set 0): the ensemble moves the band, not the point
+    monkeypatch.setattr(V, "SEEDS", ())
+    alone = V.judge("evaluation", [only])
+    assert [(v.huvm, v.prototype, v.best) for v in alone] == [(v.huvm, v.prototype, v.best) for v in vs]
+    assert all(v.members == len(V.TIMINGS) and v.noise == V.NOISE_FLOOR and v.seed_noise == 0.0 for v in alone)
+
+
+def test_a_deterministic_scenario_has_no_seed_spread() -> None:
+    """A scenario without random parts (a recorded trace, the lenders' fixed shapes) runs no seed members and
+    reports zero seed spread: re-drawn, it is the same scenario, with the same outcome."""
+    only = "p3/streaming/2/spiky/uvm/2h"
+    sc = next(s for s in M.scenarios("evaluation") if s.name == only)
+    assert sc.random_parts == () and V.members(sc) == [(f, 0) for f in V.TIMINGS]
+    again = next(s for s in M.scenarios("evaluation", seed=V.SEEDS[0]) if s.name == only)
+    keys = [v for v in V.variants() if v.name == "stock" or v.name in V.noise_keys()]
+    a, b = M.evaluate([sc], keys), M.evaluate([again], keys)
+    assert all(a.outcome(only, k.name) == b.outcome(only, k.name) for k in keys)
+    for v in V.judge("evaluation", [only]):
+        assert v.members == len(V.TIMINGS) and v.seed_noise == 0.0 and v.seed_lender_noise == 0.0
+        assert v.timing_noise > 0.0           # its spiky lenders' timing does move it
+        assert "seeds - (no random part)" in v.noise_line()

@@ -32,7 +32,7 @@
 
 /* Versions. A tool and a module talk if their ABI major versions are equal; minor versions only add. */
 #define HUVM_ABI_VERSION_MAJOR 2
-#define HUVM_ABI_VERSION_MINOR 2
+#define HUVM_ABI_VERSION_MINOR 3
 #define HUVM_ABI_VERSION       ((HUVM_ABI_VERSION_MAJOR << 16) | HUVM_ABI_VERSION_MINOR)
 #define HUVM_VERSION_MAJOR     0
 #define HUVM_VERSION_MINOR     1
@@ -75,8 +75,11 @@
 /* Test-only: refused by the patched nvidia-uvm unless uvm_enable_builtin_tests=1. */
 #define HUVM_IOCTL_TEST_SET_NODE  1807
 #define HUVM_IOCTL_TEST_EVENT     1808
+/* ABI 2.3: the per-GPU rates a lender's slowdown bound weighs (SET is privileged, GET a reader). */
+#define HUVM_IOCTL_SET_GPU_RATES  1809
+#define HUVM_IOCTL_GET_GPU_RATES  1810
 #define HUVM_IOCTL_FIRST          1801
-#define HUVM_IOCTL_LAST           1808
+#define HUVM_IOCTL_LAST           1810
 
 /* NV_STATUS values (nvstatuscodes.h) used by huvm. */
 #define HUVM_NV_OK                           0x00000000
@@ -122,6 +125,9 @@
 #define HUVM_FIELD_NODE_LINK          29
 #define HUVM_FIELD_RESET_FLAGS        30
 #define HUVM_FIELD_TEST_FLAGS         31
+#define HUVM_FIELD_RATES_GPU          32
+#define HUVM_FIELD_RATES_HBM          33
+#define HUVM_FIELD_RATES_GIVEBACK     34
 #define HUVM_FIELD_GPU_BASE           1000
 #define HUVM_FIELD_GPU_STRIDE         64
 #define HUVM_FIELD_GPU_UUID           0
@@ -463,6 +469,30 @@ typedef struct {
     uint32_t rmStatus;            /* Out */
 } HUVM_TEST_EVENT_PARAMS;
 
+/* The rates a lender's slowdown bound T (lend_slowdown_max_pct) weighs, per GPU: facts about the node that the
+ * admin's tooling measures (`huvmctl rates set`, `huvmctl rates load` from `huvmctl calibrate`'s node file). With
+ * the HBM bandwidth, T clamps the GPU's guest-traffic budget to hbm x T / (100 + T); with the give-back rate, T
+ * sizes what a LEND_ABOVE_PEAK lender lends above its recent peak (else the host link's line rate is assumed).
+ * Rates belong to the GPU in the slot: registering another GPU in it clears them. */
+typedef struct {
+    huvm_hdr_t hdr;
+    uint8_t uuid[16];               /* In: the GPU (GET_INFO's uuid); it must be present */
+    uint32_t hbm_mbyte_per_s;       /* In: its HBM bandwidth, MB/s; 0 = unknown, else <= HUVM_MAX_MBYTE_PER_S */
+    uint32_t giveback_mbyte_per_s;  /* In: its give-back rate (GPU to host eviction), MB/s; 0 = unknown */
+    uint32_t error_field;           /* Out */
+    uint32_t rmStatus;              /* Out */
+} HUVM_SET_GPU_RATES_PARAMS;
+
+typedef struct {
+    huvm_hdr_t hdr;
+    uint32_t gpu_count;                 /* Out: entries used (GET_INFO's gpus[] order) */
+    uint32_t pad;
+    uint32_t hbm_mbyte_per_s[16];       /* Out: 0 = unknown */
+    uint32_t giveback_mbyte_per_s[16];  /* Out: 0 = unknown (the host link's line rate is used) */
+    uint32_t error_field;               /* Out */
+    uint32_t rmStatus;                  /* Out */
+} HUVM_GET_GPU_RATES_PARAMS;
+
 /* Destination index meaning "host memory" in decisions, events and probes. */
 #define HUVM_DEST_HOST 16
 
@@ -617,5 +647,8 @@ HUVM_ABI_ASSERT(sizeof(HUVM_RESET_STATS_PARAMS) % 8 == 0, "RESET_STATS");
 HUVM_ABI_ASSERT(sizeof(HUVM_LIST_VA_SPACES_PARAMS) % 8 == 0, "LIST_VA_SPACES");
 HUVM_ABI_ASSERT(sizeof(HUVM_TEST_SET_NODE_PARAMS) % 8 == 0, "TEST_SET_NODE");
 HUVM_ABI_ASSERT(sizeof(HUVM_TEST_EVENT_PARAMS) % 8 == 0, "TEST_EVENT");
+HUVM_ABI_ASSERT(sizeof(HUVM_SET_GPU_RATES_PARAMS) == 48, "SET_GPU_RATES");
+HUVM_ABI_ASSERT(sizeof(HUVM_GET_GPU_RATES_PARAMS) == 160, "GET_GPU_RATES");
+HUVM_ABI_ASSERT(HUVM_ABI_ARRAY_LEN(HUVM_GET_GPU_RATES_PARAMS, hbm_mbyte_per_s) == HUVM_MAX_GPUS, "rates hbm[]");
 
 #endif /* _UVM_HUVM_IOCTL_H */

@@ -1,6 +1,6 @@
 """huvmctl: the huvm command line (thin: argument parsing and printing over the huvm library).
 
-The control plane's subcommands are here (status, topology, va-spaces, policy, stats, export, watch); the lab's
+The control plane's subcommands are here (status, topology, va-spaces, policy, rates, stats, export, watch); the lab's
 (experiment, sim, trace, calibrate, gpu-check) come from :mod:`huvmlab` through :func:`huvm.registry.commands`
 (entry points), so this package never imports the lab.
 
@@ -26,6 +26,7 @@ EPILOG = """examples:
   huvmctl --backend sim status                # a simulated node (no GPU needed)
   huvmctl --sim --sim-config dgx-a100 topology
   huvmctl policy set prefetch_chunks=16 gpu.1.role=lender
+  huvmctl rates load out/calibration/h200-580.159.04.toml   # the rates the lender bound T weighs
   huvmctl stats --watch 1 --json
   huvmctl experiment run pyctl/huvm/examples/consolidation.toml --out out/demo
   huvmctl trace info bundled:llama-tiny
@@ -49,7 +50,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from ..client import BACKENDS
-    from . import export, policy, stats, status, watch
+    from . import export, policy, rates, stats, status, watch
 
     # Options every subcommand accepts (also before the subcommand). SUPPRESS keeps a subcommand's default
     # from overriding a value given globally.
@@ -75,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
     parents = [common]
-    for register in (status.register, policy.register, stats.register, export.register, watch.register,
+    for register in (status.register, policy.register, rates.register, stats.register, export.register,
+                     watch.register,
                      *registry.commands().values()):
         register(sub, parents)
     return parser

@@ -177,7 +177,8 @@ static int run(size_t size, int repeat, const size_t *conc, int nconc, size_t se
         CK(cudaMalloc(&dev, size));
         CK(cudaMallocHost(&host, size));
         memset(host, 1, size);
-        double h2d[64], d2h[64], res[64];
+        double h2d[64], d2h[64], res[64], d2d[64];
+        size_t half = size / 2;
         for (int r = 0; r < repeat; r++) {
             CK(cudaEventRecord(ev0));
             CK(cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice));
@@ -191,12 +192,18 @@ static int run(size_t size, int repeat, const size_t *conc, int nconc, size_t se
             grid_read(dev, size);
             CK(cudaEventRecord(ev1));
             res[r] = rate(size, elapsed_ms());
+            // device to device, the buffer's first half onto its second: the HBM reads and writes each byte
+            CK(cudaEventRecord(ev0));
+            CK(cudaMemcpy((char *)dev + half, dev, half, cudaMemcpyDeviceToDevice));
+            CK(cudaEventRecord(ev1));
+            d2d[r] = rate(2 * half, elapsed_ms());
         }
         CK(cudaFreeHost(host));
         CK(cudaFree(dev));
         emit("pinned_h2d", h2d, repeat, 0);
         emit("pinned_d2h", d2h, repeat, 0);
         emit("resident_stream_read", res, repeat, 0);
+        emit("hbm_d2d_copy", d2d, repeat, 0);
     }
     // prefetch there and back
     {

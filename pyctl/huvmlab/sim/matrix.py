@@ -18,6 +18,7 @@ The matrix is split in two halves, stratified by harvester family: the preset's 
 
     huvmctl sim matrix                      # the evaluation half's table
     huvmctl sim matrix --half tuning --variant ps=peer_select:fewest-lent
+    huvmctl sim matrix --seed 1             # the random parts (Scenario.random_parts) re-drawn
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ LENDER_TARGET = 0.02
 LENDER_TIMING_RANGE = (0.5, 2.0)
 #: the range of ``--spike-period`` (ms): the spiky lenders' cadence, from milliseconds to a minute
 SPIKE_PERIOD_MS_RANGE = (1.0, 60_000.0)
+#: ``--seed`` k > 0 re-draws every random part of a scenario with its seed + k * SEED_STRIDE (0: the matrix's
+#: seeds); the stride keeps the parts' seed sets apart (the matrix's own seeds are 3..12)
+SEED_STRIDE = 1000
+SEED_RANGE = (0, 999)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,9 @@ class Scenario:
     harvesters: tuple[int, ...]     # tenant indices whose speedup is measured
     lenders: tuple[int, ...]        # tenant indices of lenders with work, whose slowdown is measured
     tags: tuple[tuple[str, str], ...] = ()
+    #: what in it is drawn at random (a seeded generator), in words; empty: deterministic (recorded traces,
+    #: the lender shapes), so another seed gives the same scenario
+    random_parts: tuple[str, ...] = ()
 
     def tag(self, key: str) -> str:
         return dict(self.tags).get(key, "")
@@ -111,32 +119,49 @@ def _bundled(name: str, gpu_preset: str) -> SimTraceLike:
     return traces.load(traces.bundled(name)).to_sim_events(gpu_preset)
 
 
+def _seed(base: int, seed: int) -> int:
+    """A random part's seed: the matrix's ``base`` for seed set 0, else moved by :data:`SEED_STRIDE` per set."""
+    return base + seed * SEED_STRIDE
+
+
+#: the random parts of the generated traces (:attr:`Scenario.random_parts`): trace -> what is drawn at random
+_RANDOM_PARTS: dict[str, str] = {
+    "random": "the harvester's random access stream",
+    "hot-cold": "the harvester's hot/cold access stream",
+    "moe": "the experts' popularity drift and token routing",
+    "kv-serve": "the serving lender's request arrivals and lengths",
+    "fig9": "the PageRank harvester's power-law gathers",
+}
+
+
 @cache
-def _synthetic(name: str) -> SimTraceLike:
+def _synthetic(name: str, seed: int = 0) -> SimTraceLike:
     from . import workloads
 
     ws = 1536 * MIB
     if name == "random":
-        return workloads.random_access(ws, 2400, seed=11, name="random")
+        return workloads.random_access(ws, 2400, seed=_seed(11, seed), name="random")
     if name == "hot-cold":
-        return workloads.hot_cold(ws, 2400, seed=12, name="hot-cold")
+        return workloads.hot_cold(ws, 2400, seed=_seed(12, seed), name="hot-cold")
     if name == "streaming":
         return workloads.streaming(ws, passes=3, name="streaming")
     raise SimConfigError(f"unknown synthetic harvester {name!r}", field="harvester")
 
 
 @cache
-def _moe() -> SimTraceLike:
+def _moe(seed: int = 0) -> SimTraceLike:
     from . import workloads
 
-    return workloads.moe_expert_parallel(ep_ranks=4)
+    return workloads.moe_expert_parallel(ep_ranks=4, seed=_seed(5, seed))
 
 
-def _harvester_trace(name: str, gpu_preset: str) -> SimTraceLike:
+def _harvester_trace(name: str, gpu_preset: str, seed: int = 0) -> SimTraceLike:
+    """A harvester's trace; ``seed``: the seed set of a generated one's random draws (the bundled traces are
+    recorded: the same for every seed)."""
     if name in ("random", "hot-cold", "streaming"):
-        return _synthetic(name)
+        return _synthetic(name, seed if name in _RANDOM_PARTS else 0)
     if name == "moe":
-        return _moe()
+        return _moe(seed)
     return _bundled(name, gpu_preset)
 
 
@@ -169,14 +194,15 @@ def _compute_ns(trace: SimTraceLike, steps: int) -> int:
 
 def _build(node_key: str, family: str, harvester: str, level: str, mix: str, managed_lenders: bool,
            half: str, steps: int = 3, two_harvesters: bool = False, lender_timing: float = 1.0,
-           spike_period_ms: float | None = None, part: str = "base") -> Scenario:
+           spike_period_ms: float | None = None, part: str = "base", seed: int = 0) -> Scenario:
     from . import workloads
 
     preset, ngpu, lender_gpus = _NODES[node_key]
     base = NodeConfig.preset(preset)
     if base.gpu_count > ngpu:
         base = base.subset(ngpu)
-    trace = _harvester_trace(harvester, base.gpu_preset)
+    trace = _harvester_trace(harvester, base.gpu_preset, seed)
+    randoms = [_RANDOM_PARTS[harvester]] if harvester in _RANDOM_PARTS else []
     many = mix == "many"
     usable = _usable_for(footprint_bytes(trace) * (2 if many else 1), level)
     node = base.with_gpu_memory(usable + RESERVED_BYTES, RESERVED_BYTES)
@@ -219,9 +245,11 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
         if kind == "kv-serve":
             # vAttention-style serving: the KV cache is cudaMalloc'd (mapped) as it grows: never evicted
             lenders.append(len(tenants))
-            tenants.append(TenantSpec(gpu, _kv_lender(usable, int(horizon * lender_timing), int(op_ns * lender_timing)),
+            tenants.append(TenantSpec(gpu, _kv_lender(usable, int(horizon * lender_timing), int(op_ns * lender_timing),
+                                                      seed),
                                       name=f"kv-serve@{gpu}", background=True, managed=False, role="lender",
                                       record_ops=True))
+            randoms.append(_RANDOM_PARTS["kv-serve"])
             continue
         if kind == "allreduce":
             i = ring.index(gpu)
@@ -251,10 +279,12 @@ def _build(node_key: str, family: str, harvester: str, level: str, mix: str, man
         ("harvesters", str(len(harvesters))), ("kind", part))
     if lender_timing != 1.0:
         tags += (("lender_timing", f"{lender_timing:g}"),)
+    if seed and randoms:
+        tags += (("seed", str(seed)),)
     if spike_period_ms is not None and "spiky" in kinds:
         name += f"/every-{spike_period_ms:g}ms"
         tags += (("spike_period_ms", f"{spike_period_ms:g}"),)
-    return Scenario(name, half, node, tuple(tenants), tuple(harvesters), tuple(lenders), tags)
+    return Scenario(name, half, node, tuple(tenants), tuple(harvesters), tuple(lenders), tags, tuple(randoms))
 
 
 def _by_factor(factors: dict[int, int]) -> dict[int, list[int]]:
@@ -290,7 +320,7 @@ KV_OUTPUT_OPS_SHARE = 0.1
 ALLREDUCE_GRAD_SHARE = 1 / 8
 
 
-def _kv_lender(usable: int, horizon_ns: int, op_ns: int) -> SimTraceLike:
+def _kv_lender(usable: int, horizon_ns: int, op_ns: int, seed: int = 0) -> SimTraceLike:
     from . import workloads
 
     ops = max(20, horizon_ns // op_ns)
@@ -307,7 +337,7 @@ def _kv_lender(usable: int, horizon_ns: int, op_ns: int) -> SimTraceLike:
     return workloads.kv_serving(weights, cap, ops, kv_bytes_per_token=kvpt,
                                 arrivals_per_op=batch / output, prompt_mean=prompt,
                                 output_mean=output, ns_per_chunk=ns_per_chunk,
-                                name="lender-kv-serve")
+                                seed=_seed(7, seed), name="lender-kv-serve")
 
 
 def _allreduce_lender(usable: int, horizon_ns: int, op_ns: int, ranks: int) -> SimTraceLike:
@@ -341,7 +371,7 @@ KIND_LEVELS: dict[str, int] = {"kv-serve": 3, "moe": 4, "allreduce": 5, "many": 
 
 
 def _kind_scenarios(half: str | None, kinds: Sequence[str], all_levels: bool, lender_timing: float,
-                    spike_period_ms: float | None) -> list[Scenario]:
+                    spike_period_ms: float | None, seed: int = 0) -> list[Scenario]:
     """The workload kinds' scenarios. Split as the base matrix is: kind k counts as harvester
     ``len(_HARVESTERS) + k``, its levels alternate between the halves from ``(hi + li) % 2``, and its lenders
     are on managed memory where ``(hi + li) % 5 == 0`` (a serving lender's KV is always cudaMalloc'd)."""
@@ -359,7 +389,8 @@ def _kind_scenarios(half: str | None, kinds: Sequence[str], all_levels: bool, le
             managed = (hi + li) % 5 == 0
             if half is None or which == half:
                 out.append(_build(node_key, family, harvester, level, mix, managed, which,
-                                  lender_timing=lender_timing, spike_period_ms=spike_period_ms, part=name))
+                                  lender_timing=lender_timing, spike_period_ms=spike_period_ms, part=name,
+                                  seed=seed))
     return out
 
 
@@ -368,7 +399,7 @@ _FIG9_HALVES: tuple[tuple[int, str], ...] = ((5, "tuning"), (10, "evaluation"), 
                                                (40, "tuning"), (60, "evaluation"))
 
 
-def _fig9(spare_pct: int, half: str) -> Scenario:
+def _fig9(spare_pct: int, half: str, seed: int = 0) -> Scenario:
     """HUVM ATC'22 Fig 9: GPUs 1-2 of a p3.8xlarge (NV2), a 19 GiB PageRank harvester, the neighbour
     cudaMallocs the artifact's size (MiB) for this much spare memory (an idle lender)."""
     from . import calibrate
@@ -376,19 +407,23 @@ def _fig9(spare_pct: int, half: str) -> Scenario:
 
     node = fig9_node()
     alloc_mib = dict(calibrate.FIG9_SPARE)[spare_pct]
-    tenants = (TenantSpec(0, _fig9_trace(), name="pagerank@1", role="harvester"),
+    tenants = (TenantSpec(0, _fig9_trace(seed), name="pagerank@1", role="harvester"),
                TenantSpec(1, static_bytes=alloc_mib * MIB, name="idle@2", role="lender"))
-    tags = (("node", "p3"), ("family", "graph"), ("harvester", "pagerank-fig9"), ("level", f"{spare_pct}%-spare"),
-            ("lenders", "idle"), ("lender_memory", "cudaMalloc"), ("harvesters", "1"), ("kind", "base"))
-    return Scenario(f"fig9/pagerank/{spare_pct}%-spare", half, node, tenants, (0,), (), tags)
+    tags: tuple[tuple[str, str], ...] = (
+        ("node", "p3"), ("family", "graph"), ("harvester", "pagerank-fig9"), ("level", f"{spare_pct}%-spare"),
+        ("lenders", "idle"), ("lender_memory", "cudaMalloc"), ("harvesters", "1"), ("kind", "base"))
+    if seed:
+        tags += (("seed", str(seed)),)
+    return Scenario(f"fig9/pagerank/{spare_pct}%-spare", half, node, tenants, (0,), (), tags,
+                    (_RANDOM_PARTS["fig9"],))
 
 
 @cache
-def _fig9_trace() -> SimTraceLike:
+def _fig9_trace(seed: int = 0) -> SimTraceLike:
     from . import workloads
 
     return workloads.pagerank(vertices=41_652_230, edges=4_900_000_000, iterations=6,
-                              edge_chunks_per_op=32, gathers_per_op=32,
+                              edge_chunks_per_op=32, gathers_per_op=32, seed=_seed(3, seed),
                               name="pagerank-twitter-like")
 
 
@@ -398,7 +433,7 @@ KIND_NAMES: tuple[str, ...] = ("base", *KINDS)
 
 def scenarios(half: str | None = None, lender_timing: float = 1.0,
               spike_period_ms: float | None = None, kinds: Sequence[str] | None = None,
-              all_levels: bool = False) -> list[Scenario]:
+              all_levels: bool = False, seed: int = 0) -> list[Scenario]:
     """The matrix, in a fixed order; ``half`` selects ``tuning`` or ``evaluation`` (None: both).
     ``lender_timing`` (default 1) multiplies the working lenders' op time: how much a result depends on when
     the lenders' spikes fall (``--lender-timing``; the Fig 9 scenarios have idle lenders only).
@@ -411,7 +446,10 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0,
     harvester), so that both halves hold near-fit and 3x cases of each family.
 
     ``kinds``: which parts (:data:`KIND_NAMES`: ``base``, the matrix above with the Fig 9 scenarios, and the
-    workload kinds of :data:`KINDS`; None: all); ``all_levels``: the workload kinds at every level, not two."""
+    workload kinds of :data:`KINDS`; None: all); ``all_levels``: the workload kinds at every level, not two.
+    ``seed``: the seed set of every random part (:attr:`Scenario.random_parts`; ``--seed``): 0 the matrix's
+    seeds, k > 0 each part's seed moved by k * :data:`SEED_STRIDE` (a scenario without random parts is the same
+    at every seed)."""
     if half is not None and half not in HALVES:
         raise SimConfigError(f"unknown half {half!r}; known: {', '.join(HALVES)}", field="half")
     lo, hi = LENDER_TIMING_RANGE
@@ -421,6 +459,8 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0,
     if spike_period_ms is not None and not SPIKE_PERIOD_MS_RANGE[0] <= spike_period_ms <= SPIKE_PERIOD_MS_RANGE[1]:
         raise SimConfigError(f"spike period {spike_period_ms:g} ms: must be within "
                              f"{SPIKE_PERIOD_MS_RANGE[0]:g}..{SPIKE_PERIOD_MS_RANGE[1]:g} ms", field="spike_period")
+    if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise SimConfigError(f"seed {seed}: must be within {SEED_RANGE[0]}..{SEED_RANGE[1]}", field="seed")
     sel = list(KIND_NAMES) if kinds is None else list(kinds)
     for k in sel:
         if k not in KIND_NAMES:
@@ -439,10 +479,10 @@ def scenarios(half: str | None = None, lender_timing: float = 1.0,
             two = family in ("dnn", "synthetic") and level in ("1.5", "2") and node_key != "dgx1"
             if half is None or which == half:
                 out.append(_build(node_key, family, harvester, level, mix, managed, which, two_harvesters=two,
-                                  lender_timing=lender_timing, spike_period_ms=spike_period_ms))
+                                  lender_timing=lender_timing, spike_period_ms=spike_period_ms, seed=seed))
     if "base" in sel:
-        out += [_fig9(pct, h) for pct, h in _FIG9_HALVES if half is None or h == half]
-    out += _kind_scenarios(half, sel, all_levels, lender_timing, spike_period_ms)
+        out += [_fig9(pct, h, seed) for pct, h in _FIG9_HALVES if half is None or h == half]
+    out += _kind_scenarios(half, sel, all_levels, lender_timing, spike_period_ms, seed)
     return out
 
 
@@ -870,12 +910,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="only this part of the matrix (repeatable): base, or a workload kind")
     ap.add_argument("--all-levels", action="store_true",
                     help="the workload kinds at every oversubscription level (8 each, not 2: a larger matrix)")
+    ap.add_argument("--seed", type=int, default=0, metavar="K",
+                    help="re-draw the scenarios' random parts with seed set K (0..999; 0: the matrix's seeds)")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     try:
         scs = scenarios(None if args.half == "all" else args.half, lender_timing=args.lender_timing,
-                        spike_period_ms=args.spike_period, kinds=args.kind or None, all_levels=args.all_levels)
+                        spike_period_ms=args.spike_period, kinds=args.kind or None, all_levels=args.all_levels,
+                        seed=args.seed)
         if args.only:
             scs = [s for s in scs if any(o in s.name for o in args.only)]
         variants = list(EVAL_VARIANTS) + [parse_variant(v) for v in args.variant]
@@ -900,9 +943,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 json.dump(ev.to_dict(), f, indent=1, sort_keys=True)
         if args.update_doc:
             if args.variant or args.only or args.half == "all" or args.lender_timing != 1.0 or \
-                    args.spike_period is not None or args.kind or args.all_levels:
+                    args.spike_period is not None or args.kind or args.all_levels or args.seed:
                 raise SimConfigError("--update-doc takes one whole half (every kind, two levels each), the "
-                                     "presets only, at lender timing 1 and the default spike cadence",
+                                     "presets only, at lender timing 1, the default spike cadence and seed 0",
                                      field="update_doc")
             changed = update_doc(args.update_doc, ev)
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)

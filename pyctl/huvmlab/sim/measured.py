@@ -16,6 +16,8 @@ Tests (rates in MB/s = 10^6 B/s, times in us):
 ``fault_touch_seq``       one GPU write per 4 KiB page, all pages at once, in order (demand faults)
 ``fault_touch_random``    the same in a random page order
 ``resident_stream_read``  the same read once the buffer is resident (the GPU's memory bandwidth as a kernel sees it)
+``hbm_d2d_copy``          cudaMemcpy device to device, half the buffer onto its other half: bytes read plus written
+                          per second (the HBM's bandwidth for copies; optional: records before issue 28 lack it)
 ``fault_serial_2m_us``    one GPU thread, one byte per 2 MiB region, one fault at a time (an isolated fault)
 ``block_fault_us``        whole 2 MiB regions demand-faulted, N regions in flight (key: N)
 ========================  =================================================================================

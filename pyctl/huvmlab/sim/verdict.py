@@ -12,8 +12,11 @@ An admin bounds how much a lender may be slowed down (T). For each scenario and 
   prototype, the prototype with budgets, huvm at every T, and huvm's other knob settings: lend reserves, no
   ``LEND_ABOVE_PEAK``); ``ok`` within noise, else ``behind``.
 * **noise** per scenario: a small perturbation ensemble, the same scenario with the working lenders' clocks
-  stretched by :data:`TIMINGS` (when their spikes fall, :func:`huvm.sim.matrix.scenarios`); the half-range of
-  huvm's and the prototype's speedups (and worst lender slowdowns) over it, at least :data:`NOISE_FLOOR`.
+  stretched by :data:`TIMINGS` (when their spikes fall) and, where the scenario has random parts (a random
+  access stream, request arrivals, expert popularity, power-law gathers: ``Scenario.random_parts``), re-drawn
+  with the seed sets :data:`SEEDS` (:func:`huvm.sim.matrix.scenarios`); the half-range of huvm's and the
+  prototype's speedups (and worst lender slowdowns) over it, at least :data:`NOISE_FLOOR`. The reported point
+  is the matrix's (timing 1, seed set 0); only the noise band comes from the ensemble.
 
     huvmctl sim verdict                 # the evaluation half's verdict lines and their summary
     huvmctl sim verdict --half tuning --spike-period 1000   # with the spiky lenders spiking every second
@@ -42,6 +45,9 @@ from .matrix import HALVES, KIND_NAMES, Evaluation, Scenario, Variant, _run, eva
 BOUNDS: tuple[float | None, ...] = (0.01, 0.02, 0.05, None)
 #: the perturbation ensemble: the working lenders' clocks stretched by these factors (1.0: the scenario)
 TIMINGS: tuple[float, ...] = (0.9, 1.0, 1.1)
+#: and the scenario's random parts re-drawn with these seed sets (at timing 1.0; 0, the matrix's, is the
+#: scenario itself): a scenario with random parts has 5 members, one without them 3
+SEEDS: tuple[int, ...] = (1, 2)
 #: the least noise a verdict allows: relative for speedups, absolute (slowdown fraction) for lenders
 NOISE_FLOOR = 0.005
 LENDER_NOISE_FLOOR = 0.002
@@ -93,6 +99,13 @@ class Verdict:
     best: Point
     noise: float
     lender_noise: float
+    #: the parts of the noise (half-ranges before the floors; speedups relative, lenders absolute): over the
+    #: lender timings at the matrix's seeds, and over the seed sets at timing 1 (0.0: no random part)
+    timing_noise: float = 0.0
+    seed_noise: float = 0.0
+    timing_lender_noise: float = 0.0
+    seed_lender_noise: float = 0.0
+    members: int = 0                # the ensemble's size (timings + seed sets)
 
     @property
     def dominated(self) -> bool:
@@ -110,6 +123,14 @@ class Verdict:
     def line(self) -> str:
         return (f"verdict {self.scenario} T={_t_name(self.bound)}: pareto {'dominated' if self.dominated else 'ok'}, "
                 f"best-gap {self.gap:.3f} {'behind' if self.behind else 'ok'}")
+
+    def noise_line(self) -> str:
+        """Where the scenario's noise band comes from: the whole ensemble, the lender timings, the seed sets."""
+        seeds = (f"seeds {self.seed_noise * 100:.2f}% / {self.seed_lender_noise * 100:.2f}"
+                 if self.members > len(TIMINGS) else "seeds - (no random part)")
+        return (f"noise {self.scenario}: speedup {self.noise * 100:.2f}% / worst lender {self.lender_noise * 100:.2f} "
+                f"points over {self.members} members (timing {self.timing_noise * 100:.2f}% / "
+                f"{self.timing_lender_noise * 100:.2f}, {seeds})")
 
     def points_line(self) -> str:
         """The points the verdict compares: huvm's at T (harvester speedup over stock, worst lender slowdown), the
@@ -134,35 +155,87 @@ def _half_range(xs: Sequence[float], rel: bool) -> float:
     return (hi - lo) / 2
 
 
+def noise_keys() -> list[str]:
+    """The points whose spread over the ensemble is a scenario's noise: the prototype's and huvm's at every T."""
+    return ["huvm-atc22"] + [huvm_at(t) for t in BOUNDS]
+
+
+#: an ensemble member: (lender timing, seed set); (1.0, 0) is the scenario itself
+Member = tuple[float, int]
+BASE: Member = (1.0, 0)
+
+
+def members(sc: Scenario) -> list[Member]:
+    """The scenario's ensemble: every lender timing at the matrix's seeds, then, when it has random parts, every
+    other seed set at timing 1."""
+    return [(f, 0) for f in TIMINGS] + ([(1.0, s) for s in SEEDS] if sc.random_parts else [])
+
+
+def _spread(evs: dict[Member, Evaluation], sc: str, ms: Sequence[Member]) -> tuple[float, float]:
+    """(relative speedup, absolute worst-lender) half-ranges over members ms, the widest of :func:`noise_keys`."""
+    if len(ms) < 2:
+        return 0.0, 0.0
+    ens = {k: [_point(evs[m], sc, k) for m in ms] for k in noise_keys()}
+    return (max(_half_range([p.speedup for p in ps], True) for ps in ens.values()),
+            max(_half_range([p.lender for p in ps], False) for ps in ens.values()))
+
+
 def judge(half: str, only: Sequence[str] = (), spike_period_ms: float | None = None,
           kinds: Sequence[str] | None = None, all_levels: bool = False) -> list[Verdict]:
-    """Run the half at every timing of the ensemble under :func:`variants` and judge every scenario and T;
-    ``spike_period_ms``: the spiky lenders' cadence, ``kinds`` / ``all_levels``: which parts of the matrix
-    (:func:`huvmlab.sim.matrix.scenarios`; None, False: the matrix's cadence, every kind at two levels)."""
+    """Run the half under :func:`variants`, and every other member of the ensemble (:func:`members`) under
+    stock and the :func:`noise_keys` points only, and judge every scenario and T; ``spike_period_ms``: the spiky
+    lenders' cadence, ``kinds`` / ``all_levels``: which parts of the matrix (:func:`huvmlab.sim.matrix.scenarios`;
+    None, False: the matrix's cadence, every kind at two levels)."""
     vs = variants()
-    evs: dict[float, Evaluation] = {}
-    base: list[Scenario] = []
-    for f in TIMINGS:
-        scs = [s for s in scenarios(half, lender_timing=f, spike_period_ms=spike_period_ms, kinds=kinds,
-                                    all_levels=all_levels)
-               if not only or any(o in s.name for o in only)]
-        evs[f] = evaluate(scs, vs, half=half)
-        if f == 1.0:
-            base = scs
+    keyed = [v for v in vs if v.name == "stock" or v.name in noise_keys()]
+
+    def build(timing: float, seed: int) -> list[Scenario]:
+        return [s for s in scenarios(half, lender_timing=timing, spike_period_ms=spike_period_ms, kinds=kinds,
+                                     all_levels=all_levels, seed=seed)
+                if (not only or any(o in s.name for o in only)) and (seed == 0 or s.random_parts)]
+
+    base = build(*BASE)
+    evs: dict[Member, Evaluation] = {BASE: evaluate(base, vs, half=half)}
+    for m in dict.fromkeys(m for sc in base for m in members(sc)):
+        if m != BASE:
+            evs[m] = evaluate(build(*m), keyed, half=half)
     out: list[Verdict] = []
     for sc in base:
-        keys = ["huvm-atc22"] + [huvm_at(t) for t in BOUNDS]
-        ens = {k: [_point(evs[f], sc.name, k) for f in TIMINGS] for k in keys}
-        noise = max(NOISE_FLOOR, *(_half_range([p.speedup for p in ps], True) for ps in ens.values()))
-        lnoise = max(LENDER_NOISE_FLOOR, *(_half_range([p.lender for p in ps], False) for ps in ens.values()))
-        ev = evs[1.0]
+        ms = members(sc)
+        # the band is the widest of the whole ensemble's and its parts' (a relative half-range is taken about
+        # each set's median: the parts' may be the wider)
+        sp, lsp = _spread(evs, sc.name, ms)
+        tnoise = _spread(evs, sc.name, [m for m in ms if m[1] == 0])
+        snoise = _spread(evs, sc.name, [m for m in ms if m[0] == 1.0])
+        noise = max(NOISE_FLOOR, sp, tnoise[0], snoise[0])
+        lnoise = max(LENDER_NOISE_FLOOR, lsp, tnoise[1], snoise[1])
+        ev = evs[BASE]
         points = [_point(ev, sc.name, v.name) for v in vs if v.name != "stock"]
         for t in BOUNDS:
             ok_points = [p for p in points if t is None or p.lender <= t + lnoise]
             best = max(ok_points, key=lambda p: p.speedup) if ok_points else _point(ev, sc.name, "stock")
             out.append(Verdict(sc.name, t, _point(ev, sc.name, huvm_at(t)), _point(ev, sc.name, "huvm-atc22"),
-                               best, noise, lnoise))
+                               best, noise, lnoise, tnoise[0], snoise[0], tnoise[1], snoise[1], len(ms)))
     return out
+
+
+def noise_summary(verdicts: Sequence[Verdict]) -> list[str]:
+    """Over the scenarios: the ensemble's size and its noise band (median, widest), and where the seed sets widen
+    it beyond the lender timings."""
+    one = list({v.scenario: v for v in verdicts}.values())
+    if not one:
+        return []
+    seeded = [v for v in one if v.members > len(TIMINGS)]
+    wider = [v for v in seeded if v.seed_noise > max(v.timing_noise, NOISE_FLOOR)
+             or v.seed_lender_noise > max(v.timing_lender_noise, LENDER_NOISE_FLOOR)]
+    widest = max(one, key=lambda v: v.noise)
+    med = sorted(v.noise for v in one)[len(one) // 2]
+    return [f"noise: {len(one)} scenarios, {len(seeded)} with random parts ({len(TIMINGS)} lender timings + "
+            f"{len(SEEDS)} seed sets; the others {len(TIMINGS)} timings); speedup band median {med * 100:.2f}%, "
+            f"widest {widest.noise * 100:.2f}% ({widest.scenario}); the seeds widen it beyond the timings in "
+            f"{len(wider)}" + (" (" + ", ".join(f"{v.scenario} {v.seed_noise * 100:.2f}% / "
+                                                f"{v.seed_lender_noise * 100:.2f} points" for v in wider) + ")"
+                               if wider else "")]
 
 
 def points_summary(verdicts: Sequence[Verdict]) -> list[str]:
@@ -211,7 +284,7 @@ DOC_END = "<!-- verdicts: end -->"
 
 
 def doc_block(verdicts: Sequence[Verdict]) -> str:
-    return "\n" + "\n".join(f"- {line}" for line in summary(verdicts)) + "\n\n"
+    return "\n" + "\n".join(f"- {line}" for line in summary(verdicts) + noise_summary(verdicts)) + "\n\n"
 
 
 # ---- why huvm is `behind` the best T-respecting point: the measured difference (issue 28; docs/policy.md,
@@ -415,11 +488,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not verdicts:
         print("error: no scenario matches", file=sys.stderr)
         return 2
-    for v in verdicts:
+    for i, v in enumerate(verdicts):
         print(v.points_line())
         print(v.line())
+        if i + 1 == len(verdicts) or verdicts[i + 1].scenario != v.scenario:
+            print(v.noise_line())
     print()
-    for line in points_summary(verdicts) + summary(verdicts):
+    for line in points_summary(verdicts) + summary(verdicts) + noise_summary(verdicts):
         print(line)
     if args.explain:
         print()

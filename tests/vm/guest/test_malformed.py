@@ -40,11 +40,11 @@ def refused(node: Any, cmd: int, params: Any) -> tuple[int, int, int]:
 
 # ---- transport-level refusals (errno) -----------------------------------------------------------------
 
-# Numbers nvidia-uvm 535.261.03 and 580.142 assign to nothing: next to huvm's range (1800, 1809), between UVM's
+# Numbers nvidia-uvm 535.261.03 and 580.142 assign to nothing: next to huvm's range (1800, 1811), between UVM's
 # commands (0; 199, below the test commands' base 200: 535's last command is 75, 580's 80) and its test commands
 # (1900), beside UVM_INITIALIZE (0x30000003) and an _IOC-encoded number. The test checks them against the UVM
 # binding (huvm.uvm, built from the loaded nvidia-uvm's headers).
-@pytest.mark.parametrize("cmd", [0, 199, 1800, 1809, 1900, 0xC0104801, 0x30000003])
+@pytest.mark.parametrize("cmd", [0, 199, 1800, 1811, 1900, 0xC0104801, 0x30000003])
 def test_unknown_command_is_einval_from_uvm(busy_node: Any, cmd: int) -> None:
     assert not lib.HUVM_IOCTL_FIRST <= cmd <= lib.HUVM_IOCTL_LAST
     assert cmd not in uvm.commands().values()

@@ -29,6 +29,8 @@ Scenarios (``scenario <name>: passed|failed`` at the end of the session):
   ``tlb_drop_invalidates`` knob): it must fail (GPU0 reads evicted blocks through stale translations).
 - ``lend-traffic``: the evict-to-peer workload with one lender whose guest-traffic budget is the smallest the
   ABI takes: it takes a chunk per 20 ms window at most, the rest goes to host (reason lender_busy).
+- ``rates-clamp``: SET_GPU_RATES (``huvmctl rates set``) gives a lender an HBM rate; the lender bound T then
+  clamps its 50 GB/s guest-traffic budget to the smallest one: the lend-traffic behaviour without that budget set.
 - ``fetch-back``: harvested data comes back to GPU0, 64 KiB of a block (partial: the peer keeps the chunk) and a
   whole block (the chunk is released), then a block from host: every copy is one ``huvm:huvm_fetch`` event
   whose bytes equal the pages UVM moved and the counters; ftrace and bcc agree; events carry UVM's GPU ids.
@@ -333,6 +335,77 @@ def test_lend_traffic_budget(session: sglib.Session, managed: Any, huvm_node: An
                            [o for o, w in where.items() if w.resident_on == (lender.uuid,)], "to the peer")
     _check_tools_evictions(tools, g0.index, None, r, size, [o for o, w in where.items() if w.on_cpu],
                            "to the host")
+    n_bad, first = sglib.pattern_mismatches(r, seed)
+    assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
+
+
+@_scenario("rates-clamp")
+def test_rates_clamp_budget(session: sglib.Session, managed: Any, huvm_node: Any, kmsg: sglib.Kmsg) -> None:
+    """SET_GPU_RATES on the patched module (issue 28): the lender bound T clamps a budget once the admin has set
+    the lender's HBM rate. The huvm preset (T = 2 %) with GPU1 the only lender and a budget of 50 GB/s (about
+    500 chunks per 20 ms window: never reached by this workload); then ``huvmctl rates set`` (as root) gives GPU1
+    an HBM rate of 5 GB/s: T allows 5000 x 2 / 102 = 98 MB/s, below the smallest budget, so the clamp is one
+    chunk per window. The module accepts the command, GET_GPU_RATES reads it back, and the evict-to-peer
+    workload then sees lender_busy refusals with chunks onto GPU1 a window apart, as test_lend_traffic_budget
+    does with that budget set directly; residency, counters and data agree. The rates are reset to unknown
+    afterwards."""
+    from huvm import abi
+
+    lib = abi.lib
+    s, node = session, huvm_node
+    assert len(s.gpus) >= 2, "rates-clamp needs at least 2 GPUs"
+    g0, lender = s.gpus[0], s.gpus[1]
+    slot = _slots(node, s)
+    owner, holder = slot[g0.index], slot[lender.index]
+    window_ns = int(lib.HUVM_LEND_TRAFFIC_WINDOW_MS) * 1_000_000
+
+    node.apply_preset("huvm")
+    _, policy = node.set([f"gpu.{holder}.lend_traffic_mbyte_per_s=50GB/s"] +
+                         [f"gpu.{slot[o.index]}.role=harvester" for o in s.gpus[2:]])
+    entry = policy.gpu_by_uuid(lender.uuid_str)
+    assert entry is not None and entry.lend_traffic_mbyte_per_s == 50_000 and entry.lend_slowdown_max_pct == 2, entry
+    try:
+        cli = subprocess.run([sys.executable, "-m", "huvm", "--backend", "kernel", "--device", "/dev/nvidia-uvm",
+                              "rates", "set", str(holder), "--hbm", "5GB/s", "--giveback", "3GB/s", "--json"],
+                             capture_output=True, text=True, check=False, timeout=120)
+        assert cli.returncode == 0, f"huvmctl rates set: rc {cli.returncode}: {cli.stderr.strip()}"
+        doc = json.loads(cli.stdout)
+        assert doc["changed"] == [holder], doc
+        got = {r.gpu: (r.hbm_mbyte_per_s, r.giveback_mbyte_per_s) for r in node.gpu_rates()}
+        assert got[holder] == (5000, 3000), got
+        assert all(v == (0, 0) for k, v in got.items() if k != holder), got
+        print(f"rates-clamp: {lender.name} hbm 5 GB/s, give-back 3 GB/s; budget 50 GB/s, T 2 %")
+
+        seed = 0x2A_7E
+        st0 = node.stats()
+        with sglib.TraceRecorder() as rec:
+            r, size, blocks = _oversubscribe(s, managed, g0, seed)
+            _settled_stats(node, owner)
+            events = [e for e in rec.events() if e.name in ("evict", "preevict") and e.gpu == owner]
+            lost = rec.lost()
+        st1 = node.stats()
+    finally:
+        node.set_gpu_rates(holder, 0, 0)
+    counts, odd = sglib.blocks_by_place(s, r.base, size)
+    g = st1.delta(st0).gpus[owner]
+    busy = g["host_reason"][lib.HUVM_REASON_LENDER_BUSY]
+    onto = sorted(e.ts_ns for e in events if e.peer == holder)
+    gaps = [b - a for a, b in zip(onto, onto[1:])]
+    print(f"rates-clamp: {blocks} blocks of {g0.name}: residency {counts}; evict_to_peer +{g['evict_to_peer']}, "
+          f"evict_to_host +{g['evict_to_host']} (lender_busy {busy}); {len(onto)} onto {lender.name}, smallest gap "
+          f"{min(gaps, default=0) / 1e6:.1f} ms")
+    sglib.perf("rates_clamp_lender_busy", busy, "chunks", to_peer=g["evict_to_peer"], to_host=g["evict_to_host"])
+
+    bad_log = sglib.bad_lines(kmsg.read())
+    assert not bad_log, f"{len(bad_log)} kernel log lines of asserts/reports, first: " + " | ".join(bad_log[:6])
+    assert not odd, f"blocks split between processors: {odd[:8]}"
+    assert lost == 0, f"the trace buffer dropped {lost} events"
+    # T clamped the 50 GB/s budget: refusals although GPU1 had room, chunks onto it a window apart
+    assert busy > 0, f"no eviction was refused by the clamped budget: reasons {g['host_reason']}"
+    assert g["host_reason"][lib.HUVM_REASON_PEER_FULL] == 0, f"GPU1 was full: {g['host_reason']}"
+    assert g["evict_to_peer"] > 0 and counts.get(f"GPU{lender.index}", 0) == g["evict_to_peer"], counts
+    assert counts.get("cpu", 0) == g["evict_to_host"], f"host blocks {counts.get('cpu', 0)} != {g['evict_to_host']}"
+    assert all(gap >= window_ns * 9 // 10 for gap in gaps), f"chunks onto GPU1 {[x / 1e6 for x in gaps]} ms apart"
     n_bad, first = sglib.pattern_mismatches(r, seed)
     assert n_bad == 0, f"{n_bad} words differ, first at 0x{first:x}"
 
