@@ -70,14 +70,14 @@ static inline void held_sub(int sw, huvm_core_t *core, uint32_t owner, uint32_t 
 
 /* The events on the hot paths are written once with sw a parameter and called with a constant (below): each
  * caller gets its own copy without a test per counter (the simulator's plain stores, the kernel's atomics). */
-static inline void account_evict(int sw,
-                                 huvm_core_t *core,
-                                 uint32_t owner,
-                                 uint32_t dst,
-                                 uint32_t reason,
-                                 int pre,
-                                 uint64_t bytes,
-                                 uint64_t va)
+static HUVM_ALWAYS_INLINE void account_evict(int sw,
+                                             huvm_core_t *core,
+                                             uint32_t owner,
+                                             uint32_t dst,
+                                             uint32_t reason,
+                                             int pre,
+                                             uint64_t bytes,
+                                             uint64_t va)
 {
     uint64_t chunks = huvm_chunks_of(bytes);
 
@@ -132,13 +132,13 @@ void huvm_account_evict(huvm_core_t *core,
 _Static_assert(HUVM_FETCHED_MOVED == HUVM_FETCH_MIGRATE && HUVM_FETCHED_REMOTE_MAP == HUVM_FETCH_REMOTE_MAP,
                "the first fetch event reasons are the fetch modes");
 
-static inline void account_fetch(int sw,
-                                 huvm_core_t *core,
-                                 uint32_t owner,
-                                 uint32_t src,
-                                 uint32_t mode,
-                                 uint64_t bytes,
-                                 uint64_t va)
+static HUVM_ALWAYS_INLINE void account_fetch(int sw,
+                                             huvm_core_t *core,
+                                             uint32_t owner,
+                                             uint32_t src,
+                                             uint32_t mode,
+                                             uint64_t bytes,
+                                             uint64_t va)
 {
     uint64_t chunks = huvm_chunks_of(bytes);
 

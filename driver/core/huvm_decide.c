@@ -412,6 +412,23 @@ static uint32_t evict_run_length(const huvm_core_t *core,
     return (uint32_t)lo;
 }
 
+/* A run's first chunk: the whole choice, and how many chunks in a row it stands for. Out of line: the run's
+ * other chunks (huvm_decide_evict_run's own path) are most of the calls and small enough to inline. */
+static HUVM_NOINLINE huvm_decision_t evict_run_start(const huvm_core_t *core,
+                                                     const huvm_gpu_state_t *state,
+                                                     const huvm_evict_request_t *req,
+                                                     huvm_evict_run_t *run,
+                                                     uint32_t max)
+{
+    huvm_decision_t d = huvm_decide_evict(core, state, req);
+
+    if (d.reason == HUVM_REASON_PEER && d.dst < core->gpu_count) {
+        run->peer = d.dst;
+        run->left = evict_run_length(core, state, req, d.dst, max ? max : 1);
+    }
+    return d;
+}
+
 huvm_decision_t huvm_decide_evict_run(const huvm_core_t *core,
                                       const huvm_gpu_state_t *state,
                                       const huvm_evict_request_t *req,
@@ -422,22 +439,16 @@ huvm_decision_t huvm_decide_evict_run(const huvm_core_t *core,
 
     if (!run)
         return huvm_decide_evict(core, state, req);
-    if (run->left) {
-        /* the run's peer; pick_peer's anti-ping-pong for the chunk itself (an eligible peer exists) */
-        if (within_ms(req->now_ns, req->chunk_fetched_ns, core->policy.hysteresis_ms)) {
-            d.dst = HUVM_DEST_HOST;
-            d.reason = HUVM_REASON_HYSTERESIS;
-        }
-        else {
-            d.dst = run->peer;
-            d.reason = HUVM_REASON_PEER;
-        }
-        return d;
+    if (!run->left)
+        return evict_run_start(core, state, req, run, max);
+    /* the run's peer; pick_peer's anti-ping-pong for the chunk itself (an eligible peer exists) */
+    if (within_ms(req->now_ns, req->chunk_fetched_ns, core->policy.hysteresis_ms)) {
+        d.dst = HUVM_DEST_HOST;
+        d.reason = HUVM_REASON_HYSTERESIS;
     }
-    d = huvm_decide_evict(core, state, req);
-    if (d.reason == HUVM_REASON_PEER && d.dst < core->gpu_count) {
-        run->peer = d.dst;
-        run->left = evict_run_length(core, state, req, d.dst, max ? max : 1);
+    else {
+        d.dst = run->peer;
+        d.reason = HUVM_REASON_PEER;
     }
     return d;
 }

@@ -5,6 +5,7 @@
  * the qemu test module) or to libc (the simulator, the C tests, the Python extension):
  *   fixed-width types, huvm_memcpy/huvm_memset/huvm_memcmp, HUVM_ASSERT, HUVM_READ_ONCE/HUVM_WRITE_ONCE,
  *   HUVM_ALWAYS_INLINE (the decisions' hot helpers, inlined whatever the compiler's heuristics say),
+ *   HUVM_NOINLINE (a rare path kept out of a hot function, so that the hot one stays small enough to inline),
  *   relaxed atomic counter primitives on uint64_t fields (huvm_atomic64_*), and
  *   HUVM_TRACE(name, gpu, peer, reason, bytes, va): a kernel tracepoint huvm:huvm_<name>
  *   (trace_huvm_<name>()) or a USDT probe huvm:huvm_<name> (sys/sdt.h), the same names and arguments
@@ -34,6 +35,7 @@
 #define HUVM_READ_ONCE(x)     READ_ONCE(x)
 #define HUVM_WRITE_ONCE(x, v) WRITE_ONCE(x, v)
 #define HUVM_ALWAYS_INLINE    __always_inline
+#define HUVM_NOINLINE         noinline
 
 /* Counter fields are plain uint64_t in the ABI structs; operate on them as atomic64_t. */
 _Static_assert(sizeof(atomic64_t) == sizeof(uint64_t), "atomic64_t must overlay uint64_t");
@@ -91,6 +93,7 @@ void huvm_port_assert_failed(const char *expr, const char *file, int line);
 #define HUVM_READ_ONCE(x)     (*(const volatile __typeof__(x) *)&(x))
 #define HUVM_WRITE_ONCE(x, v) (*(volatile __typeof__(x) *)&(x) = (v))
 #define HUVM_ALWAYS_INLINE    inline __attribute__((always_inline))
+#define HUVM_NOINLINE         __attribute__((noinline))
 
 static inline uint64_t huvm_atomic64_read(const uint64_t *p)
 {

@@ -63,8 +63,7 @@ static SIM_ALWAYS_INLINE void refresh_gpus(huvm_sim_t *sim, uint32_t mask)
 
         if (!(mask & (1u << g)))
             continue;
-        if (gg->inflight && now >= gg->inflight_lb)
-            sim_gpu_retire(sim, g, now);
+        sim_gpu_retire(sim, g, now);
         /* Memory a copy still in flight will free counts as free for the decisions (pre-eviction does not
          * free it twice); an allocation waits for it (make_room). As gpu_free(gg) + gg->inflight. */
         inflight = gg->inflight;
@@ -246,6 +245,7 @@ void huvm_sim_destroy(huvm_sim_t *sim)
     sim_links_free(sim);
     free(sim->chunks);
     free(sim->pop);
+    free(sim->fetched);
     huvm_sim_thr_destroy(&sim->thr);
     free(sim->samples);
     free(sim);
@@ -322,8 +322,7 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
      * what the run's moves changed waits for the run's next decision (stale accumulates); g's copies that
      * ended by sim->now are still retired at once, as the per-chunk refresh would. */
     if (run && run->left) {
-        if (gg->inflight && sim->now >= gg->inflight_lb)
-            sim_gpu_retire(sim, g, sim->now);
+        sim_gpu_retire(sim, g, sim->now);
         /* Its own use is noted at the run's next decision, or at the batch's end (sim_preevict): at one now,
          * a run only lowers it, and after the run's first note the peak history of a falling use depends only
          * on its last value (huvm_peak_update: the high mark, the falling flag and the low mark; no spike
@@ -340,7 +339,7 @@ static SIM_ALWAYS_INLINE uint64_t evict_own(huvm_sim_t *sim,
     req.flags = flags;
     req.candidates = gg->candidates;
     req.now_ns = t;
-    req.chunk_fetched_ns = c->fetched_ns;
+    req.chunk_fetched_ns = sim->fetched[ci];
     d = huvm_decide_evict_run(&sim->core, sim->state, &req, run, max);
     if (d.dst < sim->cfg.gpu_count && (d.dst == g || !(gg->candidates & (1u << d.dst)))) {
         /* Not a usable destination: the glue refuses it and goes to host. */
@@ -650,7 +649,7 @@ static SIM_ALWAYS_INLINE void prefetch(huvm_sim_t *sim, sim_tenant_t *tt, uint32
                                         pci);
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
-            c->fetched_ns = c->ready_ns;
+            sim->fetched[pci] = c->ready_ns;
             c->flags |= SIM_CF_PREFETCHED;
             huvm_sim_thr_migrated(&sim->thr, pci, (uint8_t)g, t);
             list_push_tail(sim->chunks, &sim->gpus[g].own, pci);
@@ -829,7 +828,7 @@ static void proto_run(huvm_sim_t *sim, uint32_t g, uint32_t q, uint32_t ti, uint
             c->ready_ns = clock;
             lend_charge(sim, p, 1);
             c->holder = (uint8_t)g;
-            c->fetched_ns = clock;
+            sim->fetched[pci] = clock;
             c->flags |= SIM_CF_PREFETCHED;
             list_push_tail(sim->chunks, &gg->own, pci);
             gg->batch_allocs++;
@@ -960,7 +959,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
     /* the groups this fault brings: the density prefetcher's region less what a GPU already holds; those with
      * data (sim->pop) are copied from host memory, the others zero-filled (populated) */
     const uint32_t add = (want == HUVM_SIM_PAGES_ALL ? want : huvm_sim_prefetch_region(held, want)) & ~held;
-    const uint32_t from_host = add & sim->pop[ci];
+    const uint32_t from_host = add ? add & sim->pop[ci] : 0; /* no load when nothing is added */
 
     *remote = 0;
     /* UVM's thrashing detection (huvm_sim_thrash.h) asked first, as service_fault_batch asks
@@ -1025,7 +1024,7 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
         list_push_tail(sim->chunks, &gg->own, ci);
         c->holder = (uint8_t)g;
         c->ready_ns = fin;
-        c->fetched_ns = fin;
+        sim->fetched[ci] = fin;
         huvm_sim_thr_migrated(&sim->thr, ci, (uint8_t)g, t);
         vacnt_add(sim, ci, 2);
         huvm_account_fetch(&sim->core, g, p, 0, SIM_CHUNK, chunk_va(sim, ci));

@@ -34,11 +34,12 @@ typedef struct {
     uint32_t head, tail, count;
 } sim_list_t;
 
-/* One 2 MiB chunk of some tenant's address space (40 bytes: pages fills what was padding; an array, lists are intrusive). */
+/* One 2 MiB chunk of some tenant's address space (32 bytes, two to a cache line in an array aligned to one: a
+ * touch reads one line; lists are intrusive). Its last fetch-back from a peer, read only by an eviction's
+ * decision, is beside it (huvm_sim.fetched). */
 typedef struct {
     uint32_t prev, next; /* links in the list of the GPU holding it (SIM_NIL) */
     uint64_t ready_ns; /* its data is usable where it is from this time (async copy) */
-    uint64_t fetched_ns; /* last fetch-back from a peer (hysteresis input), 0 = never */
     uint8_t loc; /* HUVM_SIM_LOC_* */
     uint8_t holder; /* GPU holding it when loc == GPU */
     uint8_t owner; /* GPU of its tenant */
@@ -48,6 +49,8 @@ typedef struct {
     uint32_t pages; /* loc == GPU: the 64 KiB groups resident on the holder (the rest of the
                                        block is in host memory); 0 otherwise */
 } sim_chunk_t;
+
+_Static_assert(sizeof(sim_chunk_t) == 32, "a chunk is half a cache line");
 
 /* Traffic classes sharing a link: demand transfers (faults, synchronous evictions, give-back, remote
  * accesses) and background ones (prefetch, pre-eviction). */
@@ -187,6 +190,7 @@ struct huvm_sim {
     uint64_t sample_interval, next_sample;
     huvm_sim_error_t err; /* first run-time error */
     uint32_t proto_prefetch; /* created as huvm-atc22: prefetch runs as the prototype's kthreads */
+    uint64_t *fetched; /* [n_chunks] each chunk's last fetch-back from a peer (hysteresis input), 0 = never */
     uint32_t *pop; /* [n_chunks] the 64 KiB groups of each block that hold data (in host memory or on
                                       a GPU); the others were never touched (a fault zero-fills them) */
     huvm_sim_thr_t thr; /* UVM's thrashing detection, per block (huvm_sim_thrash.h; every policy) */
@@ -325,15 +329,21 @@ uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
 uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci);
 uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls, uint32_t ci);
 uint64_t sim_xfer_collective(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes);
-uint64_t sim_xfer_peer(huvm_sim_t *sim,
-                       uint32_t a,
-                       uint32_t b,
-                       uint64_t t,
-                       uint64_t bytes,
-                       uint64_t svc_ns,
-                       int cls,
-                       uint32_t ci);
-void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t);
+/* a -> b over the pair's direct path (sim_xfer_peer's general case: PCIe peer-to-peer, an NVSwitch). */
+uint64_t sim_xfer_peer_path(huvm_sim_t *sim,
+                            uint32_t a,
+                            uint32_t b,
+                            uint64_t t,
+                            uint64_t bytes,
+                            uint64_t svc_ns,
+                            int cls,
+                            uint32_t ci);
+/* The copy path's rare parts, out of line: a queue's growth, demand traffic delaying queued copies. */
+int sim_tok_grow(sim_res_t *r);
+void sim_res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t shared);
+/* Copies out of g still in flight that ended by t give g its memory back (sim_gpu_retire: nothing to do before
+ * g's inflight_lb, checked inline; the walk of its queues out of line). */
+void sim_gpu_retire_walk(huvm_sim_t *sim, uint32_t g, uint64_t t);
 uint64_t sim_gpu_inflight_next(const huvm_sim_t *sim, uint32_t g);
 void sim_links_free(huvm_sim_t *sim);
 
@@ -352,5 +362,151 @@ void sim_set_error(huvm_sim_error_t *err, uint32_t status, int32_t record, const
 
 /* huvm_sim_ioctl.c */
 void sim_core_ops(huvm_core_ops_t *ops);
+
+static inline void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t)
+{
+    const sim_gpu_t *gg = &sim->gpus[g];
+
+    if (gg->inflight && t >= gg->inflight_lb)
+        sim_gpu_retire_walk(sim, g, t);
+}
+
+/* ---- the copy path (huvm_sim_xfer.c), inline: a peer copy over a direct NVLink is one leg, and as a call (its
+ * eight arguments, spills, the callee's saved registers) it cost as much as its work ---- */
+
+static inline sim_tok_t *tok_at(sim_res_t *r, uint32_t i)
+{
+    return &r->q[(r->qhead + i) & (r->qcap - 1)];
+}
+
+static inline void tok_pop(huvm_sim_t *sim, sim_res_t *r)
+{
+    sim_tok_t *k = tok_at(r, 0);
+
+    if (k->release)
+        sim->gpus[k->release - 1].inflight--;
+    r->qhead = (r->qhead + 1) & (r->qcap - 1);
+    r->qlen--;
+}
+
+/* Note a background copy on r ending at fin (chunk ci, its copy xfer; freeing GPU release - 1's memory when it
+ * ends). If the note cannot be kept (no memory), the copy is not tracked: its memory counts as free at once. */
+static SIM_ALWAYS_INLINE void tok_add(huvm_sim_t *sim,
+                                      sim_res_t *r,
+                                      uint64_t fin,
+                                      uint32_t ci,
+                                      uint32_t xfer,
+                                      uint32_t release)
+{
+    sim_tok_t *k;
+
+    if (r->qlen == r->qcap && !sim_tok_grow(r))
+        return;
+    k = &r->q[(r->qhead + r->qlen) & (r->qcap - 1)];
+    k->fin = fin;
+    k->chunk = ci;
+    k->xfer = xfer;
+    k->release = release;
+    r->qlen++;
+    if (release) {
+        sim_gpu_t *gg = &sim->gpus[release - 1];
+
+        gg->inflight++;
+        if (fin < gg->inflight_lb)
+            gg->inflight_lb = fin;
+    }
+}
+
+/* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t, with svc ns of the driver's per-block
+ * service (migration or eviction) in front of the copy: the path is busy for both, so back-to-back blocks move
+ * at the path's measured rate. Within a class, FIFO; between the two classes, fair share: while the other
+ * class has queued work, this transfer progresses at half the rate, and the other class's queue is pushed back
+ * by the work this one did meanwhile (background copies already issued end later: res_delay). Work
+ * conserving. */
+static SIM_ALWAYS_INLINE uint64_t
+res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
+{
+    uint64_t dur = res_ns(r, bytes) + svc;
+    uint64_t start = u64_max(t, r->busy_until[cls]);
+    uint64_t other = r->busy_until[!cls];
+    uint64_t overlap = other > start ? other - start : 0;
+    uint64_t fin, shared;
+
+    if (2 * dur <= overlap) {
+        fin = start + 2 * dur;
+        shared = dur;
+    }
+    else {
+        fin = start + dur + overlap / 2;
+        shared = overlap / 2;
+    }
+    r->busy_until[cls] = fin;
+    if (overlap) {
+        r->busy_until[!cls] = other + shared;
+        if (cls == SIM_FG && r->qlen)
+            sim_res_delay(sim, r, start, shared);
+    }
+    r->busy_ns += dur;
+    r->bytes += bytes;
+    return fin + r->latency_ns;
+}
+
+/* One leg of a copy: over r, noted as in flight when it is a background copy (xfer: the copy's sequence number,
+ * the chunk's xfer; 0 without a chunk). Inlined where a path has one leg (the copy path's calls, arguments and
+ * spills cost as much as its work); leg() for the others. */
+static SIM_ALWAYS_INLINE uint64_t leg_inline(huvm_sim_t *sim,
+                                             sim_res_t *r,
+                                             uint64_t t,
+                                             uint64_t bytes,
+                                             uint64_t svc,
+                                             int cls,
+                                             uint32_t ci,
+                                             uint32_t xfer,
+                                             uint32_t release,
+                                             int frees)
+{
+    uint64_t fin;
+
+    /* Copies that ended and free nothing leave the queue here (those that free memory: sim_gpu_retire). A link
+     * direction's copies all free memory (a GPU's d2h, port_out, nvl[a][*]: release a + 1) or none do (h2d,
+     * port_in, the switches' uplinks: 0; huvm_sim_check), and its legs pass the same: frees (release != 0, a
+     * constant where the leg is inlined) says which kind r holds. */
+    if (!frees) {
+        while (r->qlen && tok_at(r, 0)->fin <= t)
+            tok_pop(sim, r);
+    }
+    fin = res_xfer(sim, r, t, bytes, svc, cls);
+    if (cls == SIM_BG)
+        tok_add(sim, r, fin, ci, xfer, release);
+    return fin;
+}
+
+/* A new copy of chunk ci (SIM_NIL: none): its sequence number (0 without a chunk). */
+static inline uint32_t new_xfer(huvm_sim_t *sim, uint32_t ci)
+{
+    if (ci == SIM_NIL)
+        return 0;
+    sim->chunks[ci].xfer = ++sim->xfer_seq;
+    return sim->xfer_seq;
+}
+
+/* a -> b (chunk ci or SIM_NIL), svc_ns of per-block service in front of the copy, class cls. */
+static SIM_ALWAYS_INLINE uint64_t sim_xfer_peer(huvm_sim_t *sim,
+                                                uint32_t a,
+                                                uint32_t b,
+                                                uint64_t t,
+                                                uint64_t bytes,
+                                                uint64_t svc_ns,
+                                                int cls,
+                                                uint32_t ci)
+{
+    uint32_t x;
+
+    if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE || (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH))
+        return sim_xfer_peer_path(sim, a, b, t, bytes, svc_ns, cls, ci);
+    sim->traffic.gpu_to_gpu[a][b] += bytes;
+    x = new_xfer(sim, ci);
+    return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc_ns, cls, ci, x, a + 1, 1);
+}
 
 #endif /* __HUVM_SIM_INTERNAL_H__ */

@@ -178,6 +178,58 @@ uint32_t huvm_sim_chunk_where(const huvm_sim_t *sim, uint32_t tenant, uint32_t c
     return c->loc;
 }
 
+/* Background copies queued on r whose release is not `release` (all of a link direction's copies free the same
+ * GPU's memory, or none do: the copy path relies on it) or that end before the copy ahead of them (the queue is
+ * in order of ends); *frees += those that free memory. */
+static uint32_t queue_mixed(const sim_res_t *r, uint32_t release, uint64_t *frees)
+{
+    uint32_t i, bad = 0;
+
+    for (i = 0; i < r->qlen; i++) {
+        const sim_tok_t *k = &r->q[(r->qhead + i) & (r->qcap - 1)];
+
+        bad += k->release != release;
+        /* in order of their ends (sim_res_delay bisects for the first still running) */
+        bad += i > 0 && k->fin < r->q[(r->qhead + i - 1) & (r->qcap - 1)].fin;
+        *frees += k->release != 0;
+    }
+    return bad;
+}
+
+/* The copies in flight: each queue holds one kind, in order of their ends (sim_xfer_*: a GPU's d2h, port_out and nvl[g][*] free g's
+ * memory, h2d, port_in and the PCIe switches' uplinks nothing), and a GPU's inflight count is the copies queued
+ * out of it (sim_gpu_retire pops them by that count). Returns the GPUs that disagree. */
+static uint32_t check_links(const huvm_sim_t *sim, huvm_sim_error_t *err)
+{
+    uint32_t bad = 0, g, b;
+
+    for (g = 0; g < sim->cfg.gpu_count; g++) {
+        const sim_gpu_t *gg = &sim->gpus[g];
+        uint64_t out = 0, none = 0;
+        uint32_t mixed;
+
+        mixed = queue_mixed(&gg->d2h, g + 1, &out) + queue_mixed(&gg->port_out, g + 1, &out);
+        for (b = 0; b < sim->cfg.gpu_count; b++)
+            mixed += queue_mixed(&sim->nvl[g][b], g + 1, &out);
+        mixed += queue_mixed(&gg->h2d, 0, &none) + queue_mixed(&gg->port_in, 0, &none) +
+                 queue_mixed(&sim->sw_h2d[g], 0, &none) + queue_mixed(&sim->sw_d2h[g], 0, &none);
+        if (mixed || out != gg->inflight) {
+            bad++;
+            sim_set_error(
+                err,
+                HUVM_NV_ERR_INVALID_STATE,
+                (int32_t)g,
+                "links",
+                "GPU %u: %u queued copies of the wrong kind or out of order, %llu out of it for %llu in flight",
+                g,
+                mixed,
+                (unsigned long long)out,
+                (unsigned long long)gg->inflight);
+        }
+    }
+    return bad;
+}
+
 uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err)
 {
     uint64_t own[HUVM_SIM_MAX_GPUS] = { 0 }, guest[HUVM_SIM_MAX_GPUS] = { 0 }, peer[HUVM_SIM_MAX_GPUS] = { 0 };
@@ -231,6 +283,7 @@ uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err)
                           (uint32_t)gg->own.count);
         }
     }
+    bad += check_links(sim, err);
     if (host_total != sim->host_chunks) {
         bad++;
         sim_set_error(err,

@@ -324,6 +324,7 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
     sim_tenant_t *t;
     sim_chunk_t *chunks;
     uint32_t *pop;
+    uint64_t *fetched;
     uint32_t idx, c, st, n;
 
     if (err)
@@ -399,15 +400,25 @@ int32_t huvm_sim_add_tenant(huvm_sim_t *sim, const huvm_sim_tenant_spec_t *spec,
     t->static_chunks = (spec->static_bytes + SIM_CHUNK - 1) / SIM_CHUNK;
     t->chunk_base = sim->n_chunks;
     if (t->spec.n_chunks) {
-        chunks = realloc(sim->chunks, ((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(sim_chunk_t));
+        /* aligned to a cache line: each chunk lies in one (the touch loop reads one line per touch) */
+        chunks =
+            aligned_alloc(64, (((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(sim_chunk_t) + 63) & ~(size_t)63);
         if (!chunks)
             goto nomem;
+        if (sim->n_chunks)
+            memcpy(chunks, sim->chunks, (size_t)sim->n_chunks * sizeof(sim_chunk_t));
+        free(sim->chunks);
         sim->chunks = chunks;
         pop = realloc(sim->pop, ((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(uint32_t));
         if (!pop)
             goto nomem;
         sim->pop = pop;
         memset(pop + sim->n_chunks, 0, (size_t)t->spec.n_chunks * sizeof(uint32_t));
+        fetched = realloc(sim->fetched, ((size_t)sim->n_chunks + t->spec.n_chunks) * sizeof(uint64_t));
+        if (!fetched)
+            goto nomem;
+        sim->fetched = fetched;
+        memset(fetched + sim->n_chunks, 0, (size_t)t->spec.n_chunks * sizeof(uint64_t));
         if (huvm_sim_thr_grow(&sim->thr, sim->n_chunks + t->spec.n_chunks))
             goto nomem;
         for (c = 0; c < t->spec.n_chunks; c++) {

@@ -131,7 +131,8 @@ static void pin_expire(huvm_sim_thr_t *thr, huvm_sim_thr_page_t *pg, uint64_t t)
         page_reset(pg);
 }
 
-int huvm_sim_thr_migrated(huvm_sim_thr_t *thr, uint32_t blk, uint8_t dst, uint64_t t)
+/* huvm_sim_thr_migrated (huvm_sim_thrash.h) past its inline common case; complete on its own. */
+int huvm_sim_thr_migrated_tracked(huvm_sim_thr_t *thr, uint32_t blk, uint8_t dst, uint64_t t)
 {
     huvm_sim_thr_gate_t *g = &thr->gate[blk];
     huvm_sim_thr_page_t *pg = slot_get(thr, blk);

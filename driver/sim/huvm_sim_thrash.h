@@ -104,7 +104,22 @@ int huvm_sim_thr_grow(huvm_sim_thr_t *thr, uint32_t n_blocks);
 void huvm_sim_thr_destroy(huvm_sim_thr_t *thr);
 /* A migration of block `blk` to processor `dst` at time t caused by a fault, an access counter or the
  * prefetcher (never call it for an eviction). 0, or -1 out of memory (tracking then stays off, as upstream). */
-int huvm_sim_thr_migrated(huvm_sim_thr_t *thr, uint32_t blk, uint8_t dst, uint64_t t);
+int huvm_sim_thr_migrated_tracked(huvm_sim_thr_t *thr, uint32_t blk, uint8_t dst, uint64_t t);
+
+static inline int huvm_sim_thr_migrated(huvm_sim_thr_t *thr, uint32_t blk, uint8_t dst, uint64_t t)
+{
+    huvm_sim_thr_gate_t *g = &thr->gate[blk];
+
+    /* inline, the common case: an untracked block whose event starts no tracking (its first, one towards its
+     * last destination, or one past the lapse) only becomes the block's last event */
+    if (g->slot == HUVM_SIM_THR_UNTRACKED &&
+        (g->last_ts == 0 || g->last_proc == dst || t - g->last_ts > thr->p.lapse_ns)) {
+        g->last_ts = t;
+        g->last_proc = dst;
+        return 0;
+    }
+    return huvm_sim_thr_migrated_tracked(thr, blk, dst, t);
+}
 /* The hint for a fault of `requester` on block `blk` at time t (upstream's uvm_perf_thrashing_get_hint). */
 huvm_sim_thr_hint_t huvm_sim_thr_hint(huvm_sim_thr_t *thr, uint32_t blk, uint8_t requester, uint64_t t);
 /* Whether block `blk` is pinned at time t (an expired pin is dropped here); *res: where. */

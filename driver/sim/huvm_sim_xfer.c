@@ -3,75 +3,54 @@
  * uplinks), transfers over them, and the background copies still in flight. SPDX-License-Identifier: MIT
  *
  * Link sharing (res_xfer): FIFO within a traffic class, fair share between demand and background classes;
- * work conserving, O(1) per transfer, deterministic. See docs/simulator.md.
+ * work conserving, O(1) per transfer, deterministic. See docs/simulator.md. The copy path's hot part (a leg, a
+ * peer copy over a direct NVLink: sim_xfer_peer) is inline in huvm_sim_internal.h; the rest is here.
  */
 #include <stdlib.h>
 
 #include "huvm_sim_internal.h"
 
-static inline sim_tok_t *tok_at(sim_res_t *r, uint32_t i)
+/* Double r's ring of background copies (0: no memory, the copy is not tracked). Rare: out of the copy path. */
+int sim_tok_grow(sim_res_t *r)
 {
-    return &r->q[(r->qhead + i) & (r->qcap - 1)];
-}
+    uint32_t cap = r->qcap ? r->qcap * 2 : 64, i;
+    sim_tok_t *q = malloc((size_t)cap * sizeof(*q));
 
-static void tok_pop(huvm_sim_t *sim, sim_res_t *r)
-{
-    sim_tok_t *k = tok_at(r, 0);
-
-    if (k->release)
-        sim->gpus[k->release - 1].inflight--;
-    r->qhead = (r->qhead + 1) & (r->qcap - 1);
-    r->qlen--;
-}
-
-/* Note a background copy on r ending at fin (chunk ci, freeing GPU release - 1's memory when it ends). If the
- * note cannot be kept (no memory), the copy is not tracked: its memory counts as free at once. */
-static void tok_add(huvm_sim_t *sim, sim_res_t *r, uint64_t fin, uint32_t ci, uint32_t release)
-{
-    sim_tok_t *k;
-
-    if (r->qlen == r->qcap) {
-        uint32_t cap = r->qcap ? r->qcap * 2 : 64, i;
-        sim_tok_t *q = malloc((size_t)cap * sizeof(*q));
-
-        if (!q)
-            return;
-        for (i = 0; i < r->qlen; i++)
-            q[i] = *tok_at(r, i);
-        free(r->q);
-        r->q = q;
-        r->qcap = cap;
-        r->qhead = 0;
-    }
-    k = &r->q[(r->qhead + r->qlen) & (r->qcap - 1)];
-    k->fin = fin;
-    k->chunk = ci;
-    k->xfer = ci != SIM_NIL ? sim->chunks[ci].xfer : 0;
-    k->release = release;
-    r->qlen++;
-    if (release) {
-        sim_gpu_t *gg = &sim->gpus[release - 1];
-
-        gg->inflight++;
-        if (fin < gg->inflight_lb)
-            gg->inflight_lb = fin;
-    }
+    if (!q)
+        return 0;
+    for (i = 0; i < r->qlen; i++)
+        q[i] = *tok_at(r, i);
+    free(r->q);
+    r->q = q;
+    r->qcap = cap;
+    r->qhead = 0;
+    return 1;
 }
 
 /* Demand traffic arriving at `start` took `shared` ns of r from the background class: every background copy
  * still queued ends later, by what it had left at `start` at most (fair share: half rate meanwhile). */
-static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t shared)
+void sim_res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t shared)
 {
-    uint32_t i;
+    uint32_t i, hi;
 
     while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= start + r->latency_ns)
         tok_pop(sim, r);
-    for (i = 0; i < r->qlen; i++) {
+    /* The queue's copies end in order (FIFO within the class, and a delay keeps the order: huvm_sim_check), so
+     * those that ended by start (not yet retired) are a prefix: found by bisection, not walked. */
+    i = 0;
+    hi = r->qlen;
+    while (i < hi) {
+        uint32_t mid = i + (hi - i) / 2;
+
+        if (tok_at(r, mid)->fin - r->latency_ns <= start)
+            i = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; i < r->qlen; i++) {
         sim_tok_t *k = tok_at(r, i);
         uint64_t end = k->fin - r->latency_ns, d;
 
-        if (end <= start)
-            continue;
         d = u64_min(shared, end - start);
         k->fin += d;
         if (k->chunk != SIM_NIL) {
@@ -83,40 +62,7 @@ static void res_delay(huvm_sim_t *sim, sim_res_t *r, uint64_t start, uint64_t sh
     }
 }
 
-/* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t, with svc ns of the driver's per-block
- * service (migration or eviction) in front of the copy: the path is busy for both, so back-to-back blocks move
- * at the path's measured rate. Within a class, FIFO; between the two classes, fair share: while the other
- * class has queued work, this transfer progresses at half the rate, and the other class's queue is pushed back
- * by the work this one did meanwhile (background copies already issued end later: res_delay). Work
- * conserving. */
-static uint64_t res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
-{
-    uint64_t dur = res_ns(r, bytes) + svc;
-    uint64_t start = u64_max(t, r->busy_until[cls]);
-    uint64_t other = r->busy_until[!cls];
-    uint64_t overlap = other > start ? other - start : 0;
-    uint64_t fin, shared;
-
-    if (2 * dur <= overlap) {
-        fin = start + 2 * dur;
-        shared = dur;
-    }
-    else {
-        fin = start + dur + overlap / 2;
-        shared = overlap / 2;
-    }
-    r->busy_until[cls] = fin;
-    if (overlap) {
-        r->busy_until[!cls] = other + shared;
-        if (cls == SIM_FG && r->qlen)
-            res_delay(sim, r, start, shared);
-    }
-    r->busy_ns += dur;
-    r->bytes += bytes;
-    return fin + r->latency_ns;
-}
-
-/* One leg of a copy: over r, noted as in flight when it is a background copy. */
+/* One leg of a copy, out of line (paths of two legs, host copies): leg_inline. */
 static uint64_t leg(huvm_sim_t *sim,
                     sim_res_t *r,
                     uint64_t t,
@@ -124,22 +70,10 @@ static uint64_t leg(huvm_sim_t *sim,
                     uint64_t svc,
                     int cls,
                     uint32_t ci,
+                    uint32_t xfer,
                     uint32_t release)
 {
-    uint64_t fin;
-
-    while (r->qlen && !tok_at(r, 0)->release && tok_at(r, 0)->fin <= t)
-        tok_pop(sim, r);
-    fin = res_xfer(sim, r, t, bytes, svc, cls);
-    if (cls == SIM_BG)
-        tok_add(sim, r, fin, ci, release);
-    return fin;
-}
-
-static inline void new_xfer(huvm_sim_t *sim, uint32_t ci)
-{
-    if (ci != SIM_NIL)
-        sim->chunks[ci].xfer = ++sim->xfer_seq;
+    return leg_inline(sim, r, t, bytes, svc, cls, ci, xfer, release, release != 0);
 }
 
 /* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
@@ -148,11 +82,13 @@ uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
 
+    uint32_t x;
+
     sim->traffic.host_to_gpu[g] += bytes;
-    new_xfer(sim, ci);
-    fin = leg(sim, &sim->gpus[g].h2d, t, bytes, svc_ns, cls, ci, 0);
+    x = new_xfer(sim, ci);
+    fin = leg(sim, &sim->gpus[g].h2d, t, bytes, svc_ns, cls, ci, x, 0);
     if (sw)
-        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, svc_ns, cls, ci, 0));
+        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, svc_ns, cls, ci, x, 0));
     return fin;
 }
 
@@ -162,39 +98,43 @@ uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, u
     uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
 
+    uint32_t x;
+
     sim->traffic.gpu_to_host[g] += bytes;
-    new_xfer(sim, ci);
-    fin = leg(sim, &sim->gpus[g].d2h, t, bytes, svc_ns, cls, ci, g + 1);
+    x = new_xfer(sim, ci);
+    fin = leg(sim, &sim->gpus[g].d2h, t, bytes, svc_ns, cls, ci, x, g + 1);
     if (sw)
-        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, svc_ns, cls, ci, 0));
+        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, svc_ns, cls, ci, x, 0));
     return fin;
 }
 
-/* a -> b over the pair's direct path, svc ns of per-block service in front of the copy. */
-static uint64_t peer_path(huvm_sim_t *sim,
-                          uint32_t a,
-                          uint32_t b,
-                          uint64_t t,
-                          uint64_t bytes,
-                          uint64_t svc,
-                          int cls,
-                          uint32_t ci)
+/* a -> b over the pair's direct path, svc ns of per-block service in front of the copy. A direct NVLink (the
+ * common case) is one leg, inlined; PCIe peer-to-peer and an NVSwitch take two. */
+static SIM_ALWAYS_INLINE uint64_t peer_path(huvm_sim_t *sim,
+                                            uint32_t a,
+                                            uint32_t b,
+                                            uint64_t t,
+                                            uint64_t bytes,
+                                            uint64_t svc,
+                                            int cls,
+                                            uint32_t ci,
+                                            uint32_t x)
 {
     if (sim->cfg.link_type[a][b] == HUVM_LINK_PCIE) {
         /* PCIe peer-to-peer: a's upstream and b's downstream direction (not the switches' uplinks). */
-        return u64_max(leg(sim, &sim->gpus[a].d2h, t, bytes, svc, cls, ci, a + 1),
-                       leg(sim, &sim->gpus[b].h2d, t, bytes, svc, cls, ci, 0));
+        return u64_max(leg(sim, &sim->gpus[a].d2h, t, bytes, svc, cls, ci, x, a + 1),
+                       leg(sim, &sim->gpus[b].h2d, t, bytes, svc, cls, ci, x, 0));
     }
     if (sim->cfg.flags & HUVM_SIM_FLAG_NVSWITCH)
-        return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, svc, cls, ci, a + 1),
-                       leg(sim, &sim->gpus[b].port_in, t, bytes, svc, cls, ci, 0));
-    return leg(sim, &sim->nvl[a][b], t, bytes, svc, cls, ci, a + 1);
+        return u64_max(leg(sim, &sim->gpus[a].port_out, t, bytes, svc, cls, ci, x, a + 1),
+                       leg(sim, &sim->gpus[b].port_in, t, bytes, svc, cls, ci, x, 0));
+    return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc, cls, ci, x, a + 1, 1);
 }
 
 /* a -> b, a remote-mapped read (ci = SIM_NIL, demand class): no migration, so no per-block service. */
 uint64_t sim_xfer_peer_raw(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t, uint64_t bytes, int cls, uint32_t ci)
 {
-    return peer_path(sim, a, b, t, bytes, 0, cls, ci);
+    return peer_path(sim, a, b, t, bytes, 0, cls, ci, ci != SIM_NIL ? sim->chunks[ci].xfer : 0);
 }
 
 /* A flow outside both classes' FIFOs (a tenant's own collective, NCCL's kernels beside UVM's copy engines) of
@@ -222,7 +162,7 @@ static uint64_t res_flow(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t byt
             r->busy_until[c] += shared;
     }
     if (shared && r->qlen)
-        res_delay(sim, r, t, shared);
+        sim_res_delay(sim, r, t, shared);
     r->busy_ns += dur;
     r->bytes += bytes;
     return fin + r->latency_ns;
@@ -240,51 +180,65 @@ uint64_t sim_xfer_collective(huvm_sim_t *sim, uint32_t a, uint32_t b, uint64_t t
     return res_flow(sim, &sim->nvl[a][b], t, bytes);
 }
 
-uint64_t sim_xfer_peer(huvm_sim_t *sim,
-                       uint32_t a,
-                       uint32_t b,
-                       uint64_t t,
-                       uint64_t bytes,
-                       uint64_t svc_ns,
-                       int cls,
-                       uint32_t ci)
+uint64_t sim_xfer_peer_path(huvm_sim_t *sim,
+                            uint32_t a,
+                            uint32_t b,
+                            uint64_t t,
+                            uint64_t bytes,
+                            uint64_t svc_ns,
+                            int cls,
+                            uint32_t ci)
 {
+    uint32_t x;
+
     sim->traffic.gpu_to_gpu[a][b] += bytes;
-    new_xfer(sim, ci);
-    return peer_path(sim, a, b, t, bytes, svc_ns, cls, ci);
+    x = new_xfer(sim, ci);
+    return peer_path(sim, a, b, t, bytes, svc_ns, cls, ci, x);
 }
 
-/* Copies out of g still in flight at t that have ended give g its memory back.
+/* Pop r's copies that ended by t (each frees one chunk of the queue's GPU); lower *lb to its next end. Returns
+ * how many were popped. */
+static inline uint64_t retire_queue(sim_res_t *r, uint64_t t, uint64_t *lb)
+{
+    const uint32_t mask = r->qcap - 1;
+    uint32_t head = r->qhead, len = r->qlen;
+    uint64_t n;
+
+    while (len && r->q[head].fin <= t) {
+        head = (head + 1) & mask;
+        len--;
+    }
+    n = r->qlen - len;
+    r->qhead = head;
+    r->qlen = len;
+    if (len && r->q[head].fin < *lb)
+        *lb = r->q[head].fin;
+    return n;
+}
+
+/* Copies out of g still in flight at t that have ended give g its memory back (sim_gpu_retire: the walk).
  *
  * Every copy queued on g's d2h, port_out and nvl[g][*] frees g's memory (release g + 1), and only this
  * function pops them (leg and res_delay pop copies that free nothing), one queue head at a time. So once the
  * queues are walked, the earliest head is a lower bound on the next head that can end: later heads are those
  * already queued (a demand copy only pushes them later, res_delay) or new copies (tok_add lowers the bound).
- * Before the bound there is nothing to pop, and the walk is skipped: same pops, same order. */
-void sim_gpu_retire(huvm_sim_t *sim, uint32_t g, uint64_t t)
+ * Before the bound there is nothing to pop, and the walk is skipped (sim_gpu_retire): same pops, same order. */
+void sim_gpu_retire_walk(huvm_sim_t *sim, uint32_t g, uint64_t t)
 {
     sim_gpu_t *gg = &sim->gpus[g];
-    uint64_t lb = UINT64_MAX;
+    uint64_t lb = UINT64_MAX, n = 0;
     uint32_t b;
 
-    if (!gg->inflight || t < gg->inflight_lb)
-        return;
-    while (gg->d2h.qlen && tok_at(&gg->d2h, 0)->fin <= t)
-        tok_pop(sim, &gg->d2h);
+    /* every copy on these queues frees g's memory (release g + 1): tok_pop's decrement, counted */
     if (gg->d2h.qlen)
-        lb = tok_at(&gg->d2h, 0)->fin;
-    while (gg->port_out.qlen && tok_at(&gg->port_out, 0)->fin <= t)
-        tok_pop(sim, &gg->port_out);
+        n += retire_queue(&gg->d2h, t, &lb);
     if (gg->port_out.qlen)
-        lb = u64_min(lb, tok_at(&gg->port_out, 0)->fin);
+        n += retire_queue(&gg->port_out, t, &lb);
     for (b = 0; b < sim->cfg.gpu_count; b++) {
-        sim_res_t *r = &sim->nvl[g][b];
-
-        while (r->qlen && tok_at(r, 0)->fin <= t)
-            tok_pop(sim, r);
-        if (r->qlen)
-            lb = u64_min(lb, tok_at(r, 0)->fin);
+        if (sim->nvl[g][b].qlen)
+            n += retire_queue(&sim->nvl[g][b], t, &lb);
     }
+    gg->inflight -= n;
     gg->inflight_lb = lb;
 }
 

@@ -392,8 +392,11 @@ static void test_paths(uint32_t nvswitch, uint32_t fetch_mode)
     set.policy.fetch_mode = fetch_mode;
     set.policy.gpus[0].role = HUVM_ROLE_HARVESTER;
     CHECK(huvm_sim_ioctl(sim, HUVM_IOCTL_SET_POLICY, &set, sizeof(set)) == HUVM_NV_OK);
-    while (huvm_sim_run(sim, huvm_sim_now(sim) + 2000000, &err) == HUVM_NV_OK && !huvm_sim_finished(sim))
+    /* mid-run too: the copies in flight (each link direction's kind, each GPU's count) hold at every slice */
+    while (huvm_sim_run(sim, huvm_sim_now(sim) + 2000000, &err) == HUVM_NV_OK && !huvm_sim_finished(sim)) {
         slices++;
+        CHECK(huvm_sim_check(sim, &err) == 0);
+    }
     CHECK(huvm_sim_finished(sim) && slices > 1);
     CHECK(huvm_sim_check(sim, &err) == 0);
     CHECK(huvm_sim_tenant_result(sim, 0, &r) == HUVM_NV_OK && r.done);
@@ -836,6 +839,7 @@ static void test_evict_runs_match_per_chunk(void)
         CHECK(huvm_sim_run(sim[1], until, &err) == HUVM_NV_OK);
         for (g = 0; g < 2; g++)
             differ += memcmp(&sim[0]->gpus[g].own_peak, &sim[1]->gpus[g].own_peak, sizeof(huvm_peak_t)) != 0;
+        CHECK(huvm_sim_check(sim[0], &err) == 0); /* the copies in flight over NVLink, mid-run */
         slices++;
     }
     CHECK(differ == 0);
