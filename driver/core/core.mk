@@ -73,12 +73,14 @@ $(CORE_OUT)/bench_core: $(CORE_SRCS) $(CORE_HDRS) $(ROOT)/tests/c/bench_core.c
 bench-core: $(CORE_OUT)/bench_core
 	@$(CORE_OUT)/bench_core
 
-# The extension is built in place by `pip install -e pyctl` (make venv); rebuild it when C changes.
+# The extension is built in place by `pip install -e pyctl` (make venv); rebuild it when C changes. --force:
+# build_ext compares only the .c files' times with the module's, so a changed header (an inline function of
+# huvm_sim_internal.h, the ABI header) would leave the old module in place.
 CORE_CFFI_STAMP := $(CORE_OUT)/cffi.stamp
 $(CORE_CFFI_STAMP): $(CORE_SRCS) $(CORE_HDRS) $(ROOT)/pyctl/huvm/_build.py $(ROOT)/pyctl/setup.py \
-                    $(wildcard $(ROOT)/driver/sim/*.c $(ROOT)/driver/sim/*.h) | $(VENV_STAMP)
+                    $(wildcard $(ROOT)/driver/include/uapi/*.h $(ROOT)/driver/sim/*.c $(ROOT)/driver/sim/*.h) | $(VENV_STAMP)
 	@mkdir -p $(@D)
-	cd $(ROOT)/pyctl && $(PY) setup.py -q build_ext --inplace --build-temp $(CORE_OUT)/cffi-temp >/dev/null
+	cd $(ROOT)/pyctl && $(PY) setup.py -q build_ext --force --inplace --build-temp $(CORE_OUT)/cffi-temp >/dev/null
 	@touch $@
 core-cffi: $(CORE_CFFI_STAMP)
 
