@@ -288,9 +288,10 @@ XSB_EGRID_ENTRY, XSB_INDEX_ENTRY, XSB_POINT = 8, 4, 48
 #: ARIADNE sized it is not published): the most points that fit 4 GiB
 XSB_GRIDPOINTS = FOOTPRINT // (XSB_ISOTOPES * (XSB_EGRID_ENTRY + XSB_INDEX_ENTRY * XSB_ISOTOPES + XSB_POINT))
 #: lookups simulated: a prefix of the 17 M, run at this many and half as many (:func:`xsb_extrapolate`); the
-#: half must be past the warm-up, where the run at 100 % has migrated all it will (measured: by 80,000 lookups
-#: its runtime stops growing, docs/simulator.md table 1a)
-XSB_SIM_LOOKUPS = 160_000
+#: half must be past the warm-up, where the run at 100 % has migrated all it will (measured, docs/simulator.md
+#: table 1a: the extrapolated slowdowns move by under 0.5 % from 120k/240k to 160k/320k lookups, by 5 % from
+#: 80k/160k, where the run at 100 % is still migrating)
+XSB_SIM_LOOKUPS = 240_000
 
 
 def _xsb_mats() -> list[I64]:
@@ -329,9 +330,12 @@ def xsb_lookups(lookups: int, seed: int = 24, gridpoints: int = XSB_GRIDPOINTS) 
     rng = np.random.default_rng(seed)
     lay = xsb_layout(gridpoints)
     n_u = XSB_ISOTOPES * gridpoints
-    energy = rng.random(lookups)
+    # two draws per lookup, lookup by lookup (as the kernel's seed is fast-forwarded 2 per lookup): a shorter run
+    # is a prefix of a longer one
+    draws = rng.random((lookups, 2))
+    energy = draws[:, 0]
     cum = np.cumsum(XSB_MAT_DIST)
-    mat = np.minimum(np.searchsorted(cum / cum[-1], rng.random(lookups), side="right"), len(cum) - 1)
+    mat = np.minimum(np.searchsorted(cum / cum[-1], draws[:, 1], side="right"), len(cum) - 1)
     target = np.minimum((energy * n_u).astype(np.int64), n_u - 2)
     # grid_search: lowerLimit 0, upperLimit n - 1, probe the middle until the interval is one wide
     lo = np.zeros(lookups, dtype=np.int64)
