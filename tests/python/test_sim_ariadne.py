@@ -153,3 +153,16 @@ def test_xsb_extrapolates_linearly_past_the_prefix() -> None:
     t = ariadne.xsb_extrapolate(1.0, 2.0, 240_000, 17_000_000)
     assert math.isclose(t, 2.0 + (17_000_000 - 240_000) / 120_000)
     assert ariadne.xsb_extrapolate(5.0, 5.0) == 5.0
+
+
+def test_xsb_prefixes_are_past_the_warm_up() -> None:
+    """The extrapolation holds only where the shorter prefix is past the warm-up: from there the run at 100 %
+    migrates nothing more (its runtime grows by the lookups' compute alone, a few ns each), and the run at
+    200 % grows by a fault stall per lookup far above that."""
+    half, full = calibrate._xsb_half(), calibrate._mix_traces()["XSB"]
+    n = ariadne.XSB_SIM_LOOKUPS - ariadne.XSB_SIM_LOOKUPS // 2
+    at100 = (calibrate._mix_runtime(full, 1.0) - calibrate._mix_runtime(half, 1.0)) / n
+    at200 = (calibrate._mix_runtime(full, 2.0) - calibrate._mix_runtime(half, 2.0)) / n
+    compute = float(np.asarray(full.op_time_ns)[ariadne.XSB_SIM_LOOKUPS // 2:].mean())  # type: ignore[attr-defined]
+    assert compute <= at100 < 2 * compute
+    assert at200 > 10_000 * at100
