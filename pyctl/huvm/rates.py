@@ -58,11 +58,16 @@ def from_node_file(path: str | Path) -> list[tuple[int, int]]:
     node built from that file reports them: the rule is the simulator's (``sim_set_gpu_rates``), defined once,
     and the file is checked by the simulator's node loader; ConfigError (one line, naming file and key)
     otherwise."""
-    from . import registry  # the simulated backend is a plug-in of the registry (huvm.registry)
-    from .node import Node
+    from . import errors, registry  # the simulated backend is a plug-in of the registry (huvm.registry)
 
     file = str(path)
     if not Path(path).is_file():
         raise ConfigError("no such file", file=file)
-    with Node(registry.open_backend("sim", file)) as node:
-        return [(r.hbm_mbyte_per_s, r.giveback_mbyte_per_s) for r in node.gpu_rates()]
+    backend = registry.open_backend("sim", file)
+    try:
+        p = abi.new_params(abi.lib.HUVM_IOCTL_GET_GPU_RATES)
+        backend.ioctl(abi.lib.HUVM_IOCTL_GET_GPU_RATES, p)
+        errors.check(abi.lib.HUVM_IOCTL_GET_GPU_RATES, p)
+        return [(int(p.hbm_mbyte_per_s[i]), int(p.giveback_mbyte_per_s[i])) for i in range(int(p.gpu_count))]
+    finally:
+        backend.close()
