@@ -62,7 +62,8 @@ class FakeBackend:
         self.plans.append(plan)
         half = self.state.memory_free_bytes // 2
         assert plan.size_bytes <= plan.max_alloc_bytes <= half
-        assert all(n * measured.CHUNK_BYTES <= plan.max_alloc_bytes for n in plan.concurrencies)
+        assert all(n <= plan.block_regions for n in plan.concurrencies)
+        assert plan.block_regions * measured.CHUNK_BYTES <= plan.max_alloc_bytes
         assert plan.serial_regions * measured.CHUNK_BYTES <= plan.size_bytes
         return Samples(tests={k: tuple(v) for k, v in REF["tests"].items()},
                        block_fault_us={n: tuple(REF["block_fault_us"][str(n)]) for n in plan.concurrencies})
@@ -356,8 +357,9 @@ if sys.argv[1] == "probe":
         "runtime_version": 12040, "driver_api_version": 13000, "memory_clock_khz": 0, "memory_bus_width_bits": 0,
         "managed_memory": 1, "concurrent_managed_access": 1, "multiprocessors": 132}}))
 else:
-    dev, size, repeat, max_alloc, conc, serial = sys.argv[2:]
+    dev, size, repeat, max_alloc, conc, serial, regions = sys.argv[2:]
     assert int(size) <= int(max_alloc), (size, max_alloc)
+    assert max(map(int, conc.split(","))) <= int(regions) and int(regions) * 2**21 <= int(max_alloc)
     print(json.dumps({{"tests": rec["tests"],
         "block_fault_us": {{n: rec["block_fault_us"][n] for n in conc.split(",")}}}}))
 """
@@ -488,9 +490,18 @@ def test_the_benchmark_on_a_fake_cuda_runtime(tmp_path: Path, monkeypatch: pytes
     allocs = [line.split() for line in log.read_text().splitlines()]
     gpu = [(int(n), int(free)) for kind, n, free in allocs if kind != "pinned"]
     assert gpu and all(n <= plan.max_alloc_bytes and n <= free // 2 for n, free in gpu)
-    assert max(n for n, _ in gpu) == 256 * measured.CHUNK_BYTES
+    # the block faults' buffer is every region the limit allows (fewer than 2 GiB here), at every concurrency:
+    # each sample is the kernel's time (1 ms here) over all its regions, not over the regions in flight
+    assert plan.block_regions == plan.max_alloc_bytes // measured.CHUNK_BYTES < calibration.BLOCK_REGIONS
+    assert max(n for n, _ in gpu) == plan.block_regions * measured.CHUNK_BYTES
+    assert cal.data["node"]["block_fault_regions"] == plan.block_regions
+    assert all(v == [round(1000 / plan.block_regions, 3)] * 4 for v in cal.data["block_fault_us"].values())
+    # a concurrency above the buffer's regions is a usage error
+    r = subprocess.run([str(exe), "run", "0", str(64 * MIB), "1", str(8 << 30), "8", "1", "4"], capture_output=True,
+                       text=True, check=False)
+    assert r.returncode == cb.EXIT_USAGE and "BLOCK_REGIONS" in r.stderr
     # the benchmark's own check: an allocation above half the free memory stops it (exit 3)
-    r = subprocess.run([str(exe), "run", "0", str(64 * MIB), "1", str(8 << 30), "1", "1"], capture_output=True,
+    r = subprocess.run([str(exe), "run", "0", str(64 * MIB), "1", str(8 << 30), "1", "1", "1"], capture_output=True,
                        text=True, env={**os.environ, "FAKE_CUDA_FREE": str(100 * MIB)}, check=False)
     assert r.returncode == cb.EXIT_REFUSED and "refused" in r.stderr and r.stdout.count("[") == 0
     monkeypatch.setenv("FAKE_CUDA_DEVICES", "0")

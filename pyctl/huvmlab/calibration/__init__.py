@@ -16,7 +16,8 @@ shared GPU):
   itself checks again against ``cudaMemGetInfo`` before each one); ``--size`` above that is refused;
 * a GPU on which more than :data:`BUSY_SHARE` of the memory is in use (other processes, by NVML where it can
   list them, else total less free less :data:`CONTEXT_BYTES` for the probe's own context) is refused;
-* block-fault concurrencies whose buffer would not fit are left out (and said so in the notes).
+* the block-fault buffer is :data:`BLOCK_REGIONS` regions (2 GiB), fewer where that would not fit; concurrencies
+  above its regions are left out (and said so in the notes).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ BUSY_SHARE = 0.10
 CONTEXT_BYTES = 512 * MIB
 #: block_fault_us's concurrencies (2 MiB regions in flight), those of the shipped H200 record
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024)
+#: block_fault_us's buffer: 2 GiB of regions, faulted with N in flight until all are done (the steady state, as
+#: the shipped H200 record's test: one kernel on N regions alone times its first fault's wake-up with them)
+BLOCK_REGIONS = 1024
 #: fault_serial_2m_us: regions touched one at a time (fewer if --size holds fewer)
 SERIAL_REGIONS = 64
 #: the constants of the comparison table: key, what, unit
@@ -116,14 +120,16 @@ def make_plan(state: GpuState, *, size_bytes: int = DEFAULT_SIZE, repeat: int = 
         raise CalibrationRefused(
             f"GPU {state.index} ({state.name}) has {human_bytes(state.memory_free_bytes)} free: a "
             f"{human_bytes(size_bytes)} buffer is more than {fraction:.0%} of it (lower --size)", reason="no-memory")
-    conc = tuple(n for n in CONCURRENCIES if n * CHUNK_BYTES <= budget)
+    regions = min(BLOCK_REGIONS, budget // CHUNK_BYTES)
+    conc = tuple(n for n in CONCURRENCIES if n <= regions)
     notes = []
     if len(conc) < len(CONCURRENCIES):
         left = [n for n in CONCURRENCIES if n not in conc]
-        notes.append(f"block faults with {', '.join(map(str, left))} regions in flight left out: their buffers "
-                     f"would be more than {fraction:.0%} of the free memory")
+        notes.append(f"block faults with {', '.join(map(str, left))} regions in flight left out: the block-fault "
+                     f"buffer is {regions} regions ({format_size(regions * CHUNK_BYTES)}), as more would be more "
+                     f"than {fraction:.0%} of the free memory")
     serial = min(SERIAL_REGIONS, size_bytes // CHUNK_BYTES)
-    return Plan(state.index, size_bytes, repeat, conc, serial, budget), notes
+    return Plan(state.index, size_bytes, repeat, conc, regions, serial, budget), notes
 
 
 # ---- the record ----
@@ -186,8 +192,10 @@ def make_record(state: GpuState, samples: Samples, plan: Plan, *, method: str, n
         "topology": [["X"]], "host": host, "date": (date or datetime.datetime.now(datetime.UTC).date()).isoformat(),
         "method": f"{method}, by huvmctl calibrate: every managed buffer freshly allocated and first written by the "
                   f"CPU; rates in MB/s (10^6 B/s), times in us; {plan.repeat} repetitions (block faults: "
-                  f"{plan.repeat} per concurrency, reads and writes); buffers of {format_size(plan.size_bytes)}, "
-                  f"none above {format_size(plan.max_alloc_bytes)}",
+                  f"{plan.repeat} per concurrency, reads and writes, over "
+                  f"{format_size(plan.block_regions * CHUNK_BYTES)} of regions); buffers of "
+                  f"{format_size(plan.size_bytes)}, none above {format_size(plan.max_alloc_bytes)}",
+        "block_fault_regions": plan.block_regions,
     })
     node.update({k: v for k, v in state.info.items() if v is not None and k not in node})
     tests = {k: _rounded(k, v) for k, v in samples.tests.items()}

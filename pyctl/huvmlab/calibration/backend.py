@@ -56,6 +56,7 @@ class Plan:
     size_bytes: int                 # the rate tests' buffer
     repeat: int                     # samples per test (block faults: per mode, reads and writes)
     concurrencies: tuple[int, ...]  # block_fault_us's keys: 2 MiB regions in flight
+    block_regions: int              # block_fault_us's buffer: regions faulted in all, at every concurrency
     serial_regions: int             # fault_serial_2m_us: regions touched one at a time
     max_alloc_bytes: int            # the largest single allocation allowed (a share of the free memory)
 

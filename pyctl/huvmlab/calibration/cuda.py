@@ -248,7 +248,8 @@ class CudaBackend:
 
     def run(self, plan: Plan) -> Samples:
         d = self._call("run", str(plan.gpu), str(plan.size_bytes), str(plan.repeat), str(plan.max_alloc_bytes),
-                       ",".join(map(str, plan.concurrencies)), str(plan.serial_regions))
+                       ",".join(map(str, plan.concurrencies)), str(plan.serial_regions),
+                       str(plan.block_regions))
         tests = d.get("tests")
         blocks = d.get("block_fault_us")
         if not isinstance(tests, dict) or not isinstance(blocks, dict):

@@ -1,7 +1,7 @@
 // huvm-calibrate: the microbenchmarks of `huvmctl calibrate` (huvm.calibration), one GPU of a real node.
 //
 //   huvm-calibrate probe DEVICE
-//   huvm-calibrate run DEVICE SIZE_BYTES REPEAT MAX_ALLOC_BYTES CONCURRENCIES SERIAL_REGIONS
+//   huvm-calibrate run DEVICE SIZE_BYTES REPEAT MAX_ALLOC_BYTES CONCURRENCIES SERIAL_REGIONS BLOCK_REGIONS
 //
 // Prints one JSON object on stdout. The tests and their method are those of huvm.sim.measured: every managed
 // buffer freshly allocated and first written by the CPU, freed after its test; rates in MB/s (10^6 B/s),
@@ -76,16 +76,17 @@ __global__ void k_serial(char *p, size_t regions) {
     }
 }
 
-__global__ void k_block(uint4 *p, int write, unsigned *sink) {
-    uint4 *q = p + blockIdx.x * (CHUNK / sizeof(uint4));
+// Whole 2 MiB regions demand-faulted: each CUDA block of 512 threads touches every 4 KiB page of one region at
+// once (one byte per page), then takes the region gridDim.x further on, so gridDim.x regions are in flight at
+// every moment until all are done (the steady state, not the cost of one kernel's first fault).
+__global__ void k_block(char *p, size_t regions, int write, unsigned *sink) {
     unsigned acc = 0;
-    for (size_t i = threadIdx.x; i < CHUNK / sizeof(uint4); i += blockDim.x) {
-        if (write) {
-            q[i] = make_uint4((unsigned)i, 1u, 2u, 3u);
-        } else {
-            uint4 v = q[i];
-            acc ^= v.x ^ v.y ^ v.z ^ v.w;
-        }
+    for (size_t r = blockIdx.x; r < regions; r += gridDim.x) {
+        char *q = p + r * CHUNK + (size_t)threadIdx.x * PAGE;
+        if (write)
+            *q = 1;
+        else
+            acc += (unsigned char)*q;
     }
     if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
 }
@@ -158,7 +159,7 @@ static int probe(void) {
     return 0;
 }
 
-static int run(size_t size, int repeat, const size_t *conc, int nconc, size_t serial_regions) {
+static int run(size_t size, int repeat, const size_t *conc, int nconc, size_t serial_regions, size_t block_regions) {
     double *v = (double *)calloc((size_t)repeat * 2, sizeof(double));
     size_t pages = size / PAGE;
     if (!v) die(4, "out of host memory");
@@ -276,17 +277,18 @@ static int run(size_t size, int repeat, const size_t *conc, int nconc, size_t se
         emit("fault_serial_2m_us", us, repeat, 1);
     }
     printf("\n},\n\"block_fault_us\": {");
-    // whole 2 MiB regions demand-faulted, N in flight: reads and writes
+    // block_regions whole 2 MiB regions demand-faulted, N in flight: reads and writes; us per region
     for (int c = 0; c < nconc; c++) {
         int k = 0;
+        if (conc[c] > block_regions) die(2, "CONCURRENCIES: %zu is more than BLOCK_REGIONS", conc[c]);
         for (int r = 0; r < repeat; r++)
             for (int write = 0; write < 2; write++) {
-                char *p = managed_from_cpu(conc[c] * CHUNK);
+                char *p = managed_from_cpu(block_regions * CHUNK);
                 CK(cudaEventRecord(ev0));
-                k_block<<<(unsigned)conc[c], 256>>>((uint4 *)p, write, g_sink);
+                k_block<<<(unsigned)conc[c], (unsigned)(CHUNK / PAGE)>>>(p, block_regions, write, g_sink);
                 CK(cudaGetLastError());
                 CK(cudaEventRecord(ev1));
-                v[k++] = elapsed_ms() * 1e3 / conc[c];
+                v[k++] = elapsed_ms() * 1e3 / block_regions;
                 CK(cudaFree(p));
             }
         printf("%s\n  \"%zu\": [", c ? "," : "", conc[c]);
@@ -310,8 +312,9 @@ static size_t parse_size(const char *s, const char *what) {
 int main(int argc, char **argv) {
     int count = 0;
     cudaError_t e;
-    if (argc < 3 || (strcmp(argv[1], "probe") && strcmp(argv[1], "run")) || (!strcmp(argv[1], "run") && argc != 8))
-        die(2, "usage: huvm-calibrate probe DEVICE | run DEVICE SIZE REPEAT MAX_ALLOC CONCURRENCIES SERIAL_REGIONS");
+    if (argc < 3 || (strcmp(argv[1], "probe") && strcmp(argv[1], "run")) || (!strcmp(argv[1], "run") && argc != 9))
+        die(2, "usage: huvm-calibrate probe DEVICE | run DEVICE SIZE REPEAT MAX_ALLOC CONCURRENCIES SERIAL_REGIONS "
+               "BLOCK_REGIONS");
     {
         char *end = NULL;
         long d = strtol(argv[2], &end, 10);
@@ -325,7 +328,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "probe")) return probe();
 
     size_t size = parse_size(argv[3], "SIZE"), repeat = parse_size(argv[4], "REPEAT");
-    size_t conc[MAX_CONC], serial;
+    size_t conc[MAX_CONC], serial, blocks;
     int nconc = 0;
     g_max_alloc = parse_size(argv[5], "MAX_ALLOC");
     if (repeat > 32) die(2, "REPEAT: at most 32");
@@ -335,5 +338,6 @@ int main(int argc, char **argv) {
         conc[nconc++] = parse_size(tok, "CONCURRENCIES");
     }
     serial = parse_size(argv[7], "SERIAL_REGIONS");
-    return run(size, (int)repeat, conc, nconc, serial);
+    blocks = parse_size(argv[8], "BLOCK_REGIONS");
+    return run(size, (int)repeat, conc, nconc, serial, blocks);
 }
