@@ -79,10 +79,12 @@ static uint64_t traffic_budget_mbyte_per_s(const huvm_core_t *core, const huvm_g
 }
 
 /* Bytes of its recent peak a LEND_ABOVE_PEAK lender may lend anyway (0 without a bound T): those it can give
- * back, when its own work returns to the peak, within T of the expected interval between its spikes
- * (own_spike_ns) at its give-back rate (MB/s: bytes per us; the host link's line rate when the caller knows no
- * better). A lender that spikes every few ms keeps its whole peak free; one that spikes every few seconds lends
- * part of it; one whose spikes stopped lends it all once the interval has grown long enough. */
+ * back, when its own work returns to the peak, within T of its own time between spikes, at its give-back rate
+ * (MB/s: bytes per us; the host link's line rate when the caller knows no better). The interval observed
+ * (own_spike_ns) holds the stall itself: a stall of T / (100 + T) of it is T of the lender's own time (as the
+ * traffic budget's share above), where T of the observed interval would slow it by T (1 + T / 100). A lender that
+ * spikes every few ms keeps its whole peak free; one that spikes every few seconds lends part of it; one whose
+ * spikes stopped lends it all once the interval has grown long enough. */
 static uint64_t peak_lendable_bytes(const huvm_core_t *core,
                                     const huvm_gpu_state_t *state,
                                     const huvm_gpu_policy_t *e,
@@ -97,7 +99,8 @@ static uint64_t peak_lendable_bytes(const huvm_core_t *core,
     if (interval_us > HUVM_SPIKE_MAX_NS / 1000)
         interval_us = HUVM_SPIKE_MAX_NS / 1000;
     /* stall us (<= 2^30 x 100 / 100) x MB/s (<= 2^24): no overflow */
-    return interval_us * e->lend_slowdown_max_pct / 100 * (rate < HUVM_MAX_MBYTE_PER_S ? rate : HUVM_MAX_MBYTE_PER_S);
+    return interval_us * e->lend_slowdown_max_pct / (100 + e->lend_slowdown_max_pct) *
+           (rate < HUVM_MAX_MBYTE_PER_S ? rate : HUVM_MAX_MBYTE_PER_S);
 }
 
 /* Capacity and timing admission of a statically eligible holder; inflight: bytes reserved on it by moves in

@@ -115,13 +115,15 @@ static void note_traffic_budgets(huvm_sim_t *sim)
 
 /* What GPU g's slowdown bound weighs, from the cost model: its HBM bandwidth (a guest chunk's copy costs its
  * tenants lend_chunk_ns) and its give-back rate (a chunk to the host: evict_service_ns, the transfer setup
- * and the copy at the PCIe rate), both in MB/s (bytes per us). */
+ * and the copy at the PCIe rate, twice: a give-back is a demand copy, and the link it takes gives it half its
+ * rate while background copies share it, as they do when a lender's spike returns), both in MB/s (bytes per
+ * us). */
 static void sim_set_gpu_rates(huvm_sim_t *sim, uint32_t g)
 {
     const huvm_sim_config_t *cfg = &sim->cfg;
     uint64_t us_bytes = (uint64_t)SIM_CHUNK * 1000;
     uint64_t hbm = cfg->lend_chunk_ns ? us_bytes / cfg->lend_chunk_ns : 0;
-    uint64_t chunk_ns = cfg->evict_service_ns + cfg->pcie_latency_ns + us_bytes / cfg->pcie_mbyte_per_s[g];
+    uint64_t chunk_ns = cfg->evict_service_ns + cfg->pcie_latency_ns + 2 * (us_bytes / cfg->pcie_mbyte_per_s[g]);
     uint64_t giveback = chunk_ns ? us_bytes / chunk_ns : 0;
 
     huvm_core_set_gpu_rates(&sim->core,

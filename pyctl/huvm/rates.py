@@ -7,8 +7,9 @@ assumes the host link's line rate). Both in MB/s (10^6 B/s); 0 = unknown.
 
 :func:`from_node_file` reads them from the node TOML ``huvmctl calibrate`` writes, with the simulator's rule
 (``huvm_sim.c``'s ``sim_set_gpu_rates``, the one definition): HBM = a 2 MiB chunk over ``lend_chunk_ns``;
-give-back = a 2 MiB chunk over ``evict_service_ns + pcie_latency_ns`` plus its copy at the GPU's
-``pcie_mbyte_per_s``: it builds the simulated node the file describes and reads the rates back from its core.
+give-back = a 2 MiB chunk over ``evict_service_ns + pcie_latency_ns`` plus twice its copy at the GPU's
+``pcie_mbyte_per_s`` (a demand copy at half the link, the worst case): it builds the simulated node the file
+describes and reads the rates back from its core.
 """
 
 from __future__ import annotations

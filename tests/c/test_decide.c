@@ -457,18 +457,18 @@ TEST(decide_rates_from_set_gpu_rates)
     st[1].guest_traffic_bytes = 0;
     st[1].free_bytes = 12 * GIB;
     st[1].own_peak_bytes = 16 * GIB;
-    st[1].own_spike_ns = 1000 * ms;                        /* T = 2 % of a second: 20 ms */
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 320000000, r.now_ns), HUVM_REASON_PEER);   /* 20 ms x 16 GB/s */
+    st[1].own_spike_ns = 1000 * ms;                        /* T = 2 %: 2/102 of a second, 19,607 us */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 313712000, r.now_ns), HUVM_REASON_PEER);   /* x 16 GB/s */
     CHECK_EQ(set_rates_cmd(1, 0, 6000), HUVM_NV_OK);
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 120000000, r.now_ns), HUVM_REASON_PEER);   /* 20 ms x 6 GB/s */
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 120000001, r.now_ns), HUVM_REASON_PEER_FULL);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 117642000, r.now_ns), HUVM_REASON_PEER);   /* x 6 GB/s */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 117642001, r.now_ns), HUVM_REASON_PEER_FULL);
     /* a refused command changes nothing */
     CHECK_EQ(set_rates_cmd(1, 0, (uint32_t)HUVM_MAX_MBYTE_PER_S + 1), HUVM_NV_ERR_OUT_OF_RANGE);
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 120000001, r.now_ns), HUVM_REASON_PEER_FULL);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 117642001, r.now_ns), HUVM_REASON_PEER_FULL);
 }
 
-/* LEND_ABOVE_PEAK under a bound T lends the part of the lender's peak it can give back within T of its
- * expected spike interval: interval x T / 100 x give-back rate. */
+/* LEND_ABOVE_PEAK under a bound T lends the part of the lender's peak it can give back within T of its own time
+ * between spikes: interval x T / (100 + T) x give-back rate (the observed interval holds the stall). */
 TEST(decide_slowdown_bound_peak)
 {
     const uint64_t ms = HUVM_NS_PER_MS;
@@ -481,35 +481,36 @@ TEST(decide_slowdown_bound_peak)
     /* own use 4 GiB, peak the whole GPU: the room to the peak (12 GiB) is all its free memory */
     st[1].free_bytes = 12 * GIB;
     st[1].own_peak_bytes = 16 * GIB;
-    /* spikes every second: T = 2 % of it, 20 ms, gives back 200 MB */
+    /* spikes every second: T = 2 %, 2/102 of it (19,607 us; 20 ms would slow it 2.04 %), gives back 196 MB */
     st[1].own_spike_ns = 1000 * ms;
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 200000000, r.now_ns), HUVM_REASON_PEER);
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 200000001, r.now_ns), HUVM_REASON_PEER_FULL);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 196070000, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 196070001, r.now_ns), HUVM_REASON_PEER_FULL);
     CHECK_EQ(huvm_decide_evict(&core, st, &r).dst, 1);
-    /* spikes every 10 ms: 2 MB, less than a chunk: it keeps its peak free */
+    /* spikes every 10 ms: 1.96 MB, less than a chunk: it keeps its peak free */
     st[1].own_spike_ns = 10 * ms;
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 2000000, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 1960000, r.now_ns), HUVM_REASON_PEER);
     CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER_FULL);
     CHECK_EQ(huvm_decide_evict(&core, st, &r).reason, HUVM_REASON_PEER_FULL);
     /* unknown cadence (0): nothing of the peak */
     st[1].own_spike_ns = 0;
     CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, CHUNK, r.now_ns), HUVM_REASON_PEER_FULL);
-    /* no give-back rate: the host link's line rate (16 GB/s): 320 MB a second */
+    /* no give-back rate: the host link's line rate (16 GB/s): 314 MB a second */
     st[1].own_spike_ns = 1000 * ms;
     CHECK_EQ(huvm_core_set_gpu_rates(&core, 1, 0, 0), HUVM_NV_OK);
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 320000000, r.now_ns), HUVM_REASON_PEER);
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 320000001, r.now_ns), HUVM_REASON_PEER_FULL);
-    /* T = 10 %: a tenth of a second's give-back, 1.6 GB */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 313712000, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 313712001, r.now_ns), HUVM_REASON_PEER_FULL);
+    /* T = 10 %: 10/110 of a second's give-back (90,909 us), 1.45 GB */
     p = core.policy;
     p.generation = 0;
     p.gpus[1].lend_slowdown_max_pct = 10;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 1600000000, r.now_ns), HUVM_REASON_PEER);
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 1600000001, r.now_ns), HUVM_REASON_PEER_FULL);
-    /* T = 100 %: a second's give-back, 16 GB: all of its free memory */
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 1454544000, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 1454544001, r.now_ns), HUVM_REASON_PEER_FULL);
+    /* T = 100 %: half a second's give-back (its time doubled), 8 GB of its 12 GiB free */
     p.gpus[1].lend_slowdown_max_pct = 100;
     CHECK_EQ(fx_apply(&core, &p), HUVM_NV_OK);
-    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 12 * GIB, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 8000000000ULL, r.now_ns), HUVM_REASON_PEER);
+    CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 8000000001ULL, r.now_ns), HUVM_REASON_PEER_FULL);
     /* the longest interval weighed does not overflow: all of its free memory */
     st[1].own_spike_ns = ~0ULL;
     CHECK_EQ(huvm_admit_lend(&core, st, 0, 1, 12 * GIB, r.now_ns), HUVM_REASON_PEER);

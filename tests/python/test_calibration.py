@@ -28,8 +28,12 @@ from huvmlab.sim import measured
 from huvmlab.sim.config import GIB, PRESETS, GpuSpec, NodeConfig, node_from_measurement
 from huvmlab.simbackend import SimBackend
 
-RECORD_FILE = Path(jsonout.__file__).parent / "data" / "calibration" / f"{measured.REFERENCE}.json"  # huvm.data
+#: the first of the H200 records the model's defaults pool (huvm.data): the fake backend's samples
+RECORD_NAME = measured.REFERENCE_RECORDS[0]
+RECORD_FILE = Path(jsonout.__file__).parent / "data" / "calibration" / f"{RECORD_NAME}.json"
 REF: dict[str, Any] = json.loads(RECORD_FILE.read_text())
+#: what derive gives that record alone
+REF_COSTS = measured.derive(measured.NodeMeasurement.builtin(RECORD_NAME))
 MIB = 1 << 20
 
 
@@ -100,7 +104,7 @@ def test_the_record_of_a_run_derives_the_reference_costs() -> None:
     shipped one does (derive is the one definition: calibrate only records)."""
     cal = calibration.measure(FakeBackend(), 0)
     again = measured.NodeMeasurement.from_dict(json.loads(json.dumps(cal.data)))
-    assert measured.derive(again) == measured.REFERENCE_COSTS
+    assert measured.derive(again) == REF_COSTS
     node = cal.data["node"]
     assert node["gpu_name"] == "NVIDIA H200" and node["driver"] == "580.159.04" and node["topology"] == [["X"]]
     assert "by huvmctl calibrate" in node["method"] and node["hbm_source"] == "nvml"
@@ -218,7 +222,7 @@ def test_calibrate_writes_the_record_and_the_node(capsys: pytest.CaptureFixture[
     assert doc["record_file"] == str(tmp_path / f"{name}.json") and doc["node_file"] == str(tmp_path / f"{name}.toml")
     assert doc["nearest_preset"] == calibration.nearest_preset(calibration.load_node(doc["node_file"]))
     m = measured.NodeMeasurement.load(doc["record_file"])
-    assert measured.derive(m) == measured.REFERENCE_COSTS
+    assert measured.derive(m) == REF_COSTS
     assert calibration.load_node(doc["node_file"]) == node_from_measurement(m, name=name)
     assert len(fake.plans) == 1 and fake.plans[0].size_bytes == calibration.DEFAULT_SIZE
     # the table: every constant with the preset's and the ratio
@@ -383,7 +387,7 @@ def test_cuda_backend_with_a_stand_in_benchmark(stand_in: Path, monkeypatch: pyt
     assert (state.pcie_gen, state.pcie_width) == (5, 16)
     assert state.processes is not None and [p.pid for p in state.processes] == [4242]
     cal = calibration.measure(backend, 0, state=state)
-    assert measured.derive(cal.measurement) == dict(measured.REFERENCE_COSTS, lend_chunk_ns=measured.copy_ns(3_352_320))
+    assert measured.derive(cal.measurement) == dict(REF_COSTS, lend_chunk_ns=measured.copy_ns(3_352_320))
     assert any("other process" in n for n in cal.notes)
 
 

@@ -5,6 +5,7 @@ link model, the serial per-GPU fault service, host-resident buffers, and `make c
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,12 @@ from huvmlab.sim import fidelity
 from huvmlab.sim.config import CHUNK_BYTES, Costs, NodeConfig, node_from_measurement
 from huvmlab.sim.errors import SimConfigError
 from huvmlab.sim.measured import (
+    H100_COSTS,
+    H100_RECORD,
+    H100_RECORDS,
     REFERENCE_COSTS,
     REFERENCE_RECORD,
+    REFERENCE_RECORDS,
     CalibrationRecordError,
     NodeMeasurement,
     copy_ns,
@@ -49,6 +54,56 @@ def test_the_shipped_record_round_trips_and_gives_the_default_costs(tmp_path: Pa
         REFERENCE_COSTS["evict_service_ns"], REFERENCE_COSTS["fault_batch_ns"])
     assert NodeConfig.preset("h200") == replace(node_from_measurement(REFERENCE_RECORD, name="h200"),
                                                 source=NodeConfig.preset("h200").source)
+
+
+def test_the_reference_pools_the_project_h200_records() -> None:
+    """The model's defaults come from every H200 record pooled: each test's samples of both days together."""
+    recs = [NodeMeasurement.builtin(n) for n in REFERENCE_RECORDS]
+    assert len(recs) >= 2 and {r.gpu_name for r in recs} == {"NVIDIA H200"}
+    for k in recs[0].tests:
+        assert sorted(REFERENCE_RECORD.tests[k]) == sorted(x for r in recs for x in r.tests[k])
+    assert REFERENCE_RECORD.block_fault_median_us() == statistics.median(
+        x for r in recs for v in r.block_fault_us.values() for x in v)
+    days = [derive(r) for r in recs]
+    assert REFERENCE_COSTS not in days
+    for k in ("fault_service_ns", "evict_service_ns", "fault_batch_ns"):
+        assert min(d[k] for d in days) <= REFERENCE_COSTS[k] <= max(d[k] for d in days), k
+    # the HBM rate: the measured copy where a record has one (the second day's), not the first's NVML peak
+    assert REFERENCE_RECORD.hbm_mbyte_per_s == recs[1].hbm_mbyte_per_s != recs[0].hbm_mbyte_per_s
+
+
+def test_pooling_refuses_another_gpu_or_nothing() -> None:
+    with pytest.raises(CalibrationRecordError, match="cannot pool") as exc:
+        NodeMeasurement.pooled([REFERENCE_RECORD, H100_RECORD])
+    assert exc.value.field == "record" and "\n" not in str(exc.value)
+    with pytest.raises(CalibrationRecordError, match="no records"):
+        NodeMeasurement.pooled([])
+
+
+def test_every_shipped_record_loads() -> None:
+    from importlib import resources
+
+    names = sorted(f.name.removesuffix(".json") for f in resources.files("huvm.data").joinpath("calibration")
+                   .iterdir() if f.name.endswith(".json"))
+    assert set(REFERENCE_RECORDS) | set(H100_RECORDS) <= set(names)
+    for n in names:
+        assert derive(NodeMeasurement.builtin(n))["fault_service_ns"] > 0
+
+
+def test_the_h100_presets_take_the_measured_h100s_costs() -> None:
+    for name in ("hgx-h100", "h100-nvl"):
+        node = NodeConfig.preset(name)
+        c = node.costs
+        assert (c.fault_batch_ns, c.fault_service_ns, c.migrate_service_ns, c.evict_service_ns,
+                c.peer_fault_service_ns) == tuple(H100_COSTS[k] for k in (
+                    "fault_batch_ns", "fault_service_ns", "migrate_service_ns", "evict_service_ns",
+                    "peer_fault_service_ns")), name
+        assert {g.pcie_mbyte_per_s for g in node.gpus} == {H100_COSTS["pcie_mbyte_per_s"]}
+    assert NodeConfig.preset("hgx-h100").costs.lend_chunk_ns == H100_COSTS["lend_chunk_ns"]
+    # a GPU nobody measured keeps the H200's services; the H200 nodes keep theirs
+    for name in ("dgx-a100", "aws-p3.8xlarge", "hgx-h200"):
+        assert NodeConfig.preset(name).costs.fault_service_ns == REFERENCE_COSTS["fault_service_ns"], name
+    assert H100_COSTS["fault_service_ns"] != REFERENCE_COSTS["fault_service_ns"]
 
 
 def test_each_service_is_its_paths_time_less_the_copy() -> None:
@@ -187,6 +242,18 @@ def test_the_h200_microbenchmarks_replicate() -> None:
     # no gain from faults in flight: 1024 regions cost what 1 does, as measured
     scaling = next(r for r in rows if r.name.startswith("block_fault_1024"))
     assert 0.8 < scaling.sim < 1.1
+
+
+def test_the_h100_microbenchmarks_run_on_its_own_node() -> None:
+    """The h100 group: the H100 record's tests on the one-GPU node derived from it (its derived rows hold; the
+    others are make calibration's to report)."""
+    rows = fidelity.h100_rows()
+    assert {r.group for r in rows} == {"h100"}
+    derived = [r for r in rows if r.derived]
+    assert len(derived) == 4 and all(r.ok for r in derived), [r.line() for r in derived]
+    block = next(r for r in rows if r.name == "block_fault")
+    assert block.reference == H100_RECORD.block_fault_median_us()
+    assert abs(block.sim - next(r for r in fidelity.h200_rows() if r.name == "block_fault").sim) > 20  # not the H200's
 
 
 def test_calibration_exits_nonzero_when_a_row_is_off(monkeypatch: pytest.MonkeyPatch,

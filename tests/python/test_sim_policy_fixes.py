@@ -134,8 +134,9 @@ def test_spiky_lender_keeps_its_recent_peak() -> None:
 
 def test_prefetch_feedback_stops_prefetching_for_random_access() -> None:
     """Random access at 2x with busy peers: a 16-chunk window prefetched host -> local at every host fault only
-    displaces the working set: without feedback it gains nothing over stock (it was 1.5-1.8x slower when a
-    fault cost 45 us; with the measured block service a saved fault pays for more wasted copies). With
+    displaces the working set: without feedback it gains little over stock (it was 1.5-1.8x slower when a
+    fault cost 45 us; with the measured block service a saved fault pays for more wasted copies: 4.7 % faster
+    with the H200's pooled costs, 2026-11-28). With
     feedback, once most prefetched chunks leave unused, one chunk probes instead: fewer copies, and faster
     than both. (Multi-path prefetch, the mode that prefetches host -> local; the presets' two-stage prefetch
     sends host chunks to a peer.)"""
@@ -151,9 +152,9 @@ def test_prefetch_feedback_stops_prefetching_for_random_access() -> None:
                         sample_interval_ns=0)
     assert fb.tenant(0).runtime_ns < nofb.tenant(0).runtime_ns * 0.9
     assert fb.tenant(0).runtime_ns <= stock.tenant(0).runtime_ns
-    assert nofb.tenant(0).runtime_ns > stock.tenant(0).runtime_ns * (1 - 0.02)
+    assert nofb.tenant(0).runtime_ns > stock.tenant(0).runtime_ns * (1 - 0.10)
     pf = [r.counter_total("prefetch_local") + r.counter_total("prefetch_to_peer") for r in (fb, nofb)]
-    assert 0 < pf[0] * 2 < pf[1], pf
+    assert 0 < pf[0] < pf[1] * 0.6, pf   # 8261 against 15648 with the H200's pooled costs
 
 
 def test_fastest_link_shares_equal_links_by_fewest_lent() -> None:

@@ -16,6 +16,7 @@ from huvm.units import format_size
 
 from .errors import SimConfigError
 from .measured import COST_KEYS, NodeMeasurement, derive, slug
+from .measured import H100_COSTS as _H100
 from .measured import REFERENCE_COSTS as _REF
 from .measured import REFERENCE_RECORD as _H200
 
@@ -375,6 +376,9 @@ def node_from_measurement(m: NodeMeasurement, *, name: str | None = None) -> Nod
                       source=f"calibrated: {m.gpu_name}, driver {m.driver}{date}")
 
 
+#: the measured H100's costs (hgx-h100; h100-nvl with its own HBM rate)
+_H100_COSTS = Costs(**{k: _H100[k] for k in COST_KEYS})
+
 PRESETS: dict[str, NodeConfig] = {
     "dgx-1": NodeConfig(
         name="dgx-1",
@@ -412,14 +416,15 @@ PRESETS: dict[str, NodeConfig] = {
         source="as dgx-a100-40g with 80 GB GPUs and 2 TB host"),
     "hgx-h100": NodeConfig(
         name="hgx-h100",
-        gpus=tuple(GpuSpec(f"H100-SXM5-80GB #{i}", 80 * GIB, 512 * MIB, _REF["pcie_mbyte_per_s"])
+        gpus=tuple(GpuSpec(f"H100-SXM5-80GB #{i}", 80 * GIB, 512 * MIB, _H100["pcie_mbyte_per_s"])
                    for i in range(8)),
         topology=_uniform(8, "NV18"), nvlink_generation=4, nvlink_mbyte_per_s_per_link=21_111,
         nvswitch=True, nvswitch_links=18, host_memory_bytes=2048 * GIB, gpu_preset="h100",
-        costs=Costs(lend_chunk_ns=_hbm_ns(3350)),
+        costs=_H100_COSTS,
         source="HGX H100: NVSwitch, 18 NVLink 4 links = 450 GB/s per direction line rate, 380 GB/s measured "
-               "(NVIDIA/nccl#1264) = 18 x 21.1 GB/s; PCIe 5 x16 and UVM's per-block costs measured on one H200 "
-               "in a VM (driver 580.159.04, the h200 preset)"),
+               "(NVIDIA/nccl#1264) = 18 x 21.1 GB/s; PCIe 5 x16, HBM copy rate and UVM's per-block costs measured "
+               "on one H100 80GB HBM3 in a VM (driver 580.159.04, 2026-11-28: "
+               "huvm/data/calibration/h100-80gb-hbm3-580.159.04-2026-11-28.json)"),
     "hgx-h200": NodeConfig(
         name="hgx-h200",
         gpus=tuple(GpuSpec(f"H200-SXM-141GB #{i}", _H200.memory_total_bytes,
@@ -429,13 +434,14 @@ PRESETS: dict[str, NodeConfig] = {
         nvswitch=True, nvswitch_links=18, host_memory_bytes=2048 * GIB, gpu_preset="h100",
         costs=Costs(lend_chunk_ns=_REF["lend_chunk_ns"]),
         source="HGX H200: the hgx-h100 fabric (NVSwitch, 18 NVLink 4 links) with the H200 of the h200 preset: "
-               "memory, context reserve, PCIe 5 and UVM's per-block costs measured on one H200 in a VM (driver "
-               "580.159.04); HBM 4.8 TB/s (NVML)"),
+               "memory, context reserve, PCIe 5, HBM copy rate and UVM's per-block costs measured on one H200 in a "
+               "VM (driver 580.159.04)"),
     "h200": replace(
         node_from_measurement(_H200, name="h200"),
-        source="one NVIDIA H200 measured by the project in a VM (driver 580.159.04, CUDA 13.0, 2026-11-27; "
-               "huvm/data/calibration/h200-580.159.04.json): memory and context reserve from cudaMemGetInfo, PCIe 5 "
-               "x16 pinned-copy rate, UVM's per-block costs (huvm.sim.measured)"),
+        source="one NVIDIA H200 measured by the project in a VM (driver 580.159.04, CUDA 13.0, 2026-11-27 and "
+               "2026-11-28, pooled; huvm/data/calibration/h200-580.159.04*.json): memory and context reserve from "
+               "cudaMemGetInfo, PCIe 5 x16 pinned-copy rate, HBM copy rate, UVM's per-block costs "
+               "(huvm.sim.measured)"),
     "l40s-pcie": NodeConfig(
         name="l40s-pcie",
         gpus=tuple(GpuSpec(f"L40S-48GB #{i}", 48 * GIB, 512 * MIB, 24_000, pcie_switch=i // 2 + 1)
@@ -447,12 +453,14 @@ PRESETS: dict[str, NodeConfig] = {
                "switches on different sockets (assumption: a common 4-GPU 2-socket server layout)"),
     "h100-nvl": NodeConfig(
         name="h100-nvl",
-        gpus=tuple(GpuSpec(f"H100-NVL-94GB #{i}", 94 * GIB, 512 * MIB, _REF["pcie_mbyte_per_s"]) for i in range(4)),
+        gpus=tuple(GpuSpec(f"H100-NVL-94GB #{i}", 94 * GIB, 512 * MIB, _H100["pcie_mbyte_per_s"])
+                   for i in range(4)),
         topology=_H100_NVL_TOPO, nvlink_generation=4, nvlink_mbyte_per_s_per_link=21_111,
-        host_memory_bytes=1024 * GIB, gpu_preset="h100", costs=Costs(lend_chunk_ns=_hbm_ns(3900)),
+        host_memory_bytes=1024 * GIB, gpu_preset="h100", costs=replace(_H100_COSTS, lend_chunk_ns=_hbm_ns(3900)),
         source="4x H100 NVL 94 GB (HBM3 3.9 TB/s, PCIe 5; NVIDIA H100 NVL product brief): NVLink bridges join "
                "pairs 0-1 and 2-3 only (12 NVLink 4 links, at hgx-h100's measured 21.1 GB/s per link); no "
-               "peer path between the pairs (different sockets: assumption); PCIe 5 as measured on the H200"),
+               "peer path between the pairs (different sockets: assumption); PCIe 5 and UVM's per-block costs "
+               "as measured on the H100 SXM (hgx-h100; assumption: the NVL board's are the same)"),
     "gh200-nvl2": NodeConfig(
         name="gh200-nvl2",
         gpus=tuple(GpuSpec(f"GH200-96GB #{i}", 96 * GIB, 512 * MIB, 450_000) for i in range(2)),
@@ -473,8 +481,8 @@ PRESETS: dict[str, NodeConfig] = {
         name="mixed-a100-h100",
         gpus=(GpuSpec("A100-PCIe-40GB #0", 40 * GIB, 512 * MIB, 24_000, pcie_switch=1),
               GpuSpec("A100-PCIe-40GB #1", 40 * GIB, 512 * MIB, 24_000, pcie_switch=1),
-              GpuSpec("H100-PCIe-80GB #2", 80 * GIB, 512 * MIB, _REF["pcie_mbyte_per_s"], pcie_switch=2),
-              GpuSpec("H100-PCIe-80GB #3", 80 * GIB, 512 * MIB, _REF["pcie_mbyte_per_s"], pcie_switch=2)),
+              GpuSpec("H100-PCIe-80GB #2", 80 * GIB, 512 * MIB, _H100["pcie_mbyte_per_s"], pcie_switch=2),
+              GpuSpec("H100-PCIe-80GB #3", 80 * GIB, 512 * MIB, _H100["pcie_mbyte_per_s"], pcie_switch=2)),
         topology=_MIXED_TOPO, nvlink_generation=3, nvlink_mbyte_per_s_per_link=25_000,
         host_memory_bytes=1024 * GIB, gpu_preset="a100", costs=Costs(lend_chunk_ns=_hbm_ns(1555)),
         source="2x A100 40 GB PCIe (HBM2 1.56 TB/s, PCIe 4) bridged and 2x H100 80 GB PCIe (PCIe 5) bridged (NVLink "

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import CHUNK_BYTES, NodeConfig
+from .config import CHUNK_BYTES, NodeConfig, node_from_measurement
 from .docblock import replace_block
 from .errors import SimConfigError
-from .measured import REFERENCE_RECORD, NodeMeasurement, copy_ns
+from .measured import H100_RECORD, REFERENCE_RECORD, NodeMeasurement, copy_ns
 from .scenario import run_scenario
 from .tenants import TenantSpec
 from .workloads import make_trace
@@ -80,7 +80,8 @@ def _rate(nbytes: int, ns: int) -> float:
     return nbytes * 1000 / ns   # MB/s
 
 
-def h200_rows(m: NodeMeasurement = REFERENCE_RECORD, node: NodeConfig | None = None) -> list[Row]:
+def h200_rows(m: NodeMeasurement = REFERENCE_RECORD, node: NodeConfig | None = None, group: str = "h200") -> list[Row]:
+    """The microbenchmarks of record m (the project's H200 records, pooled) run on node (the h200 preset)."""
     node = node or NodeConfig.preset("h200")
     resident = copy_ns(m.median("resident_stream_read"))   # the read's own time once resident
     n4 = 4 * GIB // CHUNK_BYTES
@@ -88,29 +89,29 @@ def h200_rows(m: NodeMeasurement = REFERENCE_RECORD, node: NodeConfig | None = N
     seq = np.arange(n4, dtype=np.int64)
     rnd = np.random.default_rng(7).permutation(n1).astype(np.int64)
     rows = [
-        Row("h200", "stream_read", _rate(4 * GIB, _host_read(node, n4, seq, 8, resident)),
+        Row(group, "stream_read", _rate(4 * GIB, _host_read(node, n4, seq, 8, resident)),
             m.median("fault_stream_read"), "MB/s"),
-        Row("h200", "touch_seq", _rate(4 * GIB, _host_read(node, n4, seq, n4, 0)), m.median("fault_touch_seq"),
+        Row(group, "touch_seq", _rate(4 * GIB, _host_read(node, n4, seq, n4, 0)), m.median("fault_touch_seq"),
             "MB/s"),
-        Row("h200", "touch_random", _rate(GIB, _host_read(node, n1, rnd, n1, 0)), m.median("fault_touch_random"),
+        Row(group, "touch_random", _rate(GIB, _host_read(node, n1, rnd, n1, 0)), m.median("fault_touch_random"),
             "MB/s"),
     ]
     # whole 2 MiB regions, c in flight: one op touches c regions (2 GiB in all, as the benchmark)
     n2 = 2 * GIB // CHUNK_BYTES
     per_block = {c: _host_read(node, n2, np.arange(n2, dtype=np.int64), c, 0) / n2 / 1000
                  for c in sorted(m.block_fault_us)}
-    rows.append(Row("h200", "block_fault", statistics.median(per_block.values()), m.block_fault_median_us(), "us",
+    rows.append(Row(group, "block_fault", statistics.median(per_block.values()), m.block_fault_median_us(), "us",
                     derived=True))
     lo, hi = min(per_block), max(per_block)
     if lo != hi:
         ref = statistics.median(m.block_fault_us[hi]) / statistics.median(m.block_fault_us[lo])
-        rows.append(Row("h200", f"block_fault_{hi}_over_{lo}", per_block[hi] / per_block[lo], ref, "x"))
+        rows.append(Row(group, f"block_fault_{hi}_over_{lo}", per_block[hi] / per_block[lo], ref, "x"))
     from .node import SimNode
 
     for path, test in (("copy", "pinned_h2d"), ("prefetch", "prefetch_h2d"), ("evict", "prefetch_d2h")):
         with SimNode(node, "stock", sample_interval_ns=0) as sim:
             ns = sim.path_probe(path, 0, n4)
-        rows.append(Row("h200", f"{path}_{test.split('_')[1]}", _rate(4 * GIB, ns), m.median(test), "MB/s",
+        rows.append(Row(group, f"{path}_{test.split('_')[1]}", _rate(4 * GIB, ns), m.median(test), "MB/s",
                         derived=True))
     return rows
 
@@ -139,8 +140,13 @@ def stock_rows() -> list[Row]:
             for ratio, r in zip(ratios, ariadne_slowdowns(ratios), strict=True)]
 
 
+def h100_rows() -> list[Row]:
+    """The same microbenchmarks on the project's H100 (its record on its own one-GPU node)."""
+    return h200_rows(H100_RECORD, node_from_measurement(H100_RECORD, name="h100"), group="h100")
+
+
 def all_rows() -> list[Row]:
-    return h200_rows() + fig6_rows() + stock_rows()
+    return h200_rows() + h100_rows() + fig6_rows() + stock_rows()
 
 
 def summary(rows: Sequence[Row]) -> str:

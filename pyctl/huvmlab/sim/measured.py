@@ -46,8 +46,12 @@ CHUNK_BYTES = 2 << 20
 RATE_TESTS = ("pinned_h2d", "pinned_d2h", "prefetch_h2d", "prefetch_d2h", "fault_stream_read", "fault_touch_seq",
               "fault_touch_random", "resident_stream_read")
 TIME_TESTS = ("fault_serial_2m_us",)
-#: the record the built-in single-GPU ``h200`` preset and the model's default costs come from
-REFERENCE = "h200-580.159.04"
+#: the records the built-in single-GPU ``h200`` preset and the model's default costs come from: the project's
+#: H200, measured on two days (2026-11-27 by hand, 2026-11-28 by ``huvmctl calibrate``), pooled
+#: (:meth:`NodeMeasurement.pooled`: every test's samples together)
+REFERENCE_RECORDS = ("h200-580.159.04", "h200-580.159.04-2026-11-28")
+#: the project's H100 (SXM5 80 GB HBM3, ``huvmctl calibrate`` 2026-11-28): the ``hgx-h100`` preset's costs
+H100_RECORDS = ("h100-80gb-hbm3-580.159.04-2026-11-28",)
 #: PCIe transfer setup, G10's ``PCIe_latency_us`` (https://github.com/platformxlab/G10); no test here isolates it
 PCIE_LATENCY_NS = 5_000
 #: a fault on a block a peer holds also unmaps it on the holder and invalidates its TLB: taken as one more PCIe
@@ -130,12 +134,46 @@ class NodeMeasurement:
         return cls.from_dict(data, where=str(p))
 
     @classmethod
-    def builtin(cls, name: str = REFERENCE) -> NodeMeasurement:
+    def builtin(cls, name: str) -> NodeMeasurement:
         """A record shipped in ``huvm/data/calibration/`` (``h200-580.159.04``: the project's H200)."""
         f = resources.files("huvm.data").joinpath(f"calibration/{name}.json")
         if not f.is_file():
             raise CalibrationRecordError(f"no built-in calibration record {name!r}", field="record")
         return cls.from_dict(json.loads(f.read_text(encoding="utf-8")), where=name)
+
+    @classmethod
+    def pooled(cls, records: Sequence[NodeMeasurement], names: Sequence[str] = ()) -> NodeMeasurement:
+        """One measurement of several records of one GPU model and driver: every test's samples together (each
+        median is then over all of them), the memory of the first, the HBM rate the median of the records'
+        measured copy rates (``hbm_source`` ``measured-d2d``) where any has one, else the first's."""
+        if not records:
+            raise CalibrationRecordError("no records to pool", field="record")
+        first = records[0]
+        for r in records[1:]:
+            if (r.gpu_name, r.driver, r.memory_total_bytes) != (first.gpu_name, first.driver,
+                                                                first.memory_total_bytes):
+                raise CalibrationRecordError(
+                    f"cannot pool {r.gpu_name} (driver {r.driver}) with {first.gpu_name} (driver {first.driver}): "
+                    f"one GPU model, driver and memory size only", field="record")
+        if len(records) == 1:
+            return first
+        d2d = [r.hbm_mbyte_per_s for r in records if r.info.get("hbm_source") == "measured-d2d"]
+        hbm = round(statistics.median(d2d)) if d2d else first.hbm_mbyte_per_s
+        tests = {k: tuple(x for r in records for x in r.tests[k]) for k in first.tests}
+        keys = sorted({c for r in records for c in r.block_fault_us})
+        blocks = {c: tuple(x for r in records for x in r.block_fault_us.get(c, ())) for c in keys}
+        info = dict(first.info)
+        info.update(hbm_mbyte_per_s=hbm, hbm_source="measured-d2d" if d2d else first.info.get("hbm_source", ""),
+                    date=", ".join(dict.fromkeys(str(r.info.get("date", "?")) for r in records)),
+                    pooled_from=list(names) or [str(r.info.get("date", "?")) for r in records])
+        return cls(gpu_name=first.gpu_name, driver=first.driver, memory_total_bytes=first.memory_total_bytes,
+                   memory_free_bytes=first.memory_free_bytes, hbm_mbyte_per_s=hbm, tests=tests,
+                   block_fault_us=blocks, info=info)
+
+    @classmethod
+    def builtin_pooled(cls, names: Sequence[str]) -> NodeMeasurement:
+        """The shipped records ``names`` pooled (:meth:`pooled`)."""
+        return cls.pooled([cls.builtin(n) for n in names], names)
 
     # ---- medians ----
 
@@ -193,9 +231,13 @@ def derive(m: NodeMeasurement) -> dict[str, int]:
     }
 
 
-#: the reference record (the project's H200) and its costs: the model's defaults for every preset
-REFERENCE_RECORD: NodeMeasurement = NodeMeasurement.builtin(REFERENCE)
+#: the reference measurement (the project's H200 records, pooled) and its costs: the model's defaults for every
+#: preset whose GPU was not measured
+REFERENCE_RECORD: NodeMeasurement = NodeMeasurement.builtin_pooled(REFERENCE_RECORDS)
 REFERENCE_COSTS: dict[str, int] = derive(REFERENCE_RECORD)
+#: the project's H100 measurement and its costs (``hgx-h100``, ``h100-nvl``)
+H100_RECORD: NodeMeasurement = NodeMeasurement.builtin_pooled(H100_RECORDS)
+H100_COSTS: dict[str, int] = derive(H100_RECORD)
 
 #: cost keys of :func:`derive` that are :class:`~huvm.sim.config.Costs` fields (the rest are the GPU's)
 COST_KEYS = ("fault_batch_ns", "fault_service_ns", "migrate_service_ns", "evict_service_ns",
