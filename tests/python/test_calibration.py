@@ -321,6 +321,30 @@ def test_a_bad_record_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path
     one_line_error(err, "tests.prefetch_d2h")
 
 
+def test_several_records_are_pooled(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--record twice: one node of both runs' samples, the one the h200 preset is made of (the same rule);
+    another GPU, or one file twice, is refused in one line and writes nothing."""
+    data = RECORD_FILE.parent
+    day2 = data / f"{measured.REFERENCE_RECORDS[1]}.json"
+    rc, out, err = run_cli(capsys, "calibrate", "--record", str(RECORD_FILE), "--record", str(day2),
+                           "--out", str(tmp_path), "--name", "pooled", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    jsonout.validate(doc)
+    assert doc["source"] == f"{RECORD_FILE} + {day2}" and any("pooled 2 records" in n for n in doc["notes"])
+    node = calibration.load_node(tmp_path / "pooled.toml")
+    assert vars(node.costs) == vars(NodeConfig.preset("h200").costs)
+    assert node.costs.fault_service_ns == measured.REFERENCE_COSTS["fault_service_ns"] != REF_COSTS[
+        "fault_service_ns"]
+    h100 = data / f"{measured.H100_RECORDS[0]}.json"
+    for extra, needle in ((h100, "cannot pool"), (RECORD_FILE, "given twice")):
+        rc, _, err = run_cli(capsys, "calibrate", "--record", str(RECORD_FILE), "--record", str(extra),
+                             "--out", str(tmp_path / "no"))
+        assert rc == 2
+        one_line_error(err, needle)
+    assert not (tmp_path / "no").exists()
+
+
 # ---- the CUDA backend, without a GPU ----
 
 def fake_nvml(count: int = 1, processes: list[Any] | None = None) -> types.ModuleType:

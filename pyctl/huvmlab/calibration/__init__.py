@@ -230,6 +230,25 @@ def from_record(path: str | Path) -> Calibration:
     return Calibration(m.to_dict(), m, [], source=str(path))
 
 
+def from_records(paths: Sequence[str | Path]) -> Calibration:
+    """Records already measured, pooled (``--record A --record B``: one GPU model and driver, each test's samples
+    together, :meth:`NodeMeasurement.pooled`); one path: :func:`from_record`. A run moves from day to day (the
+    project's H200: up to 27 % on one constant), so several runs pooled give the steadier node."""
+    if len(paths) == 1:
+        return from_record(paths[0])
+    seen: set[str] = set()
+    for p in paths:
+        key = os.path.realpath(p)
+        if key in seen:
+            raise UsageError(f"--record {p}: given twice (its samples would count double)")
+        seen.add(key)
+    records = [NodeMeasurement.load(p) for p in paths]
+    m = NodeMeasurement.pooled(records, [Path(p).name for p in paths])
+    return Calibration(m.to_dict(), NodeMeasurement.from_dict(m.to_dict(), where="the pooled record"),
+                       [f"pooled {len(paths)} records: every test's samples together"],
+                       source=" + ".join(str(p) for p in paths))
+
+
 # ---- the comparison ----
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             setattr(args, k, v)
     if args.record is not None:
         try:
-            cal = calibration.from_record(args.record)
+            cal = calibration.from_records(args.record)
         except CalibrationRecordError as exc:
             raise ConfigError(str(exc)) from None
         name = args.name or calibration.default_name(cal.measurement.gpu_name, cal.measurement.driver)
@@ -107,10 +107,13 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                              "simulated node for --sim-config) into --out, and prints the node's costs next to the "
                              "nearest preset's. Refuses a GPU without CUDA, a busy GPU (more than 10% of its "
                              "memory in use), and a --size above half its free memory. --record FILE skips the "
-                             "measurement and uses a record (no GPU needed).",
+                             "measurement and uses a record (no GPU needed); several --record pool their samples "
+                             "(runs move from day to day: pool a few).",
                  examples=["huvmctl calibrate --gpu 0 --out out/calibration",
                            "huvmctl calibrate --size 512MiB --repeat 5 --note 'DGX A100, GPU 3'",
                            "huvmctl calibrate --record pyctl/huvm/data/calibration/h200-580.159.04.json --json",
+                           "huvmctl calibrate --record run1/h200-580.159.04.json --record run2/h200-580.159.04.json "
+                           "--out out/calibration --name h200-pooled",
                            "huvmctl --sim --sim-config out/calibration/h200-580.159.04.toml status"])
     p.add_argument("--gpu", type=argtypes.count(0, 1023), default=None, metavar="N",
                    help="CUDA device index (default 0; CUDA_VISIBLE_DEVICES applies)")
@@ -128,7 +131,9 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
                    help="where the benchmark is built (default ~/.cache/huvm/calibrate)")
     p.add_argument("--timeout", type=argtypes.seconds(86400), default=None, metavar="S",
                    help="give up on the benchmark after S seconds (default 1800)")
-    p.add_argument("--record", metavar="FILE", default=None,
-                   help="use this calibration record instead of measuring (writes only NAME.toml, with --out)")
+    p.add_argument("--record", metavar="FILE", default=None, action="append",
+                   help="use this calibration record instead of measuring (writes only NAME.toml, with --out); "
+                        "given more than once, the records are pooled (one GPU model and driver: each test's "
+                        "samples together)")
     p.add_argument("--force", action="store_true", help="overwrite NAME.json / NAME.toml")
     p.set_defaults(func=cmd_calibrate)
