@@ -165,6 +165,9 @@ class NodeMeasurement:
         info = dict(first.info)
         info.update(hbm_mbyte_per_s=hbm, hbm_source="measured-d2d" if d2d else first.info.get("hbm_source", ""),
                     date=", ".join(dict.fromkeys(str(r.info.get("date", "?")) for r in records)),
+                    host=" | ".join(dict.fromkeys(str(r.info.get("host", "?")) for r in records)),
+                    method=f"{len(records)} records pooled, each test's samples together: " + " | ".join(
+                        dict.fromkeys(str(r.info.get("method", "?")) for r in records)),
                     pooled_from=list(names) or [str(r.info.get("date", "?")) for r in records])
         return cls(gpu_name=first.gpu_name, driver=first.driver, memory_total_bytes=first.memory_total_bytes,
                    memory_free_bytes=first.memory_free_bytes, hbm_mbyte_per_s=hbm, tests=tests,
