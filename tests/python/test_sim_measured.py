@@ -234,6 +234,22 @@ def test_calibration_rows_line_format_and_verdict() -> None:
     assert not fidelity.Row("g", "x", 0.74, 1.0, "x").ok
 
 
+def test_a_measured_row_prints_its_samples_range_and_the_verdict_stays_the_medians() -> None:
+    r = fidelity.Row("g", "x", 6.2, 4.9, "MB/s", samples=(4.9, 5.0, 6.3))
+    assert not r.ok    # inside the range, off the median: still off
+    assert r.line() == "replicate g/x: sim 6.2 reference 4.9 ratio 1.27 off (measured 4.9-6.3 over 3, sim inside)"
+    far = fidelity.Row("g", "y", 9.0, 5.0, "MB/s", samples=(4.9, 5.0, 6.3))
+    assert far.line().endswith("off (measured 4.9-6.3 over 3)")
+    assert fidelity.Row("g", "z", 9.0, 5.0, "MB/s", samples=(5.0,)).spread == ""
+    s = fidelity.summary([r, far, fidelity.Row("g", "w", 1.0, 1.0, "x")])
+    assert s.endswith("; off but inside the measured range: g/x")
+    assert "inside" not in fidelity.summary([far])
+    # the h200 rows carry the record's samples
+    rows = {x.name: x for x in fidelity.h200_rows()}
+    assert rows["touch_seq"].samples == REFERENCE_RECORD.tests["fault_touch_seq"]
+    assert len(rows["block_fault"].samples) == sum(len(v) for v in REFERENCE_RECORD.block_fault_us.values())
+
+
 def test_the_h200_microbenchmarks_replicate() -> None:
     rows = fidelity.h200_rows()
     names = {r.name for r in rows}
