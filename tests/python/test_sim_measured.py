@@ -288,7 +288,11 @@ def test_doc_holds_the_generated_calibration_table() -> None:
     """docs/simulator.md carries exactly what `make calibration-doc` generates now."""
     text = DOC.read_text(encoding="utf-8")
     block = text.split(fidelity.DOC_BEGIN, 1)[1].split(fidelity.DOC_END, 1)[0]
-    assert block == "\n" + fidelity.doc_block(fidelity.all_rows())
+    rows = fidelity.all_rows()
+    assert block == "\n" + fidelity.doc_block(rows)
+    # the README's count of rows within tolerance is today's
+    readme = " ".join((DOC.parent.parent / "README.md").read_text(encoding="utf-8").split())
+    assert f"({sum(r.ok for r in rows)} of {len(rows)} rows within ±25 % today;" in readme
 
 
 def test_chunk_size_is_the_records() -> None:
