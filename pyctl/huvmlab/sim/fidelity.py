@@ -71,13 +71,17 @@ class Row:
         return abs(self.ratio - 1.0) <= TOLERANCE + 1e-9
 
     @property
+    def sim_inside(self) -> bool:
+        """The model's value lies within the range of two or more samples."""
+        return len(self.samples) >= 2 and min(self.samples) <= self.sim <= max(self.samples)
+
+    @property
     def spread(self) -> str:
         """``measured <min>-<max> over <n>[, sim inside]``, or "" when the reference has fewer than two samples."""
         if len(self.samples) < 2:
             return ""
-        lo, hi = min(self.samples), max(self.samples)
-        inside = ", sim inside" if lo <= self.sim <= hi else ""
-        return f"measured {_num(lo)}-{_num(hi)} over {len(self.samples)}{inside}"
+        inside = ", sim inside" if self.sim_inside else ""
+        return f"measured {_num(min(self.samples))}-{_num(max(self.samples))} over {len(self.samples)}{inside}"
 
     def line(self) -> str:
         tail = f" ({self.spread})" if self.spread else ""
@@ -174,7 +178,7 @@ def summary(rows: Sequence[Row]) -> str:
                     for g in groups)
     derived = sum(r.derived for r in rows)
     ok = sum(r.ok for r in rows)
-    inside = [f"{r.group}/{r.name}" for r in rows if not r.ok and r.spread.endswith("sim inside")]
+    inside = [f"{r.group}/{r.name}" for r in rows if not r.ok and r.sim_inside]
     noise = f"; off but inside the measured range: {', '.join(inside)}" if inside else ""
     return (f"calibration: {ok} of {len(rows)} rows within ±{TOLERANCE:.0%} ({per}); {derived} rows are tests a "
             f"constant was derived from{noise}")
