@@ -69,6 +69,34 @@ def test_mix_is_aggregated_as_ariadne_does() -> None:
     assert all(float(at200[k]) < 2 for k in ("2DC", "GEMM", "HEL"))  # type: ignore[arg-type]
 
 
+def test_gemm_refaults_b_in_whole_sweeps_under_least_recently_migrated_eviction() -> None:
+    """UVM evicts the least recently migrated root chunk, and a GPU touch of a resident block migrates nothing.
+    Once memory fills at 200 %, B's chunks (migrated in the first sweep) are the oldest: the first one evicted
+    starts one sweep in which each B chunk, faulted back, evicts the next; B then sits behind the A and C chunks
+    migrated since, until those are all evicted. So the faults beyond the run at 100 % come in whole sweeps of
+    B, a few over the run; at 300 % B alone fills the GPU and faults on nearly every sweep. An eviction that
+    followed touches (LRU) would never evict B at 200 %."""
+    from huvmlab.sim.config import MIB, NodeConfig
+    from huvmlab.sim.scenario import run_scenario
+    from huvmlab.sim.tenants import TenantSpec
+
+    tr = ariadne.gemm()
+    per = ariadne.N_CHUNKS // 3
+    node = NodeConfig.preset("ariadne-a5000")
+
+    def faults(ratio: float) -> int:
+        mem = int(ariadne.FOOTPRINT / ratio) // (2 * MIB) * (2 * MIB)
+        res = run_scenario(node.with_gpu_memory(mem, 0), [TenantSpec(0, tr, host_resident=True)], "stock",
+                           sample_interval_ns=0)
+        return int(res.tenant(0).faults)
+
+    base = faults(1.0)
+    extra = faults(2.0) - base
+    assert extra % per == 0 and 1 <= extra // per <= 4, (base, extra)
+    sweeps = math.isqrt(per * CHUNK_BYTES // 4) // 8
+    assert faults(3.0) - base > per * sweeps // 2
+
+
 def _pop(m: int) -> int:
     return int(m).bit_count()
 
