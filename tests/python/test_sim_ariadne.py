@@ -76,19 +76,11 @@ def test_gemm_refaults_b_in_whole_sweeps_under_least_recently_migrated_eviction(
     migrated since, until those are all evicted. So the faults beyond the run at 100 % come in whole sweeps of
     B, a few over the run; at 300 % B alone fills the GPU and faults on nearly every sweep. An eviction that
     followed touches (LRU) would never evict B at 200 %."""
-    from huvmlab.sim.config import MIB, NodeConfig
-    from huvmlab.sim.scenario import run_scenario
-    from huvmlab.sim.tenants import TenantSpec
-
     tr = ariadne.gemm()
     per = ariadne.N_CHUNKS // 3
-    node = NodeConfig.preset("ariadne-a5000")
 
     def faults(ratio: float) -> int:
-        mem = int(ariadne.FOOTPRINT / ratio) // (2 * MIB) * (2 * MIB)
-        res = run_scenario(node.with_gpu_memory(mem, 0), [TenantSpec(0, tr, host_resident=True)], "stock",
-                           sample_interval_ns=0)
-        return int(res.tenant(0).faults)
+        return int(calibrate.mix_result(tr, ratio).tenant(0).faults)
 
     base = faults(1.0)
     extra = faults(2.0) - base

@@ -54,8 +54,8 @@ VM_OTHER_UPSTREAMS := 580.142
 VM_SOFTGPU_ARCH_KNOWN := $(VM_SOFTGPU_KINDS) $(foreach u,$(VM_OTHER_UPSTREAMS),$(addprefix $(u)-,$(VM_SOFTGPU_KINDS)))
 VM_SOFTGPU_KNOWN := $(VM_SOFTGPU_ARCH_KNOWN) $(addsuffix -volta,$(VM_SOFTGPU_ARCH_KNOWN))
 # The Volta variant of the default is NVIDIA's unmodified release build (the Volta HAL, virtual peer copies: its
-# built-ins, the round trips and the peer-copy check, about 2 minutes); the patched one on V100s (about 5 minutes
-# more) runs with VM_MATRIX=full, which keeps a fresh-clone make test inside its 50 minutes (docs/testing.md).
+# built-ins, the round trips and the peer-copy check: 74 s of VM); the patched one on V100s (294 s of tests) runs
+# with VM_MATRIX=full, which keeps a fresh-clone make test inside its 50 minutes (docs/testing.md).
 VM_DEFAULT_VARIANTS := stock-release patched-release patched-debug 580.142-stock-release 580.142-patched-release \
                        stock-release-volta
 VM_MATRIX ?=

@@ -22,7 +22,7 @@ from functools import cache
 
 from . import ariadne, workloads
 from .config import GIB, MIB, NodeConfig
-from .scenario import run_scenario
+from .scenario import SimResult, run_scenario
 from .tenants import TenantSpec
 
 FOOTPRINT = 4 * GIB
@@ -76,12 +76,16 @@ def _mix_traces() -> dict[str, object]:
     return {k: fn() for k, fn in ariadne.KERNELS.items()}
 
 
-def _mix_runtime(trace: object, ratio: float, node: NodeConfig | None = None) -> int:
+def mix_result(trace: object, ratio: float, node: NodeConfig | None = None) -> SimResult:
+    """A mix benchmark's stock run on one GPU of footprint / ratio (ARIADNE's set-up), its data host-resident."""
     node = node or NodeConfig.preset("ariadne-a5000")
     mem = int(ariadne.FOOTPRINT / ratio) // (2 * MIB) * (2 * MIB)
-    res = run_scenario(node.with_gpu_memory(mem, 0), [TenantSpec(0, trace, host_resident=True)],
-                       "stock", sample_interval_ns=0)
-    return res.tenant(0).runtime_ns
+    return run_scenario(node.with_gpu_memory(mem, 0), [TenantSpec(0, trace, host_resident=True)],
+                        "stock", sample_interval_ns=0)
+
+
+def _mix_runtime(trace: object, ratio: float, node: NodeConfig | None = None) -> int:
+    return mix_result(trace, ratio, node).tenant(0).runtime_ns
 
 
 def _bench_runtime(name: str, trace: object, ratio: float, node: NodeConfig | None = None) -> float:
