@@ -24,7 +24,7 @@
  * just those (refresh_gpus): for the others, the copies in flight were already retired at sim->now (a copy that
  * frees a GPU's memory is only issued by a move out of it), and the guest-traffic window is idempotent at the
  * same time and counter total, so their state would come out the same. The simulated clock only moves in the
- * loop of huvm_sim_run, between ops. */
+ * loop of huvm_sim_run, between ops and between the touches of an op that yields (sim_run_op). */
 static SIM_ALWAYS_INLINE void note_own_at(sim_gpu_t *gg, huvm_gpu_state_t *st, uint64_t now, uint64_t own)
 {
     if (gg->noted_ns != now + 1 || gg->noted_own != own) {
@@ -1153,18 +1153,25 @@ uint32_t huvm_sim_run(huvm_sim_t *sim, uint64_t until_ns, huvm_sim_error_t *err)
     }
     for (;;) {
         sim_tenant_t *best = NULL;
-        uint64_t bc = UINT64_MAX;
+        uint64_t bc = UINT64_MAX, next = UINT64_MAX;
 
+        /* the tenant furthest behind runs next (an op in progress: the time it has reached); the next one's
+         * clock is where that op yields (sim_run_op) */
         for (i = 0; i < sim->n_tenants; i++) {
             sim_tenant_t *tt = &sim->tenants[i];
+            uint64_t c = tt->in_op ? tt->at : tt->clock;
 
             if (tt->state == SIM_T_DONE)
                 continue;
-            if (tt->state == SIM_T_RUNNING && !sim->fg_remaining)
-                continue; /* background tenants stop with the last foreground one */
-            if (tt->clock < bc) {
-                bc = tt->clock;
+            if (tt->state == SIM_T_RUNNING && !sim->fg_remaining && !tt->in_op)
+                continue; /* background tenants stop with the last foreground one (an op in progress ends) */
+            if (c < bc) {
+                next = bc;
+                bc = c;
                 best = tt;
+            }
+            else if (c < next) {
+                next = c;
             }
         }
         if (!best || bc >= until_ns)
@@ -1172,6 +1179,7 @@ uint32_t huvm_sim_run(huvm_sim_t *sim, uint64_t until_ns, huvm_sim_error_t *err)
         sim_sample_until(sim, bc);
         if (bc > sim->now)
             sim->now = bc;
+        sim->yield_ns = next;
         if (best->state == SIM_T_PENDING)
             sim_tenant_start(sim, best);
         else

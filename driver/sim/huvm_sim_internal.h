@@ -161,6 +161,16 @@ typedef struct {
                                          faulted chunk (global index; SIM_NIL: none yet) */
     uint64_t batch_start; /* huvm-atc22: when the fault batch in progress was fetched */
     uint32_t *pages; /* [n_touches] touch_pages, or NULL: whole blocks */
+    /* An op in progress (sim_run_op yields between its touches when another tenant's clock is behind, so that
+     * tenants' faults reach the links and the GPUs' fault servicing in time order): its state at the yield.
+     * clock stays the op's start until it ends; at is the time the op has reached. */
+    uint32_t in_op;
+    uint32_t op_i; /* the next touch */
+    uint32_t op_nb; /* faults in the batch in progress */
+    uint32_t remote_mask; /* holders of remote-mapped chunks the op read */
+    uint64_t at;
+    uint64_t fault_start;
+    uint64_t remote_bytes[HUVM_SIM_MAX_GPUS];
 } sim_tenant_t;
 
 struct huvm_sim {
@@ -178,6 +188,7 @@ struct huvm_sim {
     uint32_t n_chunks;
     uint32_t started;
     uint32_t fg_remaining;
+    uint64_t yield_ns; /* sim_run_op: the earliest clock of the other tenants that run (UINT64_MAX: none) */
     uint32_t failed;
     uint32_t per_chunk_evict; /* tests: a decision per pre-evicted chunk (no runs), the reference */
     uint64_t now;

@@ -543,31 +543,57 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     const uint32_t g = tt->spec.gpu, base = tt->chunk_base, op = tt->op;
     sim_chunk_t *const ch = sim->chunks;
     const uint32_t *touch = tt->touch, *pages = tt->pages;
-    uint64_t t = tt->clock, fault_start, compute_end, end;
-    uint64_t remote_bytes[HUVM_SIM_MAX_GPUS];
-    uint32_t remote_mask = 0, nb = 0, i, e;
+    uint64_t t, fault_start, compute_end, end;
+    uint64_t *const remote_bytes = tt->remote_bytes;
+    uint32_t remote_mask, nb, i, e;
 
-    /* Step start: chunks live before the window are live again (a freed static buffer comes back). */
-    if (op == 0 && tt->res.steps_done > 0) {
-        for (i = 0; i < tt->n_static && !sim->failed; i++)
-            make_live(sim, tt, base + tt->static_list[i], &t);
+    if (tt->in_op) {
+        /* resumed where it yielded */
+        t = tt->at;
+        fault_start = tt->fault_start;
+        remote_mask = tt->remote_mask;
+        nb = tt->op_nb;
+        i = tt->op_i;
     }
-    for (i = tt->alloc_first[op]; i < tt->alloc_first[op + 1] && !sim->failed; i++)
-        make_live(sim, tt, base + tt->alloc_list[i], &t);
-    tt->res.alloc_stall_ns += t - tt->clock;
-    if (sim->gpus[g].lend_debt_ns) {
-        /* Guests' copies in this GPU's memory since its last op took HBM time from it. */
-        t += sim->gpus[g].lend_debt_ns;
-        tt->res.lend_stall_ns += sim->gpus[g].lend_debt_ns;
-        sim->gpus[g].lend_debt_ns = 0;
+    else {
+        t = tt->clock;
+        remote_mask = 0;
+        nb = 0;
+        /* Step start: chunks live before the window are live again (a freed static buffer comes back). */
+        if (op == 0 && tt->res.steps_done > 0) {
+            for (i = 0; i < tt->n_static && !sim->failed; i++)
+                make_live(sim, tt, base + tt->static_list[i], &t);
+        }
+        for (i = tt->alloc_first[op]; i < tt->alloc_first[op + 1] && !sim->failed; i++)
+            make_live(sim, tt, base + tt->alloc_list[i], &t);
+        tt->res.alloc_stall_ns += t - tt->clock;
+        if (sim->gpus[g].lend_debt_ns) {
+            /* Guests' copies in this GPU's memory since its last op took HBM time from it. */
+            t += sim->gpus[g].lend_debt_ns;
+            tt->res.lend_stall_ns += sim->gpus[g].lend_debt_ns;
+            sim->gpus[g].lend_debt_ns = 0;
+        }
+        fault_start = t;
+        i = tt->first[op];
     }
-    fault_start = t;
-    for (i = tt->first[op], e = tt->first[op + 1]; i < e; i++) {
+    for (e = tt->first[op + 1]; i < e; i++) {
         const uint32_t ci = base + touch[i];
         sim_chunk_t *c = &ch[ci];
         uint32_t want;
         int remote;
 
+        if (t > sim->yield_ns) {
+            /* Another tenant's clock is behind this op's: let it catch up first, so that copies and fault
+             * services reach the links and the GPUs in time order (a link serves its queue in arrival order,
+             * and an op's faults reserve it ahead of a tenant that has not got there yet). */
+            tt->in_op = 1;
+            tt->at = t;
+            tt->fault_start = fault_start;
+            tt->remote_mask = remote_mask;
+            tt->op_nb = nb;
+            tt->op_i = i;
+            return;
+        }
         /* huvm-atc22: the prototype's prefetch items that have started by now move their blocks first */
         if (sim->proto_prefetch && !(c->loc == HUVM_SIM_LOC_GPU && c->holder == g))
             sim_proto_flush(sim, g, t);
@@ -616,6 +642,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
             nb = 0;
         }
     }
+    tt->in_op = 0;
     if (nb)
         end_batch(sim, tt, nb, t);
     tt->res.touches += tt->first[op + 1] - tt->first[op];

@@ -22,8 +22,9 @@ def test_serving_lender_stays_within_its_bound_under_a_paced_budget() -> None:
     ev = evaluate([sc], [vs["stock"], vs["huvm"], vs["huvm@1%"]])
     plain, bound = ev.outcome(sc.name, "huvm"), ev.outcome(sc.name, "huvm@1%")
     assert plain.lender_slowdown is not None and bound.lender_slowdown is not None
-    # unbudgeted, the serving lender pays for its guests' copies in bursts
-    assert plain.lender_slowdown > 1.02
+    # unbudgeted it paid +3.4 % while each op ran in one event (a harvester op's copies landed together); with
+    # the tenants in time order +0.4 % (docs/evaluation.md): the budget must not make it pay more
+    assert bound.lender_slowdown <= max(plain.lender_slowdown, 1.0) + verdict.LENDER_NOISE_FLOOR
     # at T = 1 % it stays within T (and the verdicts' lender noise floor)
     assert bound.lender_slowdown <= 1.01 + verdict.LENDER_NOISE_FLOOR
     # the harvester is as fast as without a budget

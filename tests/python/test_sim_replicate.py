@@ -74,20 +74,20 @@ def test_traversals_run_on_the_scripts_datasets() -> None:
 
 
 def test_fig6_sensitivity_variants() -> None:
-    """The variant moves what it models and nothing else: case 1 (one harvester, no neighbour on its PCIe
-    switch) is the same in both; without the shared switches stock's copies in cases 2-3 run at full rate, so
-    HUVM gains less, and host-only (no peer traffic: its base and its own run share the uplink alike) moves far
-    less (under 15 %: case 3's BFS, whose partial-block re-faults share its uplink with case 3's WCC, 1.58x ->
-    1.41x; the others under 3 %)."""
+    """The variant moves what it models and nothing else: case 1 (one harvester, no paging neighbour on its
+    PCIe switch) is the same in both; in cases 2-3 two paging jobs share an uplink, so stock (Base) is never
+    faster behind the shared switch than without it; and case 3's BFS, whose small copies share the uplink
+    with case 3's WCC's whole blocks, gains most from HUVM moving the WCC's evictions to NVLink (docs/simulator.md,
+    "What the switch still does")."""
     rows = replicate.fig6_sensitivity()
     by = {(r["variant"], r["case"], r["workload"]): r for r in rows}
     assert {v for v, *_ in replicate.SENSITIVITY} == {r["variant"] for r in rows}
     assert len({(round(r["huvm"], 9), round(r["host"], 9)) for r in rows if r["case"] == 1}) == 1
     for key in ((2, "bfs"), (3, "bfs"), (3, "wcc")):
-        modelled = by[("as modelled", *key)]
-        assert by[("no shared switch", *key)]["huvm"] < modelled["huvm"] / 1.3
-        assert by[("no shared switch", *key)]["host"] == pytest.approx(modelled["host"], rel=0.15)
-        assert modelled["huvm_artifact"] == by[("no shared switch", *key)]["huvm_artifact"]
+        modelled, alone = by[("as modelled", *key)], by[("no shared switch", *key)]
+        assert modelled["base_s"] >= alone["base_s"]
+        assert modelled["huvm_artifact"] == alone["huvm_artifact"]
+    assert by[("as modelled", 3, "bfs")]["huvm"] > by[("no shared switch", 3, "bfs")]["huvm"] * 1.3
 
 
 def test_sensitivity_cli(capsys: pytest.CaptureFixture[str]) -> None:

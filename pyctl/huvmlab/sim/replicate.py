@@ -205,7 +205,8 @@ def fig6_sensitivity() -> list[dict[str, Any]]:
             a, s = r["artifact"], r["sim"]
             rows.append({"variant": label, "case": r["case"], "workload": r["workload"],
                          "huvm": s["Base"] / s["Ours"], "huvm_artifact": a["Base"] / a["Ours"],
-                         "host": s["Base"] / s["pre-ef-host"], "host_artifact": a["Base"] / a["pre-ef-host"]})
+                         "host": s["Base"] / s["pre-ef-host"], "host_artifact": a["Base"] / a["pre-ef-host"],
+                         "base_s": s["Base"]})
     return rows
 
 
