@@ -227,8 +227,8 @@ huvm_sim_t *huvm_sim_create(const huvm_sim_config_t *cfg, uint32_t preset, huvm_
         uint32_t sw = cfg->pcie_switch[a];
 
         if (sw) {
-            res_set(&sim->sw_h2d[sw - 1], cfg->pcie_switch_mbyte_per_s[sw - 1], 0);
-            res_set(&sim->sw_d2h[sw - 1], cfg->pcie_switch_mbyte_per_s[sw - 1], 0);
+            res_set(&sim->sw_h2d[a], cfg->pcie_switch_mbyte_per_s[sw - 1], 0);
+            res_set(&sim->sw_d2h[a], cfg->pcie_switch_mbyte_per_s[sw - 1], 0);
         }
     }
     sim->host_limit_chunks = cfg->host_memory_bytes ? cfg->host_memory_bytes / SIM_CHUNK : UINT64_MAX;
@@ -1189,9 +1189,10 @@ uint32_t huvm_sim_run(huvm_sim_t *sim, uint64_t until_ns, huvm_sim_error_t *err)
     }
     for (i = 0; i < sim->n_tenants; i++) {
         sim_tenant_t *tt = &sim->tenants[i];
+        uint64_t c = tt->in_op ? tt->at : tt->clock;
 
-        if (tt->state != SIM_T_PENDING && tt->clock > sim->now)
-            sim->now = tt->clock;
+        if (tt->state != SIM_T_PENDING && c > sim->now)
+            sim->now = c;
     }
     if (!sim->fg_remaining)
         sim_sample_until(sim, sim->now);

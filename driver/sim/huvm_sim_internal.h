@@ -179,7 +179,7 @@ struct huvm_sim {
     huvm_gpu_state_t state[HUVM_MAX_GPUS];
     sim_gpu_t gpus[HUVM_SIM_MAX_GPUS];
     sim_res_t nvl[HUVM_SIM_MAX_GPUS][HUVM_SIM_MAX_GPUS];
-    sim_res_t sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS]; /* PCIe switch uplinks */
+    sim_res_t sw_h2d[HUVM_SIM_MAX_GPUS], sw_d2h[HUVM_SIM_MAX_GPUS]; /* each GPU's port on its PCIe switch's uplink */
     uint32_t xfer_seq;
     uint32_t traffic_mask; /* GPUs with a guest-traffic budget (refresh_gpus; set by huvm_sim_run) */
     sim_tenant_t tenants[HUVM_SIM_MAX_TENANTS];
@@ -430,10 +430,11 @@ static SIM_ALWAYS_INLINE void tok_add(huvm_sim_t *sim,
 
 /* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t, with svc ns of the driver's per-block
  * service (migration or eviction) in front of the copy: the path is busy for both, so back-to-back blocks move
- * at the path's measured rate. Within a class, FIFO; between the two classes, fair share: while the other
- * class has queued work, this transfer progresses at half the rate, and the other class's queue is pushed back
- * by the work this one did meanwhile (background copies already issued end later: res_delay). Work
- * conserving. */
+ * at the path's measured rate. Within a class, FIFO; between the two classes, processor sharing: while the
+ * other class has queued work, both progress at half the rate until the shorter is done, so this transfer
+ * takes min(its work, the other's) longer and pushes the other class's queue back by as much (background
+ * copies already issued end later: res_delay). Work conserving: the two classes' work ends no earlier than
+ * their sum. */
 static SIM_ALWAYS_INLINE uint64_t
 res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc, int cls)
 {
@@ -441,18 +442,11 @@ res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc
     uint64_t start = u64_max(t, r->busy_until[cls]);
     uint64_t other = r->busy_until[!cls];
     uint64_t overlap = other > start ? other - start : 0;
-    uint64_t fin, shared;
+    uint64_t shared = dur < overlap ? dur : overlap;
+    uint64_t fin = start + dur + shared;
 
-    if (2 * dur <= overlap) {
-        fin = start + 2 * dur;
-        shared = dur;
-    }
-    else {
-        fin = start + dur + overlap / 2;
-        shared = overlap / 2;
-    }
     r->busy_until[cls] = fin;
-    if (overlap) {
+    if (shared) {
         r->busy_until[!cls] = other + shared;
         if (cls == SIM_FG && r->qlen)
             sim_res_delay(sim, r, start, shared);

@@ -2,7 +2,7 @@
  * huvm: simulated node, the transfer model: links (PCIe per GPU, NVLink pairs, NVSwitch ports, PCIe switch
  * uplinks), transfers over them, and the background copies still in flight. SPDX-License-Identifier: MIT
  *
- * Link sharing (res_xfer): FIFO within a traffic class, fair share between demand and background classes;
+ * Link sharing (res_xfer): FIFO within a traffic class, processor sharing between demand and background classes;
  * work conserving, O(1) per transfer, deterministic. See docs/simulator.md. The copy path's hot part (a leg, a
  * peer copy over a direct NVLink: sim_xfer_peer) is inline in huvm_sim_internal.h; the rest is here.
  */
@@ -76,35 +76,85 @@ static uint64_t leg(huvm_sim_t *sim,
     return leg_inline(sim, r, t, bytes, svc, cls, ci, xfer, release, release != 0);
 }
 
-/* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, the switch's uplink. */
+/* GPU g's copy over its PCIe switch's uplink, one direction (ports: sim->sw_h2d or sw_d2h, one port per GPU).
+ * A switch arbitrates its uplink between its downstream ports packet by packet (round robin unless configured
+ * otherwise: PCI Express Base Specification, "Port Arbitration"), so it is shared, not served first come first
+ * served by whole transfers: each class of each port behind the switch is a flow, FIFO within itself, and the
+ * flows share the uplink as processor sharing (res_xfer's rule over more than two flows: this copy takes
+ * min(its work, a flow's queued work) longer for each, and pushes each back by as much; background copies
+ * already issued on a port end later: sim_res_delay). Only bytes: the per-block service is the GPU's own
+ * (arrival after it, `t`), not the uplink's. */
+static uint64_t uplink_leg(huvm_sim_t *sim,
+                           uint32_t g,
+                           sim_res_t *ports,
+                           uint64_t t,
+                           uint64_t bytes,
+                           int cls,
+                           uint32_t ci,
+                           uint32_t xfer)
+{
+    sim_res_t *mine = &ports[g];
+    const uint32_t sw = sim->cfg.pcie_switch[g];
+    uint64_t dur, start, shared = 0, fin;
+    uint32_t h;
+    int c;
+
+    while (mine->qlen && tok_at(mine, 0)->fin <= t)
+        tok_pop(sim, mine);
+    dur = res_ns(mine, bytes);
+    start = u64_max(t, mine->busy_until[cls]);
+    for (h = 0; h < sim->cfg.gpu_count; h++) {
+        sim_res_t *r = &ports[h];
+
+        if (sim->cfg.pcie_switch[h] != sw)
+            continue;
+        for (c = 0; c < 2; c++) {
+            uint64_t sh;
+
+            if ((h == g && c == cls) || r->busy_until[c] <= start)
+                continue;
+            sh = u64_min(dur, r->busy_until[c] - start);
+            r->busy_until[c] += sh;
+            shared += sh;
+            if (c == SIM_BG && r->qlen)
+                sim_res_delay(sim, r, start, sh);
+        }
+    }
+    fin = start + dur + shared;
+    mine->busy_until[cls] = fin;
+    mine->busy_ns += dur;
+    mine->bytes += bytes;
+    if (cls == SIM_BG)
+        tok_add(sim, mine, fin, ci, xfer, 0);
+    return fin;
+}
+
+/* Host -> g (chunk ci or SIM_NIL): g's PCIe link and, behind a shared PCIe switch, its port on the switch's
+ * uplink (uplink_leg: the bytes, once the block service is done). */
 uint64_t sim_xfer_h2d(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci)
 {
-    uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
-
     uint32_t x;
 
     sim->traffic.host_to_gpu[g] += bytes;
     x = new_xfer(sim, ci);
     fin = leg(sim, &sim->gpus[g].h2d, t, bytes, svc_ns, cls, ci, x, 0);
-    if (sw)
-        fin = u64_max(fin, leg(sim, &sim->sw_h2d[sw - 1], t, bytes, svc_ns, cls, ci, x, 0));
+    if (sim->cfg.pcie_switch[g])
+        fin = u64_max(fin, uplink_leg(sim, g, sim->sw_h2d, t + svc_ns, bytes, cls, ci, x));
     return fin;
 }
 
 /* g -> host; a background copy holds g's memory until it ends on g's own link (release). */
 uint64_t sim_xfer_d2h(huvm_sim_t *sim, uint32_t g, uint64_t t, uint64_t bytes, uint64_t svc_ns, int cls, uint32_t ci)
 {
-    uint32_t sw = sim->cfg.pcie_switch[g];
     uint64_t fin;
-
     uint32_t x;
 
     sim->traffic.gpu_to_host[g] += bytes;
     x = new_xfer(sim, ci);
     fin = leg(sim, &sim->gpus[g].d2h, t, bytes, svc_ns, cls, ci, x, g + 1);
-    if (sw)
-        fin = u64_max(fin, leg(sim, &sim->sw_d2h[sw - 1], t, bytes, svc_ns, cls, ci, x, 0));
+    if (sim->cfg.pcie_switch[g])
+        fin = u64_max(fin, uplink_leg(sim, g, sim->sw_d2h, t + svc_ns, bytes, cls, ci, x));
     return fin;
 }
 
@@ -146,17 +196,10 @@ static uint64_t res_flow(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t byt
     uint64_t dur = res_ns(r, bytes);
     uint64_t other = u64_max(r->busy_until[SIM_FG], r->busy_until[SIM_BG]);
     uint64_t overlap = other > t ? other - t : 0;
-    uint64_t fin, shared;
+    uint64_t shared = dur < overlap ? dur : overlap; /* processor sharing, as res_xfer */
+    uint64_t fin = t + dur + shared;
     int c;
 
-    if (2 * dur <= overlap) {
-        fin = t + 2 * dur;
-        shared = dur;
-    }
-    else {
-        fin = t + dur + overlap / 2;
-        shared = overlap / 2;
-    }
     for (c = 0; c < 2 && shared; c++) {
         if (r->busy_until[c] > t)
             r->busy_until[c] += shared;

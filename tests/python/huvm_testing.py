@@ -83,13 +83,16 @@ def lender_budget_experiment(lend_traffic_mbyte_per_s: str | None) -> str:
 
 def usdt_scenario() -> tuple[Any, list[Any]]:
     """A small simulated node where every kind of movement happens (evictions to peers and host, pre-eviction,
-    fetch-back, give-back, prefetch): 3 GPUs of 256 MiB, a streaming harvester, a lender with a static
-    footprint and a rising background lender. Returns (node config, tenants) for huvmlab.sim.run_scenario."""
+    fetch-back, give-back, prefetch): 3 GPUs of 320 MiB, a streaming harvester of twice that, a lender with a
+    static footprint and a rising background lender. Returns (node config, tenants) for
+    huvmlab.sim.run_scenario. (Prefetch to a peer needs a host-resident chunk in a window while a lender
+    admits it; on 256 MiB GPUs with a 512 MiB stream it happened 15 times, then none once links were shared
+    as processor sharing: the sizes are the test's, not a model's.)"""
     from huvmlab.sim import MIB, NodeConfig, TenantSpec, workloads
 
-    node = NodeConfig.preset("aws-p3.8xlarge").subset(3).with_gpu_memory(256 * MIB, 0)
+    node = NodeConfig.preset("aws-p3.8xlarge").subset(3).with_gpu_memory(320 * MIB, 0)
     tenants = [
-        TenantSpec(0, workloads.streaming(512 * MIB, 3), role="harvester"),
+        TenantSpec(0, workloads.streaming(640 * MIB, 3), role="harvester"),
         TenantSpec(1, static_bytes=64 * MIB, role="lender"),
         TenantSpec(2, workloads.rising(16 * MIB, 200 * MIB, 400, 20, op_time_ns=1_000_000), managed=False,
                    background=True, role="lender"),

@@ -576,6 +576,60 @@ static void test_inflight_holds_memory(void)
     trace_free(&t);
 }
 
+/* A link shares its bandwidth between demand and background work as processor sharing: both at half the rate
+ * until the shorter is done, so the two end no earlier than their work together (work conserving). A formula
+ * that charged the longer transfer only half the overlap let a link move 1.2x its bandwidth here. */
+static void test_link_sharing(void)
+{
+    huvm_sim_t *sim = calloc(1, sizeof(*sim));
+    sim_res_t r;
+    uint64_t bg, fg;
+
+    CHECK(sim != NULL);
+    if (!sim)
+        return;
+    memset(&r, 0, sizeof(r));
+    res_set(&r, 1000, 0); /* 1000 bytes a microsecond */
+    bg = res_xfer(sim, &r, 0, 100000, 0, SIM_BG); /* 100 us of background work, then 200 us of demand work */
+    fg = res_xfer(sim, &r, 0, 200000, 0, SIM_FG);
+    CHECK(bg == 100000 && fg == 300000 && r.busy_until[SIM_BG] == 200000);
+    CHECK(u64_max(fg, r.busy_until[SIM_BG]) >= 300000);
+    memset(&r, 0, sizeof(r));
+    res_set(&r, 1000, 0);
+    bg = res_xfer(sim, &r, 0, 100000, 0, SIM_BG); /* a short demand transfer: both at half rate meanwhile */
+    fg = res_xfer(sim, &r, 0, 40000, 0, SIM_FG);
+    CHECK(fg == 80000 && r.busy_until[SIM_BG] == 140000);
+    free(sim);
+}
+
+/* A PCIe switch arbitrates its uplink between its ports (round robin), not by whole transfers in arrival
+ * order: a GPU's copy that arrives while the other GPU has eight demand copies queued on the uplink shares it
+ * at half the rate instead of waiting for all eight; the eight still end no earlier than the nine copies'
+ * work together. */
+static void test_uplink_ports(void)
+{
+    huvm_sim_config_t cfg;
+    huvm_sim_error_t err;
+    huvm_sim_t *sim;
+    uint64_t chunk_ns = (2 * MIB * 1000 + 11999) / 12000, end0 = 0, end1;
+    uint32_t k;
+
+    node2(&cfg, 64 * MIB);
+    cfg.pcie_switch[0] = cfg.pcie_switch[1] = 1;
+    cfg.pcie_switch_mbyte_per_s[0] = 12000;
+    cfg.pcie_mbyte_per_s[0] = cfg.pcie_mbyte_per_s[1] = 48000; /* the uplink is the narrow part */
+    sim = huvm_sim_create(&cfg, HUVM_PRESET_STOCK, &err);
+    CHECK(sim != NULL);
+    if (!sim)
+        return;
+    for (k = 0; k < 8; k++)
+        end0 = sim_xfer_h2d(sim, 0, 0, 2 * MIB, 0, SIM_FG, SIM_NIL);
+    end1 = sim_xfer_h2d(sim, 1, 0, 2 * MIB, 0, SIM_FG, SIM_NIL);
+    CHECK(end1 <= 2 * chunk_ns + cfg.pcie_latency_ns);
+    CHECK(u64_max(end0, sim->sw_h2d[0].busy_until[SIM_FG]) >= 9 * chunk_ns);
+    huvm_sim_destroy(sim);
+}
+
 /* GPUs behind one PCIe switch share its uplink. Where the copies bound the jobs (the defaults' small block
  * service), an uplink slower than the two links together bounds them from below: it cannot move both GPUs'
  * host -> GPU bytes faster than its rate. Where the per-GPU block service bounds them, sharing costs each job
@@ -897,6 +951,8 @@ int main(void)
     test_lender_keeps_own(HUVM_PRESET_HUVM);
     test_lender_keeps_own(HUVM_PRESET_ATC22);
     test_inflight_holds_memory();
+    test_link_sharing();
+    test_uplink_ports();
     test_pcie_switch();
     test_lend_and_peer_fault_costs();
     test_collectives();
