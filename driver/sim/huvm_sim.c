@@ -1159,7 +1159,7 @@ uint32_t huvm_sim_run(huvm_sim_t *sim, uint64_t until_ns, huvm_sim_error_t *err)
          * clock is where that op yields (sim_run_op) */
         for (i = 0; i < sim->n_tenants; i++) {
             sim_tenant_t *tt = &sim->tenants[i];
-            uint64_t c = tt->in_op ? tt->at : tt->clock;
+            uint64_t c = tenant_clock(tt);
 
             if (tt->state == SIM_T_DONE)
                 continue;
@@ -1189,7 +1189,7 @@ uint32_t huvm_sim_run(huvm_sim_t *sim, uint64_t until_ns, huvm_sim_error_t *err)
     }
     for (i = 0; i < sim->n_tenants; i++) {
         sim_tenant_t *tt = &sim->tenants[i];
-        uint64_t c = tt->in_op ? tt->at : tt->clock;
+        uint64_t c = tenant_clock(tt);
 
         if (tt->state != SIM_T_PENDING && c > sim->now)
             sim->now = c;

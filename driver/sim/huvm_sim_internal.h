@@ -428,6 +428,24 @@ static SIM_ALWAYS_INLINE void tok_add(huvm_sim_t *sim,
     }
 }
 
+/* Processor sharing with the work of class c queued on r: a transfer of dur ns starting at `start` takes
+ * min(dur, that work) longer and pushes the work back by as much; delay: its background copies already issued
+ * end later too (sim_res_delay). Returns the time taken (res_xfer: the other class; uplink_leg: every class of
+ * every port behind the switch). */
+static SIM_ALWAYS_INLINE uint64_t
+res_share(huvm_sim_t *sim, sim_res_t *r, int c, uint64_t start, uint64_t dur, int delay)
+{
+    uint64_t sh;
+
+    if (r->busy_until[c] <= start)
+        return 0;
+    sh = u64_min(dur, r->busy_until[c] - start);
+    r->busy_until[c] += sh;
+    if (sh && delay && r->qlen)
+        sim_res_delay(sim, r, start, sh);
+    return sh;
+}
+
 /* A transfer of `bytes` of class cls (SIM_FG/SIM_BG) arriving at t, with svc ns of the driver's per-block
  * service (migration or eviction) in front of the copy: the path is busy for both, so back-to-back blocks move
  * at the path's measured rate. Within a class, FIFO; between the two classes, processor sharing: while the
@@ -440,17 +458,9 @@ res_xfer(huvm_sim_t *sim, sim_res_t *r, uint64_t t, uint64_t bytes, uint64_t svc
 {
     uint64_t dur = res_ns(r, bytes) + svc;
     uint64_t start = u64_max(t, r->busy_until[cls]);
-    uint64_t other = r->busy_until[!cls];
-    uint64_t overlap = other > start ? other - start : 0;
-    uint64_t shared = dur < overlap ? dur : overlap;
-    uint64_t fin = start + dur + shared;
+    uint64_t fin = start + dur + res_share(sim, r, !cls, start, dur, cls == SIM_FG);
 
     r->busy_until[cls] = fin;
-    if (shared) {
-        r->busy_until[!cls] = other + shared;
-        if (cls == SIM_FG && r->qlen)
-            sim_res_delay(sim, r, start, shared);
-    }
     r->busy_ns += dur;
     r->bytes += bytes;
     return fin + r->latency_ns;
@@ -512,6 +522,12 @@ static SIM_ALWAYS_INLINE uint64_t sim_xfer_peer(huvm_sim_t *sim,
     sim->traffic.gpu_to_gpu[a][b] += bytes;
     x = new_xfer(sim, ci);
     return leg_inline(sim, &sim->nvl[a][b], t, bytes, svc_ns, cls, ci, x, a + 1, 1);
+}
+
+/* A tenant's place in time for the event loop: an op in progress has reached `at`, otherwise its clock. */
+static inline uint64_t tenant_clock(const sim_tenant_t *tt)
+{
+    return tt->in_op ? tt->at : tt->clock;
 }
 
 #endif /* __HUVM_SIM_INTERNAL_H__ */

@@ -575,6 +575,8 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         }
         fault_start = t;
         i = tt->first[op];
+        if (t > sim->yield_ns)
+            goto yield;
     }
     for (e = tt->first[op + 1]; i < e; i++) {
         const uint32_t ci = base + touch[i];
@@ -582,18 +584,6 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         uint32_t want;
         int remote;
 
-        if (t > sim->yield_ns) {
-            /* Another tenant's clock is behind this op's: let it catch up first, so that copies and fault
-             * services reach the links and the GPUs in time order (a link serves its queue in arrival order,
-             * and an op's faults reserve it ahead of a tenant that has not got there yet). */
-            tt->in_op = 1;
-            tt->at = t;
-            tt->fault_start = fault_start;
-            tt->remote_mask = remote_mask;
-            tt->op_nb = nb;
-            tt->op_i = i;
-            return;
-        }
         /* huvm-atc22: the prototype's prefetch items that have started by now move their blocks first */
         if (sim->proto_prefetch && !(c->loc == HUVM_SIM_LOC_GPU && c->holder == g))
             sim_proto_flush(sim, g, t);
@@ -606,6 +596,10 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
                 if (c->ready_ns > t) {
                     tt->res.inflight_wait_ns += c->ready_ns - t;
                     t = c->ready_ns;
+                    if (t > sim->yield_ns && i + 1 < e) {
+                        i++;
+                        goto yield;
+                    }
                 }
                 continue;
             }
@@ -640,6 +634,10 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         if (++nb == sim->cfg.fault_batch_max) {
             end_batch(sim, tt, nb, t);
             nb = 0;
+        }
+        if (t > sim->yield_ns && i + 1 < e) {
+            i++;
+            goto yield;
         }
     }
     tt->in_op = 0;
@@ -708,4 +706,18 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         }
         tt->step_start = end;
     }
+    return;
+
+yield:
+    __attribute__((cold));
+    /* Another tenant's clock is behind this op's: let it catch up first, so that copies and fault services reach
+     * the links and the GPUs in time order (a link serves its queue in arrival order, and an op's faults reserve
+     * it ahead of a tenant that has not got there yet). Checked only where the op's clock moves (a fault, a wait
+     * for a copy in flight) and a touch is left, not on a resident touch. */
+    tt->in_op = 1;
+    tt->at = t;
+    tt->fault_start = fault_start;
+    tt->remote_mask = remote_mask;
+    tt->op_nb = nb;
+    tt->op_i = i;
 }

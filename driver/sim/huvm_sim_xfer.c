@@ -80,9 +80,7 @@ static uint64_t leg(huvm_sim_t *sim,
  * A switch arbitrates its uplink between its downstream ports packet by packet (round robin unless configured
  * otherwise: PCI Express Base Specification, "Port Arbitration"), so it is shared, not served first come first
  * served by whole transfers: each class of each port behind the switch is a flow, FIFO within itself, and the
- * flows share the uplink as processor sharing (res_xfer's rule over more than two flows: this copy takes
- * min(its work, a flow's queued work) longer for each, and pushes each back by as much; background copies
- * already issued on a port end later: sim_res_delay). Only bytes: the per-block service is the GPU's own
+ * flows share the uplink as processor sharing (res_share with each of them, as res_xfer with its other class). Only bytes: the per-block service is the GPU's own
  * (arrival after it, `t`), not the uplink's. */
 static uint64_t uplink_leg(huvm_sim_t *sim,
                            uint32_t g,
@@ -109,15 +107,8 @@ static uint64_t uplink_leg(huvm_sim_t *sim,
         if (sim->cfg.pcie_switch[h] != sw)
             continue;
         for (c = 0; c < 2; c++) {
-            uint64_t sh;
-
-            if ((h == g && c == cls) || r->busy_until[c] <= start)
-                continue;
-            sh = u64_min(dur, r->busy_until[c] - start);
-            r->busy_until[c] += sh;
-            shared += sh;
-            if (c == SIM_BG && r->qlen)
-                sim_res_delay(sim, r, start, sh);
+            if (h != g || c != cls)
+                shared += res_share(sim, r, c, start, dur, c == SIM_BG);
         }
     }
     fin = start + dur + shared;
