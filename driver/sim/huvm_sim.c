@@ -907,9 +907,9 @@ void sim_proto_batch(huvm_sim_t *sim, sim_tenant_t *tt)
 
 /* UVM's density prefetcher (uvm_perf_prefetch.c: compute_prefetch_mask, compute_prefetch_region) at 64 KiB
  * leaves: a bitmap tree over the block counts the groups resident on the GPU or faulting; for each faulted
- * leaf, walking from the leaf to the root, the last (largest) subtree more than HUVM_SIM_PREFETCH_THRESHOLD %
- * of which is counted is prefetched. Returns the faulted groups and the prefetched ones (resident ones too). */
-uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted)
+ * leaf, walking from the leaf to the root, the last (largest) subtree more than `threshold` % of which is
+ * counted is prefetched. Returns the faulted groups and the prefetched ones (resident ones too). */
+uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted, uint32_t threshold)
 {
     const uint32_t occ = resident | faulted;
     uint32_t region = faulted, f = faulted;
@@ -921,7 +921,7 @@ uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted)
         for (size = 1; size <= HUVM_SIM_PAGE_GROUPS; size <<= 1) {
             uint32_t m = size == HUVM_SIM_PAGE_GROUPS ? HUVM_SIM_PAGES_ALL : ((1u << size) - 1) << (leaf & ~(size - 1));
 
-            if ((uint32_t)__builtin_popcount(occ & m) * 100 > size * HUVM_SIM_PREFETCH_THRESHOLD)
+            if ((uint32_t)__builtin_popcount(occ & m) * 100 > size * threshold)
                 best = m;
         }
         region |= best;
@@ -960,7 +960,8 @@ uint64_t sim_service_fault(huvm_sim_t *sim, sim_tenant_t *tt, uint32_t ci, uint3
     const uint32_t held = c->loc == HUVM_SIM_LOC_GPU ? c->pages : 0;
     /* the groups this fault brings: the density prefetcher's region less what a GPU already holds; those with
      * data (sim->pop) are copied from host memory, the others zero-filled (populated) */
-    const uint32_t add = (want == HUVM_SIM_PAGES_ALL ? want : huvm_sim_prefetch_region(held, want)) & ~held;
+    const uint32_t add =
+        (want == HUVM_SIM_PAGES_ALL ? want : huvm_sim_prefetch_region(held, want, sim->cfg.prefetch_threshold)) & ~held;
     const uint32_t from_host = add ? add & sim->pop[ci] : 0; /* no load when nothing is added */
 
     *remote = 0;

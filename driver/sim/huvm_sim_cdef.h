@@ -35,11 +35,11 @@
  * bit k of a touch's mask is bytes [k, k + 1) x 64 KiB of its block. UVM's density prefetcher
  * (uvm_perf_prefetch.c, compute_prefetch_region) widens a fault to the largest subregion of the block's
  * bitmap tree, on the faulting leaf's path, more than uvm_perf_prefetch_threshold (default 51) % of which is
- * resident on the GPU or faulting. */
+ * resident on the GPU or faulting (huvm_sim_config_t.prefetch_threshold). */
 #define HUVM_SIM_PAGE_GROUPS        32u
 #define HUVM_SIM_PAGE_GROUP_BYTES   65536u
 #define HUVM_SIM_PAGES_ALL          0xffffffffu
-#define HUVM_SIM_PREFETCH_THRESHOLD 51u
+#define HUVM_SIM_PREFETCH_THRESHOLD 51u /* upstream's default uvm_perf_prefetch_threshold */
 
 /* Where a chunk is, in huvm_sim_chunk_where(). */
 #define HUVM_SIM_LOC_NONE 0       /* not populated (never touched, or freed) */
@@ -94,6 +94,9 @@ typedef struct {
                                                from a peer ahead of need), besides its copy */
     uint64_t evict_service_ns;              /* per 2 MiB block moved GPU -> host (eviction, give-back),
                                                besides its copy */
+    uint32_t prefetch_threshold;            /* uvm_perf_prefetch_threshold, 1..100 (upstream's default 51;
+                                               the HUVM prototype's driver: 1) */
+    uint32_t pad2;
 } huvm_sim_config_t;
 
 /* One workload on one GPU. Arrays are copied by huvm_sim_add_tenant. A tenant with n_ops == 0 is idle:
@@ -230,8 +233,9 @@ uint32_t huvm_sim_check(const huvm_sim_t *sim, huvm_sim_error_t *err);
 #define HUVM_SIM_PATH_EVICT    2       /* GPU -> host migration (evict_service_ns) */
 uint64_t huvm_sim_path_probe(huvm_sim_t *sim, uint32_t path, uint32_t gpu, uint32_t chunks);
 /* UVM's density prefetcher on one block: the 64 KiB groups a fault on `faulted` brings to a GPU that holds
- * `resident` (faulted, widened by uvm_perf_prefetch.c's tree rule at HUVM_SIM_PREFETCH_THRESHOLD %). */
-uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted);
+ * `resident` (faulted, widened by uvm_perf_prefetch.c's tree rule at `threshold` %, 1..100; upstream's
+ * default is HUVM_SIM_PREFETCH_THRESHOLD). */
+uint32_t huvm_sim_prefetch_region(uint32_t resident, uint32_t faulted, uint32_t threshold);
 
 /* HUVM_SIM_CDEF_END */
 

@@ -45,6 +45,8 @@ void huvm_sim_config_defaults(huvm_sim_config_t *cfg)
     /* uvm_perf_fault_batch_count default (uvm_gpu_replayable_faults.c). */
     cfg->fault_batch_max = 256;
     cfg->faults_per_chunk = 1;
+    /* uvm_perf_prefetch_threshold default (uvm_perf_prefetch.c). */
+    cfg->prefetch_threshold = HUVM_SIM_PREFETCH_THRESHOLD;
     /* A fault on a peer-held block: the block service plus the holder's unmap and TLB invalidate, of the
      * order of one PCIe transfer setup (assumption: no published measurement): 25 + 5 us. */
     cfg->peer_fault_service_ns = 30000;
@@ -246,6 +248,15 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
                       "fault_batch_max %u is not in 1..%u",
                       cfg->fault_batch_max,
                       HUVM_SIM_MAX_FAULT_BATCH);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
+    if (cfg->prefetch_threshold < 1 || cfg->prefetch_threshold > 100) {
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      "prefetch_threshold",
+                      "prefetch_threshold %u is not in 1..100 (%% of a region resident or faulting)",
+                      cfg->prefetch_threshold);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
     if (cfg->faults_per_chunk < 1 || cfg->faults_per_chunk > HUVM_SIM_MAX_FAULTS_PER_CHUNK) {

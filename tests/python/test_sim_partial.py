@@ -1,6 +1,7 @@
 """Partial-block migration (issue 24, docs/simulator.md "Partial-block migration"): a touch names the 64 KiB
 groups of its 2 MiB block; a fault copies only the groups missing on the GPU, widened by UVM's density
-prefetcher (uvm_perf_prefetch.c's 51 % tree rule); eviction writes back only the resident groups."""
+prefetcher (uvm_perf_prefetch.c's tree rule at uvm_perf_prefetch_threshold, 51 % by default); eviction writes
+back only the resident groups."""
 
 from __future__ import annotations
 
@@ -15,23 +16,25 @@ GROUP = 64 * 1024
 ALL = 0xFFFFFFFF
 
 
-def _node(usable: int) -> NodeConfig:
-    return NodeConfig("one", (GpuSpec("g", usable + 256 * MIB, 256 * MIB, 12_000),), (("X",),))
+def _node(usable: int, threshold: int = 51) -> NodeConfig:
+    return NodeConfig("one", (GpuSpec("g", usable + 256 * MIB, 256 * MIB, 12_000),), (("X",),),
+                      costs=Costs(prefetch_threshold=threshold))
 
 
 def _run(rows: list[list[int]], masks: list[list[int]] | None, n_chunks: int, usable: int = 64 * MIB,
-         host: bool = True) -> tuple[dict[str, int], int, int]:
+         host: bool = True, threshold: int = 51) -> tuple[dict[str, int], int, int]:
     per_op = [np.array(r, dtype=np.int64) for r in rows]
     pages = None if masks is None else np.concatenate([np.array(m, dtype=np.uint32) for m in masks])
     tr = workloads.make_trace("t", per_op, 1000, n_chunks, pages=pages)
-    res = run_scenario(_node(usable), [TenantSpec(0, tr, host_resident=host)], "stock", sample_interval_ns=0)
+    res = run_scenario(_node(usable, threshold), [TenantSpec(0, tr, host_resident=host)], "stock",
+                       sample_interval_ns=0)
     return res.traffic_bytes(), res.tenant(0).faults, res.tenant(0).runtime_ns
 
 
-def _region(resident: int, faulted: int) -> int:
+def _region(resident: int, faulted: int, threshold: int = 51) -> int:
     """uvm_perf_prefetch.c's compute_prefetch_region at 32 leaves, written from the rule's definition: for
-    each faulted leaf, the largest aligned subtree holding it in which more than 51 % of the leaves are
-    resident or faulted."""
+    each faulted leaf, the largest aligned subtree holding it in which more than ``threshold`` % of the leaves
+    are resident or faulted."""
     occ = resident | faulted
     out = faulted
     for leaf in range(32):
@@ -41,7 +44,7 @@ def _region(resident: int, faulted: int) -> int:
         for size in (1, 2, 4, 8, 16, 32):
             lo = leaf // size * size
             m = ((1 << size) - 1) << lo
-            if (occ & m).bit_count() * 100 > size * 51:
+            if (occ & m).bit_count() * 100 > size * threshold:
                 best = m
         out |= best
     return out & ALL
@@ -71,14 +74,37 @@ def test_prefetcher_widens_a_dense_region_by_the_51_percent_rule() -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_prefetch_region_matches_the_rule_on_random_masks(seed: int) -> None:
+@pytest.mark.parametrize("threshold", [1, 25, 51, 100])
+def test_prefetch_region_matches_the_rule_on_random_masks(seed: int, threshold: int) -> None:
     rng = np.random.default_rng(seed)
     for _ in range(200):
         res = int(rng.integers(0, 1 << 32)) & int(rng.integers(0, 1 << 32))
         flt = int(rng.integers(1, 1 << 32)) & int(rng.integers(1, 1 << 32)) & ~res & ALL
         if not flt:
             continue
-        assert lib.huvm_sim_prefetch_region(res, flt) == _region(res, flt)
+        assert lib.huvm_sim_prefetch_region(res, flt, threshold) == _region(res, flt, threshold)
+
+
+def test_prefetch_threshold_one_takes_the_whole_block_on_any_fault() -> None:
+    # the HUVM prototype's driver sets uvm_perf_prefetch_threshold to 1: one 64 KiB group of 32 is more than
+    # 1 % of the block, so a sparse fault brings the whole block and the other groups never fault
+    rows, masks = [[0], [0], [0]], [[1], [1 << 31], [1 << 15]]
+    traffic, faults, _ = _run(rows, masks, 1, threshold=1)
+    assert traffic["pcie_h2d"] == 2 * MIB and faults == 1
+    sparse, sfaults, _ = _run(rows, masks, 1)
+    assert sparse["pcie_h2d"] == 3 * GROUP and sfaults == 3
+    # at 100 % nothing is ever more than the whole region: only the faulted groups come
+    exact, efaults, _ = _run([[0]], [[0b1011]], 1, threshold=100)
+    assert exact["pcie_h2d"] == 3 * GROUP and efaults == 1
+
+
+@pytest.mark.parametrize("bad", [0, 101, True, 51.0])
+def test_prefetch_threshold_out_of_range_is_refused(bad: object) -> None:
+    from huvmlab.sim.errors import SimConfigError
+    with pytest.raises(SimConfigError) as e:
+        run_scenario(_node(64 * MIB).with_costs(prefetch_threshold=bad), [TenantSpec(0, None)], "stock",  # type: ignore[arg-type]
+                     sample_interval_ns=0)
+    assert e.value.field == "costs.prefetch_threshold"
 
 
 def test_eviction_writes_back_only_resident_groups() -> None:

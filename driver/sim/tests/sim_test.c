@@ -258,6 +258,12 @@ static void test_bad_input(void)
     node2(&cfg, 64 * MIB);
     cfg.link_type[0][1] = HUVM_LINK_NONE;
     expect_cfg_error(&cfg, "links[0][1].link_type");
+    node2(&cfg, 64 * MIB);
+    cfg.prefetch_threshold = 0;
+    expect_cfg_error(&cfg, "prefetch_threshold");
+    node2(&cfg, 64 * MIB);
+    cfg.prefetch_threshold = 101;
+    expect_cfg_error(&cfg, "prefetch_threshold");
     CHECK(huvm_sim_create(NULL, 0, &err) == NULL);
 
     node2(&cfg, 64 * MIB);

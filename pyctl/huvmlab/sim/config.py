@@ -34,6 +34,11 @@ NO_PEER_LABELS = ("PHB", "NODE", "SYS", "SOC")
 _NV_LABEL = re.compile(r"^NV(\d+)$")
 
 
+def _int_in(v: object, lo: int, hi: int) -> bool:
+    """v is an int (not a bool) in lo..hi."""
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
 @dataclass(frozen=True)
 class Costs:
     """UVM costs of the model, by path (docs/simulator.md, "Constants", has each one's source). The defaults are
@@ -50,6 +55,7 @@ class Costs:
     lend_chunk_ns: int = 2_330          # lender's HBM time per guest chunk copied in or out: 2 MiB / 900 GB/s
     migrate_service_ns: int = _REF["migrate_service_ns"]    # per block moved without a fault (prefetch, to a peer)
     evict_service_ns: int = _REF["evict_service_ns"]        # per block moved GPU -> host (eviction, give-back)
+    prefetch_threshold: int = 51        # uvm_perf_prefetch_threshold (%): upstream's default
 
 
 @dataclass(frozen=True)
@@ -206,14 +212,16 @@ class NodeConfig:
         for name in ("fault_batch_ns", "fault_service_ns", "populate_ns", "pcie_latency_ns", "nvlink_latency_ns",
                      "peer_fault_service_ns", "lend_chunk_ns", "migrate_service_ns", "evict_service_ns"):
             v = getattr(c, name)
-            if not isinstance(v, int) or not 0 <= v <= lim.MAX_COST_NS:
+            if not _int_in(v, 0, lim.MAX_COST_NS):
                 raise SimConfigError(f"{v!r} ns is not in 0..{lim.MAX_COST_NS}", field=f"costs.{name}")
         top = lim.MAX_FAULT_BATCH
-        if not isinstance(c.fault_batch_max, int) or not 1 <= c.fault_batch_max <= top:
+        if not _int_in(c.fault_batch_max, 1, top):
             raise SimConfigError(f"{c.fault_batch_max!r} is not in 1..{top}", field="costs.fault_batch_max")
         top = lim.MAX_FAULTS_PER_CHUNK
-        if not isinstance(c.faults_per_chunk, int) or not 1 <= c.faults_per_chunk <= top:
+        if not _int_in(c.faults_per_chunk, 1, top):
             raise SimConfigError(f"{c.faults_per_chunk!r} is not in 1..{top}", field="costs.faults_per_chunk")
+        if not _int_in(c.prefetch_threshold, 1, 100):
+            raise SimConfigError(f"{c.prefetch_threshold!r} is not in 1..100 (%)", field="costs.prefetch_threshold")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -380,6 +380,7 @@ class SimNode:
         c.lend_chunk_ns = k.lend_chunk_ns
         c.migrate_service_ns = k.migrate_service_ns
         c.evict_service_ns = k.evict_service_ns
+        c.prefetch_threshold = k.prefetch_threshold
         c.sample_interval_ns = sample_interval_ns
         c.max_samples = max_samples
         return c

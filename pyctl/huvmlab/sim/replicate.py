@@ -3,6 +3,7 @@
     huvmctl sim replicate                 # Fig 6, Fig 8 and Fig 9 tables
     huvmctl sim replicate --update-doc docs/simulator.md
     huvmctl sim replicate --sensitivity   # Fig 6's harvesters under the model's sensitivity variants
+    huvmctl sim replicate --sensitivity --seeds --scales   # ... on other draws and sizes of the graphs
 
 * **Fig 6** (three consolidation cases on a p3.8xlarge): the artifact's result CSVs (``casys-kaist/HUVM``,
   added in commit ``ecd4acb`` and deleted in ``f498084``; ``huvm/data/replication/huvm-atc22-fig6.csv``) per
@@ -34,6 +35,7 @@ from .docblock import replace_block
 from .errors import SimConfigError
 from .scenario import SimResult, run_scenario
 from .tenants import SimTraceLike, TenantSpec
+from .traversal import GRAPH_SEED
 
 #: the artifact's policies and ours: (artifact column, simulator policy, node-wide overrides)
 POLICY_COLUMNS: tuple[tuple[str, str, str, tuple[tuple[str, int], ...]], ...] = (
@@ -41,6 +43,13 @@ POLICY_COLUMNS: tuple[tuple[str, str, str, tuple[tuple[str, int], ...]], ...] = 
     ("pre-ef-host", "pre_ef_host_s", "huvm-atc22", (("peer_usage_max_pct", 1), ("prefetch_mode", 1))),
     ("Ours", "ours_s", "huvm-atc22", ()),
 )
+#: the prototype's driver (the artifact's ``driver/``, loaded for pre-ef-host and Ours) sets the default of
+#: uvm_perf_prefetch_threshold to 1 % (``uvm_perf_prefetch.c``, UVM_PREFETCH_THRESHOLD_DEFAULT; its
+#: ``driver_base/``, loaded for Base, keeps upstream's 51): a fault brings its whole 2 MiB block. Every
+#: ``huvm-atc22`` run here runs on that driver.
+PROTOTYPE_PREFETCH_THRESHOLD = 1
+#: upstream's default (and huvm's, which leaves the density prefetcher alone)
+HUVM_PREFETCH_THRESHOLD = 51
 FIG8_CHUNKS: tuple[int, ...] = (0, 1, 2, 4, 8, 16)
 FIG9_SPARE_MIB: tuple[tuple[int, int], ...] = ((5, 15052), (10, 14244), (20, 12628), (40, 9396), (60, 6164))
 FIG9_BASE_MIB = 1000
@@ -71,13 +80,31 @@ def artifact_fig6() -> list[ArtifactRow]:
                         float(r["ours_s"]), r["csv_path"]) for r in rows]
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One way of running the Fig 6 model (:func:`fig6`): the replication is the defaults."""
+
+    label: str = "as modelled"
+    shared_switches: bool = True                           # the preset's assumed PCIe switch pairs 0-1, 2-3
+    prototype_threshold: int = PROTOTYPE_PREFETCH_THRESHOLD  # uvm_perf_prefetch_threshold of huvm-atc22's runs
+    graph_seed: int = GRAPH_SEED                            # the traversals' scaled graph
+    graph_finer: int = 1                                    # the traversals' graphs this many times larger
+
+
 #: sensitivity variants of the Fig 6 model (:func:`fig6_sensitivity`; measurements, not the replication):
 #: "as modelled"; "no shared switch" (every GPU its own PCIe uplink, against the preset's assumed switch pairs
-#: 0-1 and 2-3).
-SENSITIVITY: tuple[tuple[str, bool], ...] = (
-    ("as modelled", True),
-    ("no shared switch", False),
+#: 0-1 and 2-3); the prototype's runs at upstream's density-prefetch threshold instead of its driver's.
+SENSITIVITY: tuple[Variant, ...] = (
+    Variant(),
+    Variant("no shared switch", shared_switches=False),
+    Variant("prototype at upstream's prefetch threshold", prototype_threshold=HUVM_PREFETCH_THRESHOLD),
 )
+#: the traversals on other draws of their scaled graphs (``--seeds``: how much of a BFS or WCC row is the one
+#: graph drawn; a minute of trace generation each, so not part of :data:`SENSITIVITY`)
+SEED_VARIANTS: tuple[Variant, ...] = tuple(Variant(f"graph seed {k}", graph_seed=k) for k in (1, 2, 3))
+#: the traversals on larger scaled graphs (``--scales``: each chunk holds 2, 4, 8 times more elements, closer
+#: to the real job's; minutes of trace generation)
+SCALE_VARIANTS: tuple[Variant, ...] = tuple(Variant(f"graphs {k}x larger", graph_finer=k) for k in (2, 4, 8))
 
 
 @cache
@@ -95,18 +122,20 @@ def graph_footprint_bytes() -> int:
 
 
 @cache
-def _traversal(kind: str, dataset: str) -> SimTraceLike:
-    """BFS or WCC run for real on the dataset's scaled graph (:mod:`huvm.sim.traversal`)."""
+def _traversal(kind: str, dataset: str, seed: int = GRAPH_SEED, finer: int = 1) -> SimTraceLike:
+    """BFS or WCC run for real on the dataset's scaled graph (:mod:`huvm.sim.traversal`), ``finer`` times as
+    many vertices and edges as by default."""
     from . import traversal
 
     gen = {"bfs": traversal.bfs_trace, "wcc": traversal.wcc_trace}[kind]
-    return gen(dataset, graph_footprint_bytes(), name=f"{kind}-{dataset}")
+    scale = max(1, traversal.default_scale(dataset) // finer)
+    return gen(dataset, graph_footprint_bytes(), scale=scale, name=f"{kind}-{dataset}", seed=seed)
 
 
-def _graph(kind: str, case: int) -> SimTraceLike:
+def _graph(kind: str, case: int, seed: int = GRAPH_SEED, finer: int = 1) -> SimTraceLike:
     if kind == "pagerank":
         return _pagerank()
-    return _traversal(kind, TRAVERSAL_DATASETS[(case, kind)])
+    return _traversal(kind, TRAVERSAL_DATASETS[(case, kind)], seed, finer)
 
 
 def _node(shared_switches: bool = True) -> NodeConfig:
@@ -134,14 +163,15 @@ def _graph_lender(gpu: int, name: str, horizon_ns: int) -> TenantSpec:
                       managed=True, role="lender")
 
 
-def fig6_case(case: int, *, shared_switches: bool = True) -> tuple[NodeConfig, list[TenantSpec], dict[str, list[int]]]:
+def fig6_case(case: int, *, shared_switches: bool = True, graph_seed: int = GRAPH_SEED,
+              graph_finer: int = 1) -> tuple[NodeConfig, list[TenantSpec], dict[str, list[int]]]:
     """The node, tenants, and per artifact workload the simulator tenants that stand for it (the keywords: the
-    sensitivity variants, :data:`SENSITIVITY`)."""
+    sensitivity variants, :class:`Variant`)."""
     horizon = 20 * 10**9
     node = _node(shared_switches)
 
     def graph(kind: str) -> SimTraceLike:
-        return _graph(kind, case)
+        return _graph(kind, case, graph_seed, graph_finer)
 
     if case == 1:
         tenants = [TenantSpec(0, graph("pagerank"), name="pagerank@0", role="harvester"),
@@ -163,7 +193,11 @@ def fig6_case(case: int, *, shared_switches: bool = True) -> tuple[NodeConfig, l
 
 
 def _run(node: NodeConfig, tenants: Sequence[TenantSpec], policy: str,
-         overrides: tuple[tuple[str, int], ...] = ()) -> SimResult:
+         overrides: tuple[tuple[str, int], ...] = (), prototype_threshold: int = PROTOTYPE_PREFETCH_THRESHOLD
+         ) -> SimResult:
+    """One run; ``huvm-atc22`` (the prototype) on its driver's density-prefetch threshold."""
+    if policy == "huvm-atc22":
+        node = node.with_costs(prefetch_threshold=prototype_threshold)
     return run_scenario(node, list(tenants), policy, policy_overrides=dict(overrides) or None,
                         sample_interval_ns=0)
 
@@ -179,13 +213,15 @@ def _measure(res: SimResult, idx: Sequence[int], role: str = "harvester") -> flo
     return max(t.runtime_ns / t.ops_done if t.ops_done else float("inf") for t in ts) / 1e9
 
 
-def fig6(*, shared_switches: bool = True) -> list[dict[str, Any]]:
+def fig6(variant: Variant = Variant()) -> list[dict[str, Any]]:
     """Per case and workload: the artifact's times and the simulator's, each relative to its Base."""
     out: list[dict[str, Any]] = []
     arts = artifact_fig6()
     for case in (1, 2, 3):
-        node, tenants, which = fig6_case(case, shared_switches=shared_switches)
-        results = {col: _run(node, tenants, pol, ov) for col, _, pol, ov in POLICY_COLUMNS}
+        node, tenants, which = fig6_case(case, shared_switches=variant.shared_switches,
+                                         graph_seed=variant.graph_seed, graph_finer=variant.graph_finer)
+        results = {col: _run(node, tenants, pol, ov, variant.prototype_threshold)
+                   for col, _, pol, ov in POLICY_COLUMNS}
         for a in (r for r in arts if r.case == case):
             sim = {col: _measure(results[col], which[a.workload], a.role) for col, *_ in POLICY_COLUMNS}
             art = {col: getattr(a, key) for col, key, *_ in POLICY_COLUMNS}
@@ -194,16 +230,16 @@ def fig6(*, shared_switches: bool = True) -> list[dict[str, Any]]:
     return out
 
 
-def fig6_sensitivity() -> list[dict[str, Any]]:
-    """Fig 6's harvester speedups under each variant of :data:`SENSITIVITY` (a measurement of which modelling
-    choices the rows still off depend on; the replication itself is the first variant)."""
+def fig6_sensitivity(variants: Sequence[Variant] = SENSITIVITY) -> list[dict[str, Any]]:
+    """Fig 6's harvester speedups under each variant (default :data:`SENSITIVITY`: a measurement of which
+    modelling choices the rows still off depend on; the replication itself is the first variant)."""
     rows: list[dict[str, Any]] = []
-    for label, switches in SENSITIVITY:
-        for r in fig6(shared_switches=switches):
+    for v in variants:
+        for r in fig6(v):
             if r["role"] != "harvester":
                 continue
             a, s = r["artifact"], r["sim"]
-            rows.append({"variant": label, "case": r["case"], "workload": r["workload"],
+            rows.append({"variant": v.label, "case": r["case"], "workload": r["workload"],
                          "huvm": s["Base"] / s["Ours"], "huvm_artifact": a["Base"] / a["Ours"],
                          "host": s["Base"] / s["pre-ef-host"], "host_artifact": a["Base"] / a["pre-ef-host"],
                          "base_s": s["Base"]})
@@ -300,10 +336,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--update-doc", metavar="FILE", help="replace the generated tables between FILE's markers")
     ap.add_argument("--sensitivity", action="store_true",
                     help="Fig 6's harvester speedups under the model's sensitivity variants (a markdown table)")
+    ap.add_argument("--seeds", action="store_true",
+                    help="with --sensitivity: the traversals on three other draws of their graphs (minutes)")
+    ap.add_argument("--scales", action="store_true",
+                    help="with --sensitivity: the traversals on 2, 4 and 8 times larger graphs (about 10 minutes)")
     args = ap.parse_args(argv)
     try:
+        if (args.seeds or args.scales) and not args.sensitivity:
+            print("error: --seeds and --scales need --sensitivity", file=sys.stderr)
+            return 2
         if args.sensitivity:
-            print(_plain_markdown(fig6_sensitivity()))
+            variants = SENSITIVITY[:1] + (SEED_VARIANTS if args.seeds else ()) + (SCALE_VARIANTS if args.scales else ())
+            print(_plain_markdown(fig6_sensitivity(SENSITIVITY if len(variants) == 1 else variants)))
         elif args.update_doc:
             changed = update_doc(args.update_doc)
             print(f"{args.update_doc}: {'updated' if changed else 'unchanged'}", file=sys.stderr)

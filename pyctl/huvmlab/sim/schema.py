@@ -72,6 +72,7 @@ class CostsTable(FileModel):
     lend_chunk_ns: CostNs | None = None
     migrate_service_ns: CostNs | None = None
     evict_service_ns: CostNs | None = None
+    prefetch_threshold: Annotated[int, Field(ge=1, le=100)] | None = None
 
 
 class NodeTable(FileModel):

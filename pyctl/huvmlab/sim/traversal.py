@@ -103,6 +103,9 @@ def layout(arrays: list[tuple[str, int, int]], footprint_bytes: int) -> tuple[di
     return out, footprint_bytes / raw
 
 
+#: the seed of the scaled graphs' draw (``huvmctl sim replicate --sensitivity --seeds`` measures others)
+GRAPH_SEED = 2010
+
 #: edges of a scaled graph when no scale is given: the dataset's edges over ``ceil(E / SCALED_EDGES)``
 SCALED_EDGES = 1 << 23
 
@@ -113,7 +116,7 @@ def default_scale(dataset: str) -> int:
     return -(-DATASETS[dataset][1] // SCALED_EDGES)
 
 
-def scaled_graph(dataset: str, scale: int | None = None, seed: int = 2010) -> Csr:
+def scaled_graph(dataset: str, scale: int | None = None, seed: int = GRAPH_SEED) -> Csr:
     """The dataset's published vertex and edge counts divided by ``scale`` (default: about
     :data:`SCALED_EDGES` edges), as a power-law CSR graph."""
     scale = default_scale(dataset) if scale is None else scale
@@ -253,13 +256,13 @@ def _level_ops(offsets: I64, verts: I64, indices_arr: Array,
 
 
 def bfs_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge_chunks_per_op: int = 32,
-              ns_per_chunk: int = DEFAULT_NS_PER_CHUNK, name: str | None = None) -> SimTrace:
+              ns_per_chunk: int = DEFAULT_NS_PER_CHUNK, name: str | None = None, seed: int = GRAPH_SEED) -> SimTrace:
     """cuGraph's BFS on the scaled dataset graph: per level, ops of about ``edge_chunks_per_op`` edge chunks in
     frontier order, each reading its frontier slice (queue), the slice's offsets and edge lists, checking every
     neighbour's distance (read-modify-write: the visited test and the update), writing the new vertices'
     predecessors and appending them to the next queue. Source: the first vertex id with an out-edge (the
     scripts start at vertex 1 of the edge list)."""
-    g = scaled_graph(dataset, scale)
+    g = scaled_graph(dataset, scale, seed)
     v, e = g.v, g.e
     arrs, w = layout([("offsets", v + 1, 8), ("indices", e, 4), ("distances", v, 4), ("predecessors", v, 4),
                       ("queue0", v, 4), ("queue1", v, 4)], footprint_bytes)
@@ -292,13 +295,13 @@ def bfs_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
 
 
 def wcc_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge_chunks_per_op: int = 32,
-              ns_per_chunk: int = DEFAULT_NS_PER_CHUNK, name: str | None = None) -> SimTrace:
+              ns_per_chunk: int = DEFAULT_NS_PER_CHUNK, name: str | None = None, seed: int = GRAPH_SEED) -> SimTrace:
     """WCC as label propagation on the symmetrized graph (cuGraph's WCC reads the directed graph both ways):
     per round, ops of about ``edge_chunks_per_op`` edge chunks over the active vertices in id order, each
     reading its active slice, their offsets, edge lists and labels, lowering the neighbours' labels
     (read-modify-write gathers) and appending the vertices it changed first to the next round's active set;
     rounds until no label changes (:func:`wcc_rounds`, the same algorithm)."""
-    g = scaled_graph(dataset, scale)
+    g = scaled_graph(dataset, scale, seed)
     off, idx = symmetrize(g)
     v, e2 = g.v, int(idx.shape[0])
     arrs, w = layout([("offsets", v + 1, 8), ("indices", e2, 4), ("labels", v, 4), ("active0", v, 4),
