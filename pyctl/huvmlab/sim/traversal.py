@@ -191,7 +191,7 @@ def _neighbours(offsets: I64, indices: npt.NDArray[np.int32], verts: I64) -> I64
 # ---- traces ----
 
 class _Ops:
-    def __init__(self, w: float, ns_per_chunk: int) -> None:
+    def __init__(self, w: float, ns_per_chunk: int, arrs: dict[str, Array]) -> None:
         self.rows: list[I64] = []
         self.modes: list[npt.NDArray[np.uint8]] = []
         self.pages: list[npt.NDArray[np.uint32]] = []
@@ -199,60 +199,73 @@ class _Ops:
         self.level: list[int] = []
         self.ns_per_byte = ns_per_chunk / CHUNK_BYTES
         self.w = w
+        n_chunks = max(a.base + a.chunks for a in arrs.values())
+        # scratch, all clear between ops: the groups an op touches; per chunk, 1 + its highest mode
+        self._seen = np.zeros(n_chunks * GROUPS, dtype=bool)
+        self._mode = np.zeros(n_chunks, dtype=np.uint8)
 
     def add(self, parts: list[tuple[I64, int]], nbytes: float, level: int) -> None:
         """One op: (groups, mode) parts, groups as global 64 KiB group indices (:meth:`Array.group_of`,
         :meth:`Array.run_groups`); a chunk in several parts is touched once, at the union of its groups,
-        written if any part writes."""
-        groups = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, dtype=np.int64)
-        modes = np.concatenate([np.full(len(c), m, dtype=np.uint8) for c, m in parts]) if parts else \
-            np.zeros(0, dtype=np.uint8)
-        uniq, inv = np.unique(groups // GROUPS, return_inverse=True)
-        mode = np.zeros(len(uniq), dtype=np.uint8)
-        np.maximum.at(mode, inv, modes)
-        mask = np.zeros(len(uniq), dtype=np.uint64)
-        np.bitwise_or.at(mask, inv, np.left_shift(np.uint64(1), (groups % GROUPS).astype(np.uint64)))
+        written if any part writes. Chunks in ascending order (marked in dense scratch arrays, not sorted:
+        an op's parts hold every gathered element's group, millions in a WCC round)."""
+        seen, md = self._seen, self._mode
+        for groups, m in parts:
+            seen[groups] = True
+            c = groups // GROUPS
+            md[c] = np.maximum(md[c], m + 1)
+        gidx = np.flatnonzero(seen)
+        seen[gidx] = False
+        chunk = gidx // GROUPS
+        first = np.ones(chunk.size, dtype=bool)
+        first[1:] = chunk[1:] != chunk[:-1]
+        uniq = chunk[first]
+        bits = np.left_shift(np.uint64(1), (gidx % GROUPS).astype(np.uint64))
+        mask = np.bitwise_or.reduceat(bits, np.flatnonzero(first)) if uniq.size else np.zeros(0, dtype=np.uint64)
+        mode = md[uniq] - 1
+        md[uniq] = 0
         self.rows.append(uniq.astype(np.int64))
-        self.modes.append(mode)
+        self.modes.append(mode.astype(np.uint8))
         self.pages.append(mask.astype(np.uint32))
         self.times.append(max(1, int(nbytes * self.w * self.ns_per_byte)))
         self.level.append(level)
 
 
-def _groups(edge_chunk: I64, vert_of_edge: I64, n_verts: int, per_op: int) -> I64:
-    """Op index of each of ``n_verts`` frontier vertices: cut where the edge chunks read so far reach ``per_op``
-    distinct ones (edge chunks are non-decreasing along a sorted frontier)."""
-    group_of_vert = np.zeros(n_verts, dtype=np.int64)
+def _groups(edge_chunk: I64, starts: I64, cnt: I64, per_op: int) -> I64:
+    """Op index of each frontier vertex (its edges ``[starts, starts + cnt)`` in ``edge_chunk``): cut where
+    the edge chunks read so far reach ``per_op`` distinct ones (edge chunks are non-decreasing along a sorted
+    frontier)."""
+    group_of_vert = np.zeros(cnt.size, dtype=np.int64)
     if edge_chunk.size:
-        new_chunk = np.ones(edge_chunk.size, dtype=bool)
-        new_chunk[1:] = edge_chunk[1:] != edge_chunk[:-1]
-        g_edge = (np.cumsum(new_chunk) - 1) // per_op
-        first_edge = np.full(n_verts, -1, dtype=np.int64)
-        first_edge[vert_of_edge[::-1]] = np.arange(edge_chunk.size - 1, -1, -1)
-        has = first_edge >= 0
-        group_of_vert[has] = g_edge[first_edge[has]]
+        change = np.flatnonzero(edge_chunk[1:] != edge_chunk[:-1]) + 1
+        has = cnt > 0
+        # the distinct chunks before a vertex's first edge's, counted along the frontier
+        group_of_vert[has] = np.searchsorted(change, starts[has], side="right") // per_op
         # vertices without edges go with the op before them
-        group_of_vert = np.maximum.accumulate(np.where(has, group_of_vert, 0))
+        group_of_vert = np.maximum.accumulate(group_of_vert)
     return group_of_vert
 
 
-def _slices(gid: I64, vert_of_edge: I64) -> list[tuple[int, int, int, int]]:
-    """Per op: its frontier slice [a, b) and edge slice [ea, eb) (groups are runs along the frontier)."""
+def _slices(gid: I64, edge_start: I64) -> list[tuple[int, int, int, int]]:
+    """Per op: its frontier slice [a, b) and edge slice [ea, eb) (groups are runs along the frontier;
+    ``edge_start[k]``: vertex k's first edge, one more entry for the end)."""
     if not gid.size:
         return []
     cuts = np.searchsorted(gid, np.arange(int(gid[-1]) + 2), side="left")
-    ecuts = np.searchsorted(vert_of_edge, cuts, side="left")
+    ecuts = edge_start[cuts]
     return [(int(cuts[k]), int(cuts[k + 1]), int(ecuts[k]), int(ecuts[k + 1])) for k in range(len(cuts) - 1)
             if cuts[k + 1] > cuts[k]]
 
 
 def _level_ops(offsets: I64, verts: I64, indices_arr: Array,
-               per_op: int) -> tuple[I64, I64, list[tuple[int, int, int, int]]]:
+               per_op: int) -> tuple[I64, list[tuple[int, int, int, int]]]:
+    """A level's (or round's) edge positions in frontier order, and its ops' slices (:func:`_slices`)."""
     pos = _edge_positions(offsets, verts)
     cnt = offsets[verts + 1] - offsets[verts]
-    vert_of_edge = np.repeat(np.arange(verts.size, dtype=np.int64), cnt)
-    gid = _groups(indices_arr.chunk_of(pos), vert_of_edge, verts.size, per_op)
-    return pos, vert_of_edge, _slices(gid, vert_of_edge)
+    edge_start = np.zeros(cnt.size + 1, dtype=np.int64)
+    np.cumsum(cnt, out=edge_start[1:])
+    gid = _groups(indices_arr.chunk_of(pos), edge_start[:-1], cnt, per_op)
+    return pos, _slices(gid, edge_start)
 
 
 def bfs_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge_chunks_per_op: int = 32,
@@ -267,14 +280,14 @@ def bfs_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
     arrs, w = layout([("offsets", v + 1, 8), ("indices", e, 4), ("distances", v, 4), ("predecessors", v, 4),
                       ("queue0", v, 4), ("queue1", v, 4)], footprint_bytes)
     source = int(np.flatnonzero(np.diff(g.offsets) > 0)[0])
-    ops = _Ops(w, ns_per_chunk)
+    ops = _Ops(w, ns_per_chunk, arrs)
     dist = arrs["distances"]
     ops.add([(dist.all_groups(), 1)], v * 4, -1)   # "unvisited"
     visited = np.zeros(v, dtype=bool)
     visited[source] = True
     for level, frontier in enumerate(bfs_levels(g.offsets, g.indices, source)):
         qin, qout = (arrs["queue0"], arrs["queue1"]) if level % 2 == 0 else (arrs["queue1"], arrs["queue0"])
-        pos, _, slices = _level_ops(g.offsets, frontier, arrs["indices"], edge_chunks_per_op)
+        pos, slices = _level_ops(g.offsets, frontier, arrs["indices"], edge_chunks_per_op)
         written = 0
         for a, b, ea, eb in slices:
             fv = frontier[a:b]
@@ -306,7 +319,7 @@ def wcc_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
     v, e2 = g.v, int(idx.shape[0])
     arrs, w = layout([("offsets", v + 1, 8), ("indices", e2, 4), ("labels", v, 4), ("active0", v, 4),
                       ("active1", v, 4)], footprint_bytes)
-    ops = _Ops(w, ns_per_chunk)
+    ops = _Ops(w, ns_per_chunk, arrs)
     lab = arrs["labels"]
     ops.add([(lab.all_groups(), 1)], v * 4, -1)   # labels = ids
     labels = np.arange(v, dtype=np.int64)
@@ -314,7 +327,7 @@ def wcc_trace(dataset: str, footprint_bytes: int, scale: int | None = None, edge
     r = 0
     while active.size:
         qin, qout = (arrs["active0"], arrs["active1"]) if r % 2 == 0 else (arrs["active1"], arrs["active0"])
-        pos, _, slices = _level_ops(off, active, arrs["indices"], edge_chunks_per_op)
+        pos, slices = _level_ops(off, active, arrs["indices"], edge_chunks_per_op)
         new = labels.copy()
         marked = np.zeros(v, dtype=bool)
         written = 0
@@ -395,7 +408,7 @@ def rodinia_bfs_trace(footprint_bytes: int, edge_chunks_per_op: int = 32,
     v, e = g.v, g.e
     arrs, w = layout([("nodes", v, 8), ("edges", e, 4), ("mask", v, 1), ("updating", v, 1), ("visited", v, 1),
                       ("cost", v, 4)], footprint_bytes)
-    ops = _Ops(w, ns_per_chunk)
+    ops = _Ops(w, ns_per_chunk, arrs)
 
     def whole(name: str) -> I64:
         return arrs[name].all_groups()
@@ -404,7 +417,7 @@ def rodinia_bfs_trace(footprint_bytes: int, edge_chunks_per_op: int = 32,
     visited[0] = True
     for level, frontier in enumerate(bfs_levels(g.offsets, g.indices, 0)):
         ops.add([(whole("mask"), 0)], v, level)
-        pos, _, slices = _level_ops(g.offsets, frontier, arrs["edges"], edge_chunks_per_op)
+        pos, slices = _level_ops(g.offsets, frontier, arrs["edges"], edge_chunks_per_op)
         found = []
         for a, b, ea, eb in slices:
             fv = frontier[a:b]
