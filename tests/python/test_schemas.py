@@ -124,6 +124,8 @@ MAX_STATIC = abi.lib.HUVM_SIM_MAX_OP_NS
          "1MiB: must be >= 2MiB"),
         ("gpu_count = 2", "gpu_count = 2\n[node.costs]\nfault_batch_max = 0", 13, "node.costs.fault_batch_max",
          "0: must be >= 1"),
+        ("gpu_count = 2", "gpu_count = 2\n[node.costs]\nprefetch_threshold = 101", 13,
+         "node.costs.prefetch_threshold", "101: must be <= 100"),
         ("gpu_count = 2", 'gpu_count = 2\ngpus = [{ name = "a", memory_bytes = 1 }]', 12, "node.gpus[0].memory_bytes",
          "1: must be >= 2097152"),
         ('"huvm", "tuned"]', '"huvm", "tuned", "huvm"]', 7, "experiment.policies[3]", "listed twice"),
