@@ -98,6 +98,10 @@ def test_prefetch_threshold_one_takes_the_whole_block_on_any_fault() -> None:
     assert exact["pcie_h2d"] == 3 * GROUP and efaults == 1
 
 
+def test_the_default_threshold_is_upstreams_in_c_and_python() -> None:
+    assert Costs().prefetch_threshold == lib.HUVM_SIM_PREFETCH_THRESHOLD == 51
+
+
 @pytest.mark.parametrize("bad", [0, 101, True, 51.0])
 def test_prefetch_threshold_out_of_range_is_refused(bad: object) -> None:
     from huvmlab.sim.errors import SimConfigError

@@ -30,7 +30,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from .config import CHUNK_BYTES, MIB, NodeConfig
+from .config import CHUNK_BYTES, MIB, Costs, NodeConfig
 from .docblock import replace_block
 from .errors import SimConfigError
 from .scenario import SimResult, run_scenario
@@ -49,7 +49,7 @@ POLICY_COLUMNS: tuple[tuple[str, str, str, tuple[tuple[str, int], ...]], ...] = 
 #: ``huvm-atc22`` run here runs on that driver.
 PROTOTYPE_PREFETCH_THRESHOLD = 1
 #: upstream's default (and huvm's, which leaves the density prefetcher alone)
-HUVM_PREFETCH_THRESHOLD = 51
+HUVM_PREFETCH_THRESHOLD = Costs().prefetch_threshold
 FIG8_CHUNKS: tuple[int, ...] = (0, 1, 2, 4, 8, 16)
 FIG9_SPARE_MIB: tuple[tuple[int, int], ...] = ((5, 15052), (10, 14244), (20, 12628), (40, 9396), (60, 6164))
 FIG9_BASE_MIB = 1000
