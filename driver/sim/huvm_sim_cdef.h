@@ -96,7 +96,10 @@ typedef struct {
                                                besides its copy */
     uint32_t prefetch_threshold;            /* uvm_perf_prefetch_threshold, 1..100 (upstream's default 51;
                                                the HUVM prototype's driver: 1) */
-    uint32_t pad2;
+    uint32_t fault_entries_per_group;       /* what fills a fault batch of fault_batch_max entries: 0, each
+                                               faulted block is one entry (the model's default); 1..16, each
+                                               64 KiB group a fault brings is this many entries (16: one per
+                                               4 KiB page, as the fault buffer holds them) */
 } huvm_sim_config_t;
 
 /* One workload on one GPU. Arrays are copied by huvm_sim_add_tenant. A tenant with n_ops == 0 is idle:

@@ -167,6 +167,7 @@ typedef struct {
     uint32_t in_op;
     uint32_t op_i; /* the next touch */
     uint32_t op_nb; /* faults in the batch in progress */
+    uint32_t op_entries; /* fault-buffer entries in the batch in progress (fault_entries_per_group) */
     uint32_t remote_mask; /* holders of remote-mapped chunks the op read */
     uint64_t at;
     uint64_t fault_start;

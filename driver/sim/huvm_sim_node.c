@@ -259,6 +259,15 @@ uint32_t sim_config_validate(const huvm_sim_config_t *cfg, huvm_sim_error_t *err
                       cfg->prefetch_threshold);
         return HUVM_NV_ERR_INVALID_ARGUMENT;
     }
+    if (cfg->fault_entries_per_group > 16) {
+        sim_set_error(err,
+                      HUVM_NV_ERR_INVALID_ARGUMENT,
+                      -1,
+                      "fault_entries_per_group",
+                      "fault_entries_per_group %u is not in 0..16 (4 KiB pages of a 64 KiB group)",
+                      cfg->fault_entries_per_group);
+        return HUVM_NV_ERR_INVALID_ARGUMENT;
+    }
     if (cfg->faults_per_chunk < 1 || cfg->faults_per_chunk > HUVM_SIM_MAX_FAULTS_PER_CHUNK) {
         sim_set_error(err,
                       HUVM_NV_ERR_INVALID_ARGUMENT,

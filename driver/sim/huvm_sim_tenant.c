@@ -545,7 +545,7 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
     const uint32_t *touch = tt->touch, *pages = tt->pages;
     uint64_t t, fault_start, compute_end, end;
     uint64_t *const remote_bytes = tt->remote_bytes;
-    uint32_t remote_mask, nb, i, e;
+    uint32_t remote_mask, nb, entries, i, e;
 
     if (tt->in_op) {
         /* resumed where it yielded */
@@ -553,12 +553,14 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         fault_start = tt->fault_start;
         remote_mask = tt->remote_mask;
         nb = tt->op_nb;
+        entries = tt->op_entries;
         i = tt->op_i;
     }
     else {
         t = tt->clock;
         remote_mask = 0;
         nb = 0;
+        entries = 0;
         /* Step start: chunks live before the window are live again (a freed static buffer comes back). */
         if (op == 0 && tt->res.steps_done > 0) {
             for (i = 0; i < tt->n_static && !sim->failed; i++)
@@ -623,6 +625,12 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
         tt->batch_lo = ci < tt->batch_lo ? ci : tt->batch_lo;
         tt->batch_hi = ci > tt->batch_hi ? ci : tt->batch_hi;
         want = pages ? pages[i] : HUVM_SIM_PAGES_ALL;
+        if (sim->cfg.fault_entries_per_group) {
+            /* the groups this touch faults on (not on its GPU) fill the batch, each as that many entries */
+            const uint32_t held = c->loc == HUVM_SIM_LOC_GPU && c->holder == g ? c->pages : 0;
+
+            entries += sim->cfg.fault_entries_per_group * (uint32_t)__builtin_popcount(want & ~held);
+        }
         t = sim_service_fault(sim, tt, ci, want, t, &remote);
         tt->res.faults++;
         if (remote) {
@@ -631,9 +639,10 @@ void sim_run_op(huvm_sim_t *sim, sim_tenant_t *tt)
             remote_mask |= 1u << c->holder;
             tt->res.remote_touches++;
         }
-        if (++nb == sim->cfg.fault_batch_max) {
+        if (++nb == sim->cfg.fault_batch_max || entries >= sim->cfg.fault_batch_max) {
             end_batch(sim, tt, nb, t);
             nb = 0;
+            entries = 0;
         }
         if (t > sim->yield_ns && i + 1 < e) {
             i++;
@@ -719,5 +728,6 @@ yield:
     tt->fault_start = fault_start;
     tt->remote_mask = remote_mask;
     tt->op_nb = nb;
+    tt->op_entries = entries;
     tt->op_i = i;
 }

@@ -153,3 +153,31 @@ def test_never_written_groups_are_zero_filled_not_copied() -> None:
     assert traffic["pcie_h2d"] == 0
     # each fault only populated: no block service was charged (64 faults x 236.9 us would be 15.2 ms)
     assert runtime < 64 * Costs().fault_service_ns
+
+
+def _batches(masks: list[int] | None, n: int, entries_per_group: int) -> tuple[int, int]:
+    tr = workloads.make_trace("t", [np.arange(n, dtype=np.int64)], 1000, n,
+                              pages=None if masks is None else np.array(masks, dtype=np.uint32))
+    node = _node(64 * MIB).with_costs(fault_entries_per_group=entries_per_group)
+    res = run_scenario(node, [TenantSpec(0, tr, host_resident=True)], "stock", sample_interval_ns=0)
+    return res.tenant(0).faults, res.stats["gpus"][0]["fault_batches"]
+
+
+def test_fault_batches_filled_by_entries_per_group() -> None:
+    # by default a batch holds fault_batch_max (256) faulted blocks: 20 whole-block faults are one batch
+    assert _batches(None, 20, 0) == (20, 1)
+    # one entry per 4 KiB page: a whole block (512 entries) fills a batch on its own
+    assert _batches(None, 20, 16) == (20, 20)
+    # one 64 KiB group per fault: 16 entries each, 16 faults to a batch of 256
+    assert _batches([1] * 20, 20, 16) == (20, 2)
+    # two groups per fault: 32 entries, 8 faults to a batch
+    assert _batches([3] * 20, 20, 16) == (20, 3)
+
+
+@pytest.mark.parametrize("bad", [17, -1, True])
+def test_fault_entries_per_group_out_of_range_is_refused(bad: object) -> None:
+    from huvmlab.sim.errors import SimConfigError
+    with pytest.raises(SimConfigError) as e:
+        run_scenario(_node(64 * MIB).with_costs(fault_entries_per_group=bad), [TenantSpec(0, None)],  # type: ignore[arg-type]
+                     "stock", sample_interval_ns=0)
+    assert e.value.field == "costs.fault_entries_per_group"

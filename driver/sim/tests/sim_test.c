@@ -264,6 +264,9 @@ static void test_bad_input(void)
     node2(&cfg, 64 * MIB);
     cfg.prefetch_threshold = 101;
     expect_cfg_error(&cfg, "prefetch_threshold");
+    node2(&cfg, 64 * MIB);
+    cfg.fault_entries_per_group = 17;
+    expect_cfg_error(&cfg, "fault_entries_per_group");
     CHECK(huvm_sim_create(NULL, 0, &err) == NULL);
 
     node2(&cfg, 64 * MIB);

@@ -56,6 +56,7 @@ class Costs:
     migrate_service_ns: int = _REF["migrate_service_ns"]    # per block moved without a fault (prefetch, to a peer)
     evict_service_ns: int = _REF["evict_service_ns"]        # per block moved GPU -> host (eviction, give-back)
     prefetch_threshold: int = 51        # uvm_perf_prefetch_threshold (%): upstream's default
+    fault_entries_per_group: int = 0    # a fault batch's fill: 0 a block per entry; 16 a 4 KiB page per entry
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,9 @@ class NodeConfig:
             raise SimConfigError(f"{c.faults_per_chunk!r} is not in 1..{top}", field="costs.faults_per_chunk")
         if not _int_in(c.prefetch_threshold, 1, 100):
             raise SimConfigError(f"{c.prefetch_threshold!r} is not in 1..100 (%)", field="costs.prefetch_threshold")
+        if not _int_in(c.fault_entries_per_group, 0, 16):
+            raise SimConfigError(f"{c.fault_entries_per_group!r} is not in 0..16",
+                                 field="costs.fault_entries_per_group")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -381,6 +381,7 @@ class SimNode:
         c.migrate_service_ns = k.migrate_service_ns
         c.evict_service_ns = k.evict_service_ns
         c.prefetch_threshold = k.prefetch_threshold
+        c.fault_entries_per_group = k.fault_entries_per_group
         c.sample_interval_ns = sample_interval_ns
         c.max_samples = max_samples
         return c

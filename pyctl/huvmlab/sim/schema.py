@@ -73,6 +73,7 @@ class CostsTable(FileModel):
     migrate_service_ns: CostNs | None = None
     evict_service_ns: CostNs | None = None
     prefetch_threshold: Annotated[int, Field(ge=1, le=100)] | None = None
+    fault_entries_per_group: Annotated[int, Field(ge=0, le=16)] | None = None
 
 
 class NodeTable(FileModel):
